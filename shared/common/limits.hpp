@@ -1,0 +1,96 @@
+// Every timeout and limit of herd, in one place. The comments say how they must relate; the
+// static_asserts at the bottom check the relations that the code depends on.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+
+namespace herd::limits {
+
+using namespace std::chrono_literals;
+using Duration = std::chrono::milliseconds;
+
+// ---- Protocol framing -------------------------------------------------------------------------
+// Largest protobuf envelope accepted on any websocket (Beast's read_message_max). A bigger frame is
+// a protocol error: the peer is dropped.
+inline constexpr std::size_t kMaxFrameBytes = 4u << 20;
+// Output is sent to the head in chunks of at most this many bytes, so a chunk plus its envelope
+// always fits in a frame.
+inline constexpr std::size_t kMaxOutputChunkBytes = 256u << 10;
+// Log bytes sent to a client per LogData message when replaying run.log from an offset.
+inline constexpr std::size_t kLogReplayChunkBytes = 256u << 10;
+// Bytes queued for one peer before the connection is considered stuck and dropped. A client that
+// does not read is dropped; it resubscribes from its offset and loses nothing.
+inline constexpr std::size_t kMaxQueuedBytesPerPeer = 256u << 20;
+
+// ---- Connections ------------------------------------------------------------------------------
+// TCP connect + TLS handshake + websocket upgrade must finish within this.
+inline constexpr Duration kHandshakeTimeout = 10s;
+// Beast idle timeout with keep-alive pings: a ping goes out after half of it; a peer silent for
+// the whole of it is dropped.
+inline constexpr Duration kWebsocketIdleTimeout = 12s;
+// Agents send a heartbeat this often ...
+inline constexpr Duration kHeartbeatInterval = 2s;
+// ... and the head marks a node lost after this many missed heartbeats.
+inline constexpr int kHeartbeatMissesBeforeLost = 4;
+inline constexpr Duration kNodeLostAfter = kHeartbeatInterval * kHeartbeatMissesBeforeLost;
+// Re-registration after a drop: capped exponential backoff.
+inline constexpr Duration kReconnectBackoffInitial = 100ms;
+inline constexpr Duration kReconnectBackoffMax = 3s;
+// A client (herd logs / exec) that loses its connection while following retries for this long,
+// resubscribing from the last offset it printed.
+inline constexpr Duration kClientReconnectWindow = 30s;
+// A client request (submit, queue, cancel) must be answered within this.
+inline constexpr Duration kClientRequestTimeout = 30s;
+
+// ---- Processes ----------------------------------------------------------------------------------
+// Fail fast and cancel: SIGTERM to every process of the job, then SIGKILL after this grace period.
+// Must stay well under the 2 s a user waits for the other ranks to die after a failure.
+inline constexpr Duration kKillGracePeriod = 1s;
+// After SIGKILL, the sweep of escaped processes (setsid children) is repeated this often until
+// none is left or kKillSweepTimeout passes.
+inline constexpr Duration kKillSweepInterval = 100ms;
+inline constexpr Duration kKillSweepTimeout = 5s;
+// Exit code recorded for a rank that herd killed because another rank failed (as SkyPilot).
+inline constexpr int kKilledRankExitCode = 137;
+
+// ---- Scheduling ---------------------------------------------------------------------------------
+// CPUs a job takes on each node when its task names none (SkyPilot's default demand).
+inline constexpr double kDefaultTaskCpus = 0.5;
+// Jobs the head keeps in memory per queue listing; older ones stay in SQLite.
+inline constexpr int kMaxJobsListed = 1000;
+
+// ---- SQLite -------------------------------------------------------------------------------------
+// Wait for another process's write lock (two herd commands on one cluster) before failing.
+inline constexpr Duration kSqliteBusyTimeout = 5s;
+
+// ---- SSH and bootstrap (controller) -------------------------------------------------------------
+inline constexpr Duration kSshConnectTimeout = 10s;
+inline constexpr int kSshServerAliveInterval = 5;   // seconds, ssh -o ServerAliveInterval
+inline constexpr int kSshServerAliveCountMax = 3;
+inline constexpr int kSshControlPersistSeconds = 300;
+// Waiting for a new machine: probe the SSH banner, then `ssh true`, with backoff, for at most this.
+inline constexpr Duration kSshWaitTotal = 120s;
+inline constexpr Duration kSshProbeBackoffInitial = 200ms;
+inline constexpr Duration kSshProbeBackoffMax = 5s;
+// Parallel SSH fan-out: at most this many nodes at once, and never more than a quarter of the
+// process's file-descriptor limit divided by the descriptors one ssh child uses.
+inline constexpr int kSshMaxParallel = 32;
+inline constexpr int kFdsPerSshChild = 8;
+// The agent must register with the head within this after it was (re)started.
+inline constexpr Duration kAgentRegisterTimeout = 60s;
+
+// ---- Relations ----------------------------------------------------------------------------------
+static_assert(kMaxOutputChunkBytes + 4096 < kMaxFrameBytes, "a chunk and its envelope fit a frame");
+static_assert(kLogReplayChunkBytes + 4096 < kMaxFrameBytes, "a replay chunk fits a frame");
+static_assert(kHeartbeatInterval * 2 < kWebsocketIdleTimeout,
+              "heartbeats keep the websocket busy long before its idle timeout");
+static_assert(kNodeLostAfter < kWebsocketIdleTimeout + kHeartbeatInterval * 4,
+              "a lost node is noticed on the order of the websocket timeout");
+static_assert(kReconnectBackoffMax < kNodeLostAfter,
+              "an agent retries several times before the head gives up on it");
+static_assert(kKillGracePeriod < 2s, "other ranks die within 2 s of the first failure");
+static_assert(kReconnectBackoffMax < kClientReconnectWindow, "a client retries more than once");
+
+}  // namespace herd::limits

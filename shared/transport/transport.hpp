@@ -1,0 +1,96 @@
+// The plain interface over mutual-TLS websockets. Only ws_transport.cpp instantiates Beast's
+// websocket::stream<ssl_stream<tcp_stream>> (it costs ~40-90 s to compile); everything else sees
+// this header.
+//
+// Threading: every callback runs on the io_context passed in. Connection::Send and Close may be
+// called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <boost/asio/io_context.hpp>
+
+#include "shared/common/status.hpp"
+
+namespace herd::transport {
+
+// The role a certificate carries (see shared/tls/certs.hpp).
+enum class Role { kUnknown = 0, kAgent = 1, kClient = 2 };
+std::string_view RoleName(Role role);
+
+// Certificate files: the cluster CA and this side's certificate and private key (PEM).
+struct TlsFiles {
+  std::string ca_cert;
+  std::string cert;
+  std::string key;
+};
+
+struct PeerIdentity {
+  Role role = Role::kUnknown;
+  std::string common_name;
+  std::string remote_address;  // IP of the peer's socket
+  uint16_t remote_port = 0;
+};
+
+class Connection {
+ public:
+  virtual ~Connection() = default;
+  // Queues one binary websocket message; messages go out in the order of the calls.
+  virtual void Send(std::string message) = 0;
+  // Closes the websocket; on_close follows once.
+  virtual void Close() = 0;
+  virtual const PeerIdentity& peer() const = 0;
+  // Bytes queued and not yet written (for back-pressure decisions).
+  virtual std::size_t queued_bytes() const = 0;
+};
+
+struct Handlers {
+  // One complete websocket message.
+  std::function<void(const std::shared_ptr<Connection>&, std::string message)> on_message;
+  // The connection ended (peer closed, error, timeout, Close()). Called once per connection.
+  std::function<void(const std::shared_ptr<Connection>&, const Status& why)> on_close;
+};
+
+// The websocket path a role must use: "/v1/agent" or "/v1/client". The server refuses a handshake
+// whose certificate role does not match its path (403) and one without a valid client certificate
+// from the cluster CA (TLS alert).
+std::string_view PathForRole(Role role);
+
+class Server {
+ public:
+  virtual ~Server() = default;
+  virtual uint16_t port() const = 0;  // the bound port (useful with port 0)
+  virtual void Stop() = 0;            // stops accepting and closes every connection
+};
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;
+  TlsFiles tls;
+  // Called for each accepted and authenticated connection, before any message.
+  std::function<void(const std::shared_ptr<Connection>&)> on_open;
+  Handlers handlers;
+};
+
+// Binds and starts accepting. Errors (bad certificate files, address in use) are returned.
+Result<std::unique_ptr<Server>> Listen(boost::asio::io_context& io, ServerOptions options);
+
+struct DialOptions {
+  std::string host;
+  uint16_t port = 0;
+  std::string bind_address;  // optional local source address
+  TlsFiles tls;
+  Role role = Role::kClient;  // the role of this side's certificate: selects the path
+  Handlers handlers;
+};
+
+// Connects, does TLS 1.3 with both certificates checked against the CA (the server must present a
+// certificate with the agent role), and upgrades to a websocket. done() runs once, with the
+// connection or why it failed; the whole attempt is bounded by limits::kHandshakeTimeout.
+void Dial(boost::asio::io_context& io, DialOptions options,
+          std::function<void(Result<std::shared_ptr<Connection>>)> done);
+
+}  // namespace herd::transport
