@@ -20,6 +20,10 @@ inline constexpr std::size_t kMaxFrameBytes = 4u << 20;
 inline constexpr std::size_t kMaxOutputChunkBytes = 256u << 10;
 // Log bytes sent to a client per LogData message when replaying run.log from an offset.
 inline constexpr std::size_t kLogReplayChunkBytes = 256u << 10;
+// The head's line prefixer (agent/sched/log_merger) holds at most this many bytes of one
+// unterminated output line per process; a longer line is cut with a '\n' added. Independent of
+// the chunk sizes above: a line may span many output chunks.
+inline constexpr std::size_t kMaxLogLineBytes = 1u << 20;
 // Bytes queued for one peer before the connection is considered stuck and dropped. A client that
 // does not read is dropped; it resubscribes from its offset and loses nothing.
 inline constexpr std::size_t kMaxQueuedBytesPerPeer = 256u << 20;
@@ -27,6 +31,9 @@ inline constexpr std::size_t kMaxQueuedBytesPerPeer = 256u << 20;
 // ---- Connections ------------------------------------------------------------------------------
 // TCP connect + TLS handshake + websocket upgrade must finish within this.
 inline constexpr Duration kHandshakeTimeout = 10s;
+// A listener whose accept fails (e.g. out of file descriptors) retries after this, instead of
+// spinning; short against kHandshakeTimeout so dialers waiting in the backlog still get in.
+inline constexpr Duration kAcceptRetryDelay = 100ms;
 // Beast idle timeout with keep-alive pings: a ping goes out after half of it; a peer silent for
 // the whole of it is dropped.
 inline constexpr Duration kWebsocketIdleTimeout = 12s;
@@ -54,6 +61,9 @@ inline constexpr Duration kKillSweepInterval = 100ms;
 inline constexpr Duration kKillSweepTimeout = 5s;
 // Exit code recorded for a rank that herd killed because another rank failed (as SkyPilot).
 inline constexpr int kKilledRankExitCode = 137;
+// GPU detection runs `nvidia-smi` when NVML cannot be loaded; a hung driver must not stall the
+// agent's start for longer than this (well under kAgentRegisterTimeout).
+inline constexpr Duration kGpuProbeCommandTimeout = 5s;
 
 // ---- Scheduling ---------------------------------------------------------------------------------
 // CPUs a job takes on each node when its task names none (SkyPilot's default demand).
@@ -80,6 +90,23 @@ inline constexpr int kSshMaxParallel = 32;
 inline constexpr int kFdsPerSshChild = 8;
 // The agent must register with the head within this after it was (re)started.
 inline constexpr Duration kAgentRegisterTimeout = 60s;
+// One `ssh true` readiness probe (or `ssh -O` control command): TCP connect (kSshConnectTimeout)
+// plus key exchange and authentication, so a little more than the connect timeout.
+inline constexpr Duration kSshProbeCommandTimeout = kSshConnectTimeout + 10s;
+// A subprocess (ssh, rsync, ip) keeps at most this much of stdout and of stderr in memory; the rest
+// is dropped and the cut is marked. Large outputs (logs) travel through files, never this way.
+inline constexpr std::size_t kMaxProcessOutputBytes = 64u << 20;
+// After a subprocess exited, its pipes are drained for at most this long: a background child that
+// inherited them (a process started with `&` over ssh) must not hold the caller.
+inline constexpr Duration kProcessOutputDrainGrace = 500ms;
+
+// ---- Local provider (network namespaces as nodes) ----------------------------------------------
+// A local `ip`/`ssh-keygen` helper command must finish within this.
+inline constexpr Duration kLocalCommandTimeout = 30s;
+// A node's freshly started sshd must show its banner within this (well under kSshWaitTotal).
+inline constexpr Duration kLocalNodeStartTimeout = 15s;
+// Nodes in one local cluster: one /24 per cluster, .254 is the controller's side.
+inline constexpr int kLocalMaxNodes = 200;
 
 // ---- Relations ----------------------------------------------------------------------------------
 static_assert(kMaxOutputChunkBytes + 4096 < kMaxFrameBytes, "a chunk and its envelope fit a frame");
@@ -92,5 +119,7 @@ static_assert(kReconnectBackoffMax < kNodeLostAfter,
               "an agent retries several times before the head gives up on it");
 static_assert(kKillGracePeriod < 2s, "other ranks die within 2 s of the first failure");
 static_assert(kReconnectBackoffMax < kClientReconnectWindow, "a client retries more than once");
+static_assert(kLocalNodeStartTimeout < kSshWaitTotal, "a local node starts long before ssh gives up");
+static_assert(kSshProbeBackoffMax < kSshWaitTotal, "readiness is probed more than once");
 
 }  // namespace herd::limits

@@ -51,6 +51,7 @@ struct Handlers {
   // One complete websocket message.
   std::function<void(const std::shared_ptr<Connection>&, std::string message)> on_message;
   // The connection ended (peer closed, error, timeout, Close()). Called once per connection.
+  // `why` is OK for a clean websocket close from either side, the error otherwise.
   std::function<void(const std::shared_ptr<Connection>&, const Status& why)> on_close;
 };
 
@@ -85,6 +86,9 @@ struct DialOptions {
   TlsFiles tls;
   Role role = Role::kClient;  // the role of this side's certificate: selects the path
   Handlers handlers;
+  // Tests only: dial this path instead of PathForRole(role) (to check that the server refuses a
+  // mismatch). An empty tls.cert and tls.key dial without a client certificate (also refused).
+  std::string path_override;
 };
 
 // Connects, does TLS 1.3 with both certificates checked against the CA (the server must present a

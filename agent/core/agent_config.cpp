@@ -1,0 +1,69 @@
+#include "agent/core/agent_config.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <set>
+
+namespace herd::agent {
+
+Result<AgentConfig> LoadAgentConfig(const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    return NotFound("cannot read agent config " + path);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(path + ":" + std::to_string(e.mark.line + 1) + ":" +
+                           std::to_string(e.mark.column + 1) + ": " + e.msg);
+  }
+  if (!root.IsMap()) return InvalidArgument(path + ": expected a map of settings");
+  static const std::set<std::string> kKnown = {
+      "role",     "cluster",   "node_id", "address", "listen", "head",     "certs",
+      "state_dir", "port_file", "cpus",    "gpus",    "gpu_name", "cloud"};
+  AgentConfig c;
+  try {
+    for (const auto& kv : root) {
+      std::string key = kv.first.as<std::string>();
+      auto where = path + ":" + std::to_string(kv.first.Mark().line + 1) + ":" +
+                   std::to_string(kv.first.Mark().column + 1) + ": ";
+      if (!kKnown.count(key)) return InvalidArgument(where + "unknown setting '" + key + "'");
+    }
+    auto str = [&](const char* k) -> std::string {
+      return root[k] ? root[k].as<std::string>() : std::string();
+    };
+    std::string role = str("role");
+    if (role == "head") {
+      c.role = AgentConfig::Role::kHead;
+    } else if (role == "worker") {
+      c.role = AgentConfig::Role::kWorker;
+    } else {
+      return InvalidArgument(path + ": role: expected 'head' or 'worker', got '" + role + "'");
+    }
+    c.cluster = str("cluster");
+    c.node_id = str("node_id");
+    c.address = str("address");
+    c.certs_dir = str("certs");
+    c.state_dir = str("state_dir");
+    c.port_file = str("port_file");
+    c.gpu_name = str("gpu_name");
+    if (root["cloud"]) c.cloud = str("cloud");
+    if (root["cpus"]) c.cpus = root["cpus"].as<int>();
+    if (root["gpus"]) c.gpus = root["gpus"].as<int>();
+    if (c.role == AgentConfig::Role::kHead) {
+      HERD_ASSIGN_OR_RETURN(c.listen, ParseHostPort(str("listen"), path + ": listen"));
+    } else {
+      HERD_ASSIGN_OR_RETURN(c.head, ParseHostPort(str("head"), path + ": head"));
+    }
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(path + ":" + std::to_string(e.mark.line + 1) + ":" +
+                           std::to_string(e.mark.column + 1) + ": " + e.msg);
+  }
+  for (auto [name, value] : {std::pair{"cluster", &c.cluster}, {"node_id", &c.node_id},
+                             {"address", &c.address}, {"certs", &c.certs_dir},
+                             {"state_dir", &c.state_dir}}) {
+    if (value->empty()) return InvalidArgument(path + ": " + name + " is required");
+  }
+  return c;
+}
+
+}  // namespace herd::agent

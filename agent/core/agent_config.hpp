@@ -1,0 +1,45 @@
+// herdlet's configuration file (YAML), written by the controller at bootstrap or by hand.
+//
+//   role: head | worker
+//   cluster: demo
+//   node_id: demo-head
+//   address: 127.0.0.2           # the node's cluster address; workers dial from it
+//   listen: 127.0.0.2:0          # head only: where the head listens (port 0: any)
+//   head: 127.0.0.2:7443         # worker only: the head's address
+//   certs: /path/certs           # ca.crt, agent.crt, agent.key
+//   state_dir: /path/state       # jobs.db (head), logs/, incarnation
+//   port_file: /path/port        # head only, optional: the bound port is written here
+//   cpus: 4                      # optional: declared capacity overrides detection
+//   gpus: 2                      # optional: declared GPU count ...
+//   gpu_name: L4                 # ... and their type
+//   cloud: local                 # reported in SKYPILOT_CLUSTER_INFO
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "shared/common/host_port.hpp"
+#include "shared/common/status.hpp"
+
+namespace herd::agent {
+
+struct AgentConfig {
+  enum class Role { kHead, kWorker };
+  Role role = Role::kWorker;
+  std::string cluster;
+  std::string node_id;
+  std::string address;
+  HostPort listen;  // head
+  HostPort head;    // worker (the head also dials itself here)
+  std::string certs_dir;
+  std::string state_dir;
+  std::string port_file;
+  std::optional<int> cpus;
+  std::optional<int> gpus;
+  std::string gpu_name;
+  std::string cloud = "local";
+};
+
+Result<AgentConfig> LoadAgentConfig(const std::string& path);
+
+}  // namespace herd::agent

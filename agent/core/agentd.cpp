@@ -1,0 +1,65 @@
+#include "agent/core/agentd.hpp"
+
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <fstream>
+
+#include "agent/core/head.hpp"
+#include "agent/core/worker.hpp"
+#include "agent/gpu/system_gpu_probe.hpp"
+#include "agent/process/uv_process_launcher.hpp"
+#include "shared/common/log.hpp"
+
+namespace herd::agent {
+
+int RunAgent(const AgentConfig& config) {
+  log::SetTag(config.node_id);
+  boost::asio::io_context io;
+  UvProcessLauncher launcher(
+      [&io](std::function<void()> fn) { boost::asio::post(io, std::move(fn)); },
+      "herd/" + config.node_id);
+  SystemGpuProbe gpus;
+
+  AgentConfig worker_config = config;
+  std::unique_ptr<Head> head;
+  if (config.role == AgentConfig::Role::kHead) {
+    Head::Options o;
+    o.cluster = config.cluster;
+    o.cloud = config.cloud;
+    o.state_dir = config.state_dir;
+    o.tls = {config.certs_dir + "/ca.crt", config.certs_dir + "/agent.crt",
+             config.certs_dir + "/agent.key"};
+    o.listen_host = config.listen.host;
+    o.listen_port = config.listen.port;
+    head = std::make_unique<Head>(io, o);
+    if (auto s = head->Start(); !s.ok()) {
+      HERD_LOG(kError) << "cannot start the head: " << s.message();
+      return 1;
+    }
+    // The head node runs jobs too: its worker dials the head like any other.
+    worker_config.head = {config.listen.host, head->port()};
+    if (!config.port_file.empty()) {
+      std::string tmp = config.port_file + ".tmp";
+      std::ofstream(tmp) << head->port() << "\n";
+      std::rename(tmp.c_str(), config.port_file.c_str());
+    }
+  }
+  Worker worker(io, worker_config, launcher, gpus, head != nullptr);
+  if (auto s = worker.Start(); !s.ok()) {
+    HERD_LOG(kError) << "cannot start the worker: " << s.message();
+    return 1;
+  }
+  boost::asio::signal_set signals(io, SIGTERM, SIGINT);
+  signals.async_wait([&](boost::system::error_code, int sig) {
+    HERD_LOG(kInfo) << "signal " << sig << ": stopping (jobs keep running)";
+    worker.Stop();
+    if (head) head->Stop();
+    io.stop();
+  });
+  io.run();
+  return 0;
+}
+
+}  // namespace herd::agent

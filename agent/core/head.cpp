@@ -1,0 +1,874 @@
+#include "agent/core/head.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <boost/asio/post.hpp>
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <filesystem>
+#include <sstream>
+
+#include "agent/core/worker.hpp"
+#include "agent/sched/job_env.hpp"
+#include "agent/sched/node_order.hpp"
+#include "agent/sched/scheduler.hpp"
+#include "shared/common/limits.hpp"
+#include "shared/common/log.hpp"
+#include "shared/proto/frame.hpp"
+
+namespace herd::agent {
+
+namespace fs = std::filesystem;
+using namespace herd::v1;
+
+namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string FormatNumber(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
+std::string SafeName(const std::string& name) {
+  std::string out;
+  for (char c : name) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
+  return out.empty() ? "task" : out;
+}
+
+}  // namespace
+
+bool IsTerminal(JobState state) {
+  return state == JOB_STATE_SUCCEEDED || state == JOB_STATE_FAILED ||
+         state == JOB_STATE_FAILED_SETUP || state == JOB_STATE_FAILED_DRIVER ||
+         state == JOB_STATE_CANCELLED;
+}
+
+std::string_view JobStateName(JobState state) {
+  switch (state) {
+    case JOB_STATE_INIT: return "INIT";
+    case JOB_STATE_PENDING: return "PENDING";
+    case JOB_STATE_SETTING_UP: return "SETTING_UP";
+    case JOB_STATE_RUNNING: return "RUNNING";
+    case JOB_STATE_SUCCEEDED: return "SUCCEEDED";
+    case JOB_STATE_FAILED: return "FAILED";
+    case JOB_STATE_FAILED_SETUP: return "FAILED_SETUP";
+    case JOB_STATE_FAILED_DRIVER: return "FAILED_DRIVER";
+    case JOB_STATE_CANCELLED: return "CANCELLED";
+    default: return "UNKNOWN";
+  }
+}
+
+std::string ResourcesString(const TaskSpec& spec) {
+  std::vector<std::string> parts;
+  const auto& r = spec.resources();
+  if (!r.accelerator().empty() && r.accelerator_count() > 0) {
+    parts.push_back("gpus=" + r.accelerator() + ":" + FormatNumber(r.accelerator_count()));
+  }
+  double cpus = r.cpus() > 0 ? r.cpus() : limits::kDefaultTaskCpus;
+  parts.push_back("cpus=" + FormatNumber(cpus) + (r.cpus_at_least() ? "+" : ""));
+  if (r.memory_gb() > 0) {
+    parts.push_back("mem=" + FormatNumber(r.memory_gb()) + (r.memory_at_least() ? "+" : ""));
+  }
+  std::string out = std::to_string(std::max(1, spec.num_nodes())) + "x(";
+  for (std::size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + parts[i];
+  return out + ")";
+}
+
+Head::Head(boost::asio::io_context& io, Options options)
+    : io_(io), options_(std::move(options)), check_timer_(io) {}
+
+Head::~Head() {
+  *alive_ = false;
+  Stop();
+  for (auto& [id, run] : jobs_) {
+    if (run.fd >= 0) ::close(run.fd);
+  }
+}
+
+uint16_t Head::port() const { return server_ ? server_->port() : 0; }
+
+Status Head::Start() {
+  std::error_code ec;
+  fs::create_directories(options_.state_dir + "/logs", ec);
+  if (ec) return IoError("cannot create " + options_.state_dir + "/logs: " + ec.message());
+  HERD_ASSIGN_OR_RETURN(store_, JobStore::Open(options_.state_dir + "/jobs.db"));
+  for (auto& node : store_->ListNodes().ok() ? *store_->ListNodes() : std::vector<NodeInfo>{}) {
+    nodes_[node.node_id()].info = node;  // known, not alive until it registers again
+  }
+  Recover();
+
+  transport::ServerOptions so;
+  so.host = options_.listen_host;
+  so.port = options_.listen_port;
+  so.tls = options_.tls;
+  auto alive = alive_;
+  so.handlers.on_message = [this, alive](const ConnPtr& c, std::string m) {
+    if (*alive) OnMessage(c, std::move(m));
+  };
+  so.handlers.on_close = [this, alive](const ConnPtr& c, const Status& why) {
+    if (*alive) OnClose(c, why);
+  };
+  HERD_ASSIGN_OR_RETURN(server_, transport::Listen(io_, std::move(so)));
+  HERD_LOG(kInfo) << "head of cluster " << options_.cluster << " listening on "
+                  << options_.listen_host << ":" << server_->port();
+  CheckNodes();
+  return Status::Ok();
+}
+
+void Head::Stop() {
+  check_timer_.cancel();
+  if (server_) server_->Stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connections
+
+void Head::OnMessage(const ConnPtr& conn, std::string message) {
+  if (conn->peer().role == transport::Role::kAgent) {
+    auto msg = proto::Decode<AgentToHead>(message);
+    if (!msg.ok()) {
+      HERD_LOG(kError) << "dropping agent " << conn->peer().common_name << " ("
+                       << conn->peer().remote_address << "): " << msg.status().message();
+      conn->Close();
+      return;
+    }
+    HandleAgent(conn, *msg);
+  } else if (conn->peer().role == transport::Role::kClient) {
+    auto msg = proto::Decode<ClientToHead>(message);
+    if (!msg.ok()) {
+      HERD_LOG(kError) << "dropping client " << conn->peer().common_name << " ("
+                       << conn->peer().remote_address << "): " << msg.status().message();
+      conn->Close();
+      return;
+    }
+    HandleClient(conn, *msg);
+  } else {
+    conn->Close();
+  }
+}
+
+void Head::OnClose(const ConnPtr& conn, const Status& why) {
+  auto it = agent_conns_.find(conn.get());
+  if (it != agent_conns_.end()) {
+    auto node = nodes_.find(it->second);
+    if (node != nodes_.end() && node->second.conn == conn) {
+      HERD_LOG(kWarn) << "agent " << it->second << " disconnected: " << why.message();
+      node->second.conn.reset();
+    }
+    agent_conns_.erase(it);
+    return;
+  }
+  for (auto& [id, run] : jobs_) {
+    std::erase_if(run.subs, [&](const Subscriber& s) {
+      auto c = s.conn.lock();
+      return !c || c == conn;
+    });
+  }
+}
+
+void Head::SendToAgent(const std::string& node_id, const HeadToAgent& msg) {
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end() || !it->second.conn) {
+    HERD_LOG(kWarn) << "node " << node_id << " is not connected; message kept for re-registration";
+    return;
+  }
+  it->second.conn->Send(proto::Encode(msg));
+}
+
+void Head::SendToClient(const ConnPtr& conn, uint64_t request_id, HeadToClient msg) {
+  msg.set_request_id(request_id);
+  conn->Send(proto::Encode(std::move(msg)));
+}
+
+void Head::ReplyError(const ConnPtr& conn, uint64_t request_id, const Status& status) {
+  HeadToClient msg;
+  msg.mutable_error()->set_code(static_cast<int>(status.code()));
+  msg.mutable_error()->set_message(status.message());
+  SendToClient(conn, request_id, std::move(msg));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Agents
+
+void Head::HandleAgent(const ConnPtr& conn, const AgentToHead& msg) {
+  if (msg.msg_case() == AgentToHead::kRegister) {
+    HandleRegister(conn, msg.register_());
+    return;
+  }
+  auto it = agent_conns_.find(conn.get());
+  if (it == agent_conns_.end()) {
+    HERD_LOG(kError) << "dropping agent " << conn->peer().common_name
+                     << ": message before registration";
+    conn->Close();
+    return;
+  }
+  auto node = nodes_.find(it->second);
+  if (node == nodes_.end() || node->second.conn != conn) return;  // fenced: a stale connection
+  node->second.last_seen = Clock::now();
+  switch (msg.msg_case()) {
+    case AgentToHead::kHeartbeat: break;
+    case AgentToHead::kStarted: HandleStarted(msg.started()); break;
+    case AgentToHead::kOutput: HandleOutput(msg.output()); break;
+    case AgentToHead::kExited: HandleExited(msg.exited()); break;
+    default: HERD_LOG(kWarn) << "ignoring unknown agent message";
+  }
+}
+
+void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
+  const std::string& id = reg.node().node_id();
+  auto reject = [&](const std::string& reason) {
+    HERD_LOG(kWarn) << "refusing registration of " << id << ": " << reason;
+    HeadToAgent ack;
+    ack.mutable_register_ack()->set_accepted(false);
+    ack.mutable_register_ack()->set_reason(reason);
+    conn->Send(proto::Encode(ack));
+    conn->Close();
+  };
+  if (id.empty() || reg.node().addresses_size() == 0) return reject("node_id and address required");
+  NodeEntry& node = nodes_[id];
+  if (reg.incarnation() < node.incarnation) {
+    return reject("stale agent: incarnation " + std::to_string(reg.incarnation()) + " < " +
+                  std::to_string(node.incarnation));
+  }
+  if (node.conn && node.conn != conn) {
+    HERD_LOG(kInfo) << "agent " << id << " re-registered (incarnation " << reg.incarnation()
+                    << "); dropping its old connection";
+    agent_conns_.erase(node.conn.get());
+    node.conn->Close();
+  }
+  bool was_alive = node.alive;
+  node.info = reg.node();
+  node.incarnation = reg.incarnation();
+  node.conn = conn;
+  node.last_seen = Clock::now();
+  node.alive = true;
+  agent_conns_[conn.get()] = id;
+  if (auto s = store_->UpsertNode(node.info); !s.ok()) {
+    HERD_LOG(kError) << s.message();
+  }
+  HERD_LOG(kInfo) << "node " << id << " registered from " << conn->peer().remote_address
+                  << (was_alive ? " (reconnect)" : "");
+
+  HeadToAgent ack;
+  ack.mutable_register_ack()->set_accepted(true);
+  ack.mutable_register_ack()->set_cluster_name(options_.cluster);
+  conn->Send(proto::Encode(ack));
+
+  // Catch up on what the agent did while it was away, and re-send what it never got.
+  std::map<std::string, const ProcessProgress*> progress;
+  for (const auto& p : reg.running()) progress[ProcessKeyString(p.key())] = &p;
+  for (auto& [job_id, run] : jobs_) {
+    for (auto& [name, proc] : run.procs) {
+      if (proc.node_id != id || proc.exited) continue;
+      auto p = progress.find(name);
+      HeadToAgent m;
+      if (p == progress.end()) {
+        *m.mutable_start() = proc.start;
+      } else if (p->second->exited() || p->second->output_bytes() > proc.received) {
+        *m.mutable_resend()->mutable_key() = proc.start.key();
+        m.mutable_resend()->set_from_offset(proc.received);
+      } else {
+        continue;
+      }
+      conn->Send(proto::Encode(m));
+    }
+    if (run.killing) {
+      HeadToAgent kill;
+      kill.mutable_kill()->set_job_id(job_id);
+      kill.mutable_kill()->set_attempt(run.rec.info.attempt());
+      conn->Send(proto::Encode(kill));
+    }
+  }
+  Schedule();
+}
+
+int Head::FindJobOfProcess(const ProcessKey& key, JobRun** run, ProcEntry** proc) {
+  auto it = jobs_.find(key.job_id());
+  if (it == jobs_.end() || it->second.rec.info.attempt() != key.attempt()) return 0;
+  auto p = it->second.procs.find(ProcessKeyString(key));
+  if (p == it->second.procs.end()) return 0;
+  *run = &it->second;
+  *proc = &p->second;
+  return 1;
+}
+
+void Head::HandleStarted(const ProcessStarted& started) {
+  JobRun* run;
+  ProcEntry* proc;
+  if (!FindJobOfProcess(started.key(), &run, &proc)) return;  // stale attempt or finished job
+  if (proc->started) return;                                  // idempotent re-send
+  proc->started = true;
+  proc->pid = started.pid();
+  proc->label.pid = started.pid();
+  proc->prefixer = std::make_unique<LinePrefixer>(PrefixFor(proc->label));
+}
+
+void Head::HandleOutput(const ProcessOutput& out) {
+  JobRun* run;
+  ProcEntry* proc;
+  if (!FindJobOfProcess(out.key(), &run, &proc) || !proc->prefixer) return;
+  uint64_t begin = out.offset();
+  uint64_t end = begin + out.data().size();
+  if (end <= proc->received) return;  // a repeat
+  if (begin > proc->received) {       // a gap: ask for it again, in order
+    HERD_LOG(kWarn) << "output gap for " << ProcessKeyString(out.key()) << ": have "
+                    << proc->received << ", got offset " << begin;
+    HeadToAgent m;
+    *m.mutable_resend()->mutable_key() = out.key();
+    m.mutable_resend()->set_from_offset(proc->received);
+    SendToAgent(proc->node_id, m);
+    return;
+  }
+  std::string_view fresh = std::string_view(out.data()).substr(proc->received - begin);
+  std::string lines;
+  proc->prefixer->Feed(fresh, lines);
+  proc->received = end;
+  if (!lines.empty()) AppendLog(*run, lines);
+  if (proc->exit_waiting_for_output && proc->received >= proc->exit.output_bytes()) {
+    proc->exit_waiting_for_output = false;
+    ProcessExit(*run, *proc);
+  }
+}
+
+void Head::HandleExited(const ProcessExited& exited) {
+  JobRun* run;
+  ProcEntry* proc;
+  if (!FindJobOfProcess(exited.key(), &run, &proc) || proc->exited) return;
+  proc->exit = exited;
+  if (!proc->prefixer) {  // never started (spawn error): label without pid
+    proc->prefixer = std::make_unique<LinePrefixer>(PrefixFor(proc->label));
+  }
+  if (exited.output_bytes() > proc->received) {
+    proc->exit_waiting_for_output = true;
+    HeadToAgent m;
+    *m.mutable_resend()->mutable_key() = exited.key();
+    m.mutable_resend()->set_from_offset(proc->received);
+    SendToAgent(proc->node_id, m);
+    return;
+  }
+  ProcessExit(*run, *proc);
+}
+
+void Head::CheckNodes() {
+  auto now = Clock::now();
+  std::vector<std::string> lost;
+  for (auto& [id, node] : nodes_) {
+    if (!node.alive) continue;
+    if (now - node.last_seen > limits::kNodeLostAfter) {
+      if (node.conn) {
+        agent_conns_.erase(node.conn.get());
+        node.conn->Close();
+        node.conn.reset();
+      }
+      lost.push_back(id);
+    }
+  }
+  for (const auto& id : lost) NodeLost(id);
+  check_timer_.expires_after(limits::kHeartbeatInterval);
+  auto alive = alive_;
+  check_timer_.async_wait([this, alive](boost::system::error_code ec) {
+    if (!ec && *alive) CheckNodes();
+  });
+}
+
+void Head::NodeLost(const std::string& node_id) {
+  HERD_LOG(kError) << "node " << node_id << " lost: no heartbeat for "
+                   << limits::kNodeLostAfter.count() << " ms";
+  nodes_[node_id].alive = false;
+  std::vector<int64_t> failed;
+  for (auto& [job_id, run] : jobs_) {
+    for (auto& [name, proc] : run.procs) {
+      if (proc.node_id == node_id && !proc.exited) {
+        failed.push_back(job_id);
+        break;
+      }
+    }
+  }
+  for (int64_t id : failed) {
+    auto& run = jobs_.at(id);
+    for (auto& [name, proc] : run.procs) {
+      if (proc.node_id == node_id && !proc.exited) {
+        proc.exited = true;
+        proc.exit_code = limits::kKilledRankExitCode;
+      }
+    }
+    KillJobProcesses(run);
+    Finalize(id, JOB_STATE_FAILED_DRIVER,
+             "ERROR: Job " + std::to_string(id) + " failed: node " + node_id + " was lost");
+  }
+  Schedule();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Clients
+
+void Head::HandleClient(const ConnPtr& conn, const ClientToHead& msg) {
+  switch (msg.msg_case()) {
+    case ClientToHead::kSubmit: Submit(conn, msg.request_id(), msg.submit()); break;
+    case ClientToHead::kSubscribe: Subscribe(conn, msg.request_id(), msg.subscribe()); break;
+    case ClientToHead::kQueue: Queue(conn, msg.request_id(), msg.queue()); break;
+    case ClientToHead::kCancel: Cancel(conn, msg.request_id(), msg.cancel()); break;
+    case ClientToHead::kNodes: Nodes(conn, msg.request_id()); break;
+    default: ReplyError(conn, msg.request_id(), InvalidArgument("unknown request"));
+  }
+}
+
+void Head::Submit(const ConnPtr& conn, uint64_t request_id, const SubmitJob& submit) {
+  const TaskSpec& spec = submit.task();
+  if (spec.num_nodes() < 1) {
+    return ReplyError(conn, request_id, InvalidArgument("num_nodes must be at least 1"));
+  }
+  JobRecord rec;
+  rec.spec = spec;
+  rec.info.set_name(spec.name());
+  rec.info.set_user(submit.user());
+  rec.info.set_submitted_unix_ms(NowMs());
+  rec.info.set_state(JOB_STATE_PENDING);
+  rec.info.set_num_nodes(spec.num_nodes());
+  rec.info.set_resources(ResourcesString(spec));
+  rec.info.set_first_failed_rank(-1);
+  rec.info.set_attempt(1);
+  auto id = store_->AddJob(rec);
+  if (!id.ok()) return ReplyError(conn, request_id, id.status());
+  rec.info.set_job_id(*id);
+  std::string dir = options_.state_dir + "/logs/" + std::to_string(*id) + "-" + SafeName(spec.name());
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  rec.info.set_log_path(dir + "/run.log");
+  JobRun& run = jobs_[*id];
+  run.rec = rec;
+  run.fd = ::open(rec.info.log_path().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (run.fd < 0) {
+    Status s = ErrnoError("cannot create " + rec.info.log_path(), errno);
+    jobs_.erase(*id);
+    return ReplyError(conn, request_id, s);
+  }
+  if (auto s = store_->UpdateJob(run.rec); !s.ok()) {
+    HERD_LOG(kError) << s.message();
+  }
+  HERD_LOG(kInfo) << "job " << *id << " (" << spec.name() << ") submitted by " << submit.user();
+  HeadToClient reply;
+  reply.mutable_submit_reply()->set_job_id(*id);
+  SendToClient(conn, request_id, std::move(reply));
+  Schedule();
+}
+
+Status Head::ReplayLog(const ConnPtr& conn, uint64_t request_id, int64_t job_id,
+                       const std::string& path, uint64_t from, uint64_t to) {
+  if (from >= to) return Status::Ok();
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("cannot read " + path, errno);
+  std::string buf(limits::kLogReplayChunkBytes, '\0');
+  uint64_t off = from;
+  while (off < to) {
+    std::size_t want = std::min<uint64_t>(buf.size(), to - off);
+    ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(off));
+    if (n <= 0) break;
+    HeadToClient msg;
+    msg.mutable_log_data()->set_job_id(job_id);
+    msg.mutable_log_data()->set_offset(off);
+    msg.mutable_log_data()->set_data(buf.data(), static_cast<std::size_t>(n));
+    SendToClient(conn, request_id, std::move(msg));
+    off += static_cast<uint64_t>(n);
+  }
+  ::close(fd);
+  return Status::Ok();
+}
+
+void Head::Subscribe(const ConnPtr& conn, uint64_t request_id, const herd::v1::Subscribe& sub) {
+  int64_t job_id = sub.job_id();
+  if (job_id == 0) {
+    auto latest = store_->LatestJobId();
+    if (!latest.ok()) return ReplyError(conn, request_id, latest.status());
+    job_id = *latest;
+    if (job_id == 0) return ReplyError(conn, request_id, NotFound("no job has been submitted"));
+  }
+  HeadToClient status;
+  auto active = jobs_.find(job_id);
+  if (active != jobs_.end()) {
+    JobRun& run = active->second;
+    if (auto s = ReplayLog(conn, request_id, job_id, run.rec.info.log_path(), sub.offset(),
+                           run.log_size);
+        !s.ok()) {
+      return ReplyError(conn, request_id, s);
+    }
+    *status.mutable_job_status()->mutable_job() = run.rec.info;
+    if (sub.follow()) {
+      run.subs.push_back({conn, request_id});
+    } else {
+      status.mutable_job_status()->set_end_of_stream(true);
+    }
+    return SendToClient(conn, request_id, std::move(status));
+  }
+  auto rec = store_->GetJob(job_id);
+  if (!rec.ok()) return ReplyError(conn, request_id, rec.status());
+  std::error_code ec;
+  uint64_t size = fs::file_size(rec->info.log_path(), ec);
+  if (ec) size = 0;
+  if (auto s = ReplayLog(conn, request_id, job_id, rec->info.log_path(), sub.offset(), size);
+      !s.ok()) {
+    return ReplyError(conn, request_id, s);
+  }
+  *status.mutable_job_status()->mutable_job() = rec->info;
+  status.mutable_job_status()->set_end_of_stream(true);
+  SendToClient(conn, request_id, std::move(status));
+}
+
+void Head::Queue(const ConnPtr& conn, uint64_t request_id, const QueueRequest& req) {
+  auto jobs = store_->ListJobs(req.skip_finished(), limits::kMaxJobsListed);
+  if (!jobs.ok()) return ReplyError(conn, request_id, jobs.status());
+  HeadToClient reply;
+  for (const auto& j : *jobs) *reply.mutable_queue_reply()->add_jobs() = j.info;
+  SendToClient(conn, request_id, std::move(reply));
+}
+
+void Head::Cancel(const ConnPtr& conn, uint64_t request_id, const CancelRequest& req) {
+  std::vector<int64_t> ids;
+  if (req.all()) {
+    for (const auto& [id, run] : jobs_) ids.push_back(id);
+  } else {
+    for (int64_t id : req.job_ids()) {
+      if (!jobs_.count(id)) {
+        auto rec = store_->GetJob(id);
+        if (!rec.ok()) return ReplyError(conn, request_id, rec.status());
+        continue;  // already finished: nothing to cancel
+      }
+      ids.push_back(id);
+    }
+  }
+  HeadToClient reply;
+  for (int64_t id : ids) {
+    JobRun& run = jobs_.at(id);
+    reply.mutable_cancel_reply()->add_cancelled(id);
+    HERD_LOG(kInfo) << "cancelling job " << id;
+    if (run.rec.info.state() == JOB_STATE_PENDING) {
+      Finalize(id, JOB_STATE_CANCELLED, "");
+      continue;
+    }
+    run.cancel_requested = true;
+    KillJobProcesses(run);
+    MaybeAdvance(run);
+  }
+  SendToClient(conn, request_id, std::move(reply));
+  Schedule();
+}
+
+std::vector<NodeInfo> Head::OrderedNodes(bool alive_only) const {
+  std::vector<NodeInfo> out;
+  for (const auto& [id, node] : nodes_) {
+    if (!alive_only || (node.alive && node.conn)) out.push_back(node.info);
+  }
+  SortClusterOrder(out);
+  return out;
+}
+
+void Head::Nodes(const ConnPtr& conn, uint64_t request_id) {
+  HeadToClient reply;
+  for (const auto& n : OrderedNodes(false)) {
+    *reply.mutable_nodes_reply()->add_nodes() = n;
+    const auto& e = nodes_.at(n.node_id());
+    reply.mutable_nodes_reply()->add_alive(e.alive && e.conn != nullptr);
+  }
+  SendToClient(conn, request_id, std::move(reply));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Jobs
+
+void Head::Recover() {
+  auto active = store_->ActiveJobs();
+  if (!active.ok()) {
+    HERD_LOG(kError) << "cannot read active jobs: " << active.status().message();
+    return;
+  }
+  for (auto& rec : *active) {
+    int64_t id = rec.info.job_id();
+    JobRun& run = jobs_[id];
+    run.rec = rec;
+    run.fd = ::open(rec.info.log_path().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    struct stat st {};
+    if (run.fd >= 0 && ::fstat(run.fd, &st) == 0) run.log_size = static_cast<uint64_t>(st.st_size);
+    if (rec.info.state() != JOB_STATE_PENDING) {
+      // This head cannot re-attach to processes started by a previous head process.
+      Finalize(id, JOB_STATE_FAILED_DRIVER,
+               "ERROR: Job " + std::to_string(id) + " failed: the head restarted while it ran");
+    }
+  }
+}
+
+void Head::Schedule() {
+  std::vector<NodeState> states;
+  std::map<std::string, std::size_t> index;
+  for (const auto& info : OrderedNodes(false)) {
+    const auto& e = nodes_.at(info.node_id());
+    NodeState s;
+    s.info = info;
+    s.alive = e.alive && e.conn != nullptr;
+    index[info.node_id()] = states.size();
+    states.push_back(std::move(s));
+  }
+  std::vector<JobDemand> fifo;
+  for (auto& [id, run] : jobs_) {
+    JobDemand d = DemandOf(id, run.rec.spec);
+    if (run.rec.info.state() == JOB_STATE_PENDING) {
+      fifo.push_back(d);
+      continue;
+    }
+    for (const auto& n : run.gang) {
+      auto it = index.find(n);
+      if (it == index.end()) continue;
+      states[it->second].cpus_used += d.cpus_per_node > 0 ? d.cpus_per_node : limits::kDefaultTaskCpus;
+      states[it->second].gpus_used += d.gpus_per_node;
+    }
+  }
+  if (fifo.empty()) return;
+  ScheduleResult result = herd::agent::Schedule(fifo, states);
+  bool cluster_complete = static_cast<int>(states.size()) >= options_.expected_nodes;
+  for (const auto& inf : result.infeasible) {
+    if (!cluster_complete) continue;  // more nodes may still register
+    Finalize(inf.job_id, JOB_STATE_FAILED,
+             "ERROR: Job " + std::to_string(inf.job_id) + " cannot run: " + inf.reason);
+  }
+  for (const auto& p : result.start) {
+    auto it = jobs_.find(p.job_id);
+    if (it != jobs_.end()) StartJob(it->second, p.node_ids);
+  }
+}
+
+void Head::StartJob(JobRun& run, const std::vector<std::string>& gang) {
+  run.gang = gang;
+  run.rec.info.clear_node_ids();
+  for (const auto& n : gang) run.rec.info.add_node_ids(n);
+  run.rec.info.set_started_unix_ms(NowMs());
+  HERD_LOG(kInfo) << "job " << run.rec.info.job_id() << " placed on " << gang.size()
+                  << " node(s)";
+  StartPhase(run, !run.rec.spec.setup().empty());
+}
+
+void Head::StartPhase(JobRun& run, bool setup) {
+  const int64_t id = run.rec.info.job_id();
+  const int32_t attempt = run.rec.info.attempt();
+  run.in_setup = setup;
+  run.rec.info.set_state(setup ? JOB_STATE_SETTING_UP : JOB_STATE_RUNNING);
+  PersistAndNotify(run, false);
+
+  std::vector<NodeInfo> cluster = OrderedNodes(true);
+  JobEnvContext ctx;
+  ctx.cluster_name = options_.cluster;
+  ctx.cloud = options_.cloud;
+  ctx.job_id = id;
+  ctx.task_id = MakeTaskId(std::chrono::system_clock::time_point(
+                               std::chrono::milliseconds(run.rec.info.submitted_unix_ms())),
+                           options_.cluster, id);
+  ctx.user = run.rec.info.user();
+  ctx.spec = &run.rec.spec;
+  for (const auto& n : cluster) ctx.cluster_ips.push_back(n.addresses(0));
+  for (const auto& g : run.gang) ctx.gang_ips.push_back(nodes_.at(g).info.addresses(0));
+
+  std::string dir = std::to_string(id) + "-" + SafeName(run.rec.spec.name());
+  std::vector<std::pair<std::string, int>> targets;  // node, rank
+  if (setup) {
+    for (std::size_t i = 0; i < cluster.size(); ++i) targets.emplace_back(cluster[i].node_id(), i);
+  } else {
+    for (std::size_t r = 0; r < run.gang.size(); ++r) targets.emplace_back(run.gang[r], r);
+  }
+  if (!setup && run.rec.spec.run().empty()) {
+    Finalize(id, JOB_STATE_SUCCEEDED, "");
+    return;
+  }
+  for (const auto& [node_id, rank] : targets) {
+    HeadToAgent msg;
+    StartProcess* sp = msg.mutable_start();
+    sp->mutable_key()->set_job_id(id);
+    sp->mutable_key()->set_attempt(attempt);
+    sp->mutable_key()->set_kind(setup ? PROCESS_KIND_SETUP : PROCESS_KIND_RUN);
+    sp->mutable_key()->set_rank(rank);
+    sp->set_script(setup ? run.rec.spec.setup() : run.rec.spec.run());
+    auto env = setup ? SetupEnv(ctx, rank) : RunEnv(ctx, rank);
+    sp->mutable_env()->insert(env.begin(), env.end());
+    if (setup) {
+      for (const auto& u : SetupUnsetEnv()) sp->add_unset_env(u);
+    }
+    sp->set_cwd(run.rec.spec.workdir());
+    sp->set_log_name(dir + (setup ? "/setup-" + node_id + ".log"
+                                  : "/tasks/" + std::to_string(rank) + "-" + node_id + ".log"));
+    ProcEntry& proc = run.procs[ProcessKeyString(sp->key())];
+    proc.start = *sp;
+    proc.node_id = node_id;
+    proc.label.setup = setup;
+    proc.label.rank = rank;
+    proc.label.ip = nodes_.at(node_id).info.addresses(0);
+    proc.label.num_nodes = static_cast<int>(setup ? cluster.size() : run.gang.size());
+    SendToAgent(node_id, msg);
+  }
+}
+
+void Head::ProcessExit(JobRun& run, ProcEntry& proc) {
+  proc.exited = true;
+  proc.exit_code = proc.exit.exit_code();
+  if (proc.prefixer) {
+    std::string tail;
+    proc.prefixer->Flush(tail);
+    if (!proc.exit.spawn_error().empty()) {
+      tail += PrefixFor(proc.label) + "herd: cannot start process: " + proc.exit.spawn_error() + "\n";
+    }
+    if (!tail.empty()) AppendLog(run, tail);
+  }
+  if (proc.exit_code != 0 && !run.killing) {
+    // Fail fast: the first non-zero exit kills every other process of the job.
+    if (!proc.label.setup && run.rec.info.first_failed_rank() < 0) {
+      run.rec.info.set_first_failed_rank(proc.label.rank);
+      run.rec.info.set_first_failed_node(proc.node_id);
+    }
+    if (proc.label.setup && run.rec.info.first_failed_node().empty()) {
+      run.rec.info.set_first_failed_node(proc.node_id);
+    }
+    KillJobProcesses(run);
+  } else if (proc.exit_code != 0 && run.killing) {
+    proc.exit_code = limits::kKilledRankExitCode;  // killed by herd, as SkyPilot reports it
+  }
+  MaybeAdvance(run);
+}
+
+void Head::MaybeAdvance(JobRun& run) {
+  const int64_t id = run.rec.info.job_id();
+  for (const auto& [name, proc] : run.procs) {
+    if (proc.label.setup == run.in_setup && !proc.exited) return;  // phase not over
+  }
+  // procs is ordered by key string; order the codes by rank.
+  std::vector<std::pair<int, int>> by_rank;
+  for (const auto& [name, proc] : run.procs) {
+    if (proc.label.setup == run.in_setup) by_rank.emplace_back(proc.label.rank, proc.exit_code);
+  }
+  std::sort(by_rank.begin(), by_rank.end());
+  std::string list = "[";
+  bool all_ok = true;
+  for (std::size_t i = 0; i < by_rank.size(); ++i) {
+    list += (i ? ", " : "") + std::to_string(by_rank[i].second);
+    all_ok = all_ok && by_rank[i].second == 0;
+  }
+  list += "]";
+  if (run.cancel_requested) return Finalize(id, JOB_STATE_CANCELLED, "");
+  if (run.in_setup) {
+    if (!all_ok) {
+      return Finalize(id, JOB_STATE_FAILED_SETUP,
+                      "ERROR: Job " + std::to_string(id) + "'s setup failed with return code list: " +
+                          list);
+    }
+    return StartPhase(run, false);
+  }
+  if (!all_ok) {
+    std::string first;
+    if (run.rec.info.first_failed_rank() >= 0) {
+      first = " (first failure: rank " + std::to_string(run.rec.info.first_failed_rank()) +
+              " on " + run.rec.info.first_failed_node() + ")";
+    }
+    return Finalize(id, JOB_STATE_FAILED,
+                    "ERROR: Job " + std::to_string(id) + " failed with return code list: " + list +
+                        first);
+  }
+  Finalize(id, JOB_STATE_SUCCEEDED, "");
+}
+
+void Head::KillJobProcesses(JobRun& run) {
+  run.killing = true;
+  std::set<std::string> nodes;
+  for (const auto& [name, proc] : run.procs) nodes.insert(proc.node_id);
+  for (const auto& n : nodes) {
+    HeadToAgent kill;
+    kill.mutable_kill()->set_job_id(run.rec.info.job_id());
+    kill.mutable_kill()->set_attempt(run.rec.info.attempt());
+    SendToAgent(n, kill);
+  }
+}
+
+void Head::Finalize(int64_t job_id, JobState state, const std::string& error_line) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return;
+  JobRun& run = it->second;
+  if (!error_line.empty()) AppendLog(run, error_line + "\n");
+  run.rec.info.set_state(state);
+  run.rec.info.set_ended_unix_ms(NowMs());
+  run.rec.info.clear_exits();
+  std::vector<std::pair<int, const ProcEntry*>> ranks;
+  for (const auto& [name, proc] : run.procs) {
+    if (!proc.label.setup) ranks.emplace_back(proc.label.rank, &proc);
+  }
+  std::sort(ranks.begin(), ranks.end());
+  for (const auto& [rank, proc] : ranks) {
+    RankExit* e = run.rec.info.add_exits();
+    e->set_rank(rank);
+    e->set_node_id(proc->node_id);
+    e->set_exit_code(proc->exited ? proc->exit_code : limits::kKilledRankExitCode);
+    e->set_pid(proc->pid);
+  }
+  if (!error_line.empty()) run.rec.info.set_message(error_line);
+  // Leftovers of a finished job (daemons it started, children that escaped) are swept too.
+  if (!run.procs.empty() && !run.killing) KillJobProcesses(run);
+  HERD_LOG(kInfo) << "job " << job_id << " " << JobStateName(state);
+  PersistAndNotify(run, true);
+  if (run.fd >= 0) ::close(run.fd);
+  jobs_.erase(it);
+  // Freed resources may let the next job start; defer to keep this call's callers simple.
+  auto alive = alive_;
+  boost::asio::post(io_, [this, alive] {
+    if (*alive) Schedule();
+  });
+}
+
+void Head::AppendLog(JobRun& run, std::string_view bytes) {
+  if (run.fd >= 0) {
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+      ssize_t n = ::write(run.fd, bytes.data() + done, bytes.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        HERD_LOG(kError) << "cannot append to " << run.rec.info.log_path() << ": "
+                         << std::strerror(errno);
+        break;
+      }
+      done += static_cast<std::size_t>(n);
+    }
+  }
+  for (auto sub = run.subs.begin(); sub != run.subs.end();) {
+    auto conn = sub->conn.lock();
+    if (!conn) {
+      sub = run.subs.erase(sub);
+      continue;
+    }
+    HeadToClient msg;
+    msg.mutable_log_data()->set_job_id(run.rec.info.job_id());
+    msg.mutable_log_data()->set_offset(run.log_size);
+    msg.mutable_log_data()->set_data(bytes.data(), bytes.size());
+    SendToClient(conn, sub->request_id, std::move(msg));
+    ++sub;
+  }
+  run.log_size += bytes.size();
+}
+
+void Head::PersistAndNotify(JobRun& run, bool end_of_stream) {
+  if (auto s = store_->UpdateJob(run.rec); !s.ok()) {
+    HERD_LOG(kError) << s.message();
+  }
+  for (const auto& sub : run.subs) {
+    auto conn = sub.conn.lock();
+    if (!conn) continue;
+    HeadToClient msg;
+    *msg.mutable_job_status()->mutable_job() = run.rec.info;
+    msg.mutable_job_status()->set_end_of_stream(end_of_stream);
+    SendToClient(conn, sub.request_id, std::move(msg));
+  }
+}
+
+}  // namespace herd::agent

@@ -1,0 +1,145 @@
+// The head: the cluster's job queue and gang scheduler. Agents (including the head node's own
+// worker) register here over /v1/agent; clients submit, follow, list and cancel over /v1/client.
+// Everything runs on one io_context thread, so the state below needs no locks.
+//
+// A job's path (docs/ARCHITECTURE.md): SubmitJob -> PENDING (SQLite) -> the scheduler places it on
+// num_nodes distinct nodes -> SETTING_UP (setup on every node of the cluster, in parallel) -> barrier
+// -> RUNNING (run on each node of the gang, ranks in cluster order) -> SUCCEEDED | FAILED |
+// FAILED_SETUP | FAILED_DRIVER | CANCELLED. Output of every process is prefixed line by line,
+// appended to the merged run.log and fanned out to subscribed clients from their offsets.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "agent/sched/log_merger.hpp"
+#include "agent/store/job_store.hpp"
+#include "herd/v1/agent.pb.h"
+#include "herd/v1/client.pb.h"
+#include "shared/transport/transport.hpp"
+
+namespace herd::agent {
+
+class Head {
+ public:
+  struct Options {
+    std::string cluster;
+    std::string cloud = "local";
+    std::string state_dir;  // jobs.db and logs/
+    transport::TlsFiles tls;
+    std::string listen_host = "127.0.0.1";
+    uint16_t listen_port = 0;
+    // Nodes the cluster is meant to have. Until that many have registered, a job that does not fit
+    // waits instead of failing as infeasible (the workers may still be starting).
+    int expected_nodes = 0;
+  };
+
+  Head(boost::asio::io_context& io, Options options);
+  ~Head();
+
+  Status Start();
+  void Stop();
+  uint16_t port() const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  using ConnPtr = std::shared_ptr<transport::Connection>;
+
+  struct NodeEntry {
+    herd::v1::NodeInfo info;
+    uint64_t incarnation = 0;
+    ConnPtr conn;
+    Clock::time_point last_seen;
+    bool alive = false;
+  };
+  struct ProcEntry {
+    herd::v1::StartProcess start;  // kept to re-send after a re-registration
+    std::string node_id;
+    ProcessLabel label;
+    int pid = 0;
+    bool started = false;
+    uint64_t received = 0;  // bytes of output appended so far (the per-process sequence number)
+    bool exited = false;
+    int exit_code = 0;
+    bool exit_waiting_for_output = false;
+    herd::v1::ProcessExited exit;
+    std::unique_ptr<LinePrefixer> prefixer;
+  };
+  struct Subscriber {
+    std::weak_ptr<transport::Connection> conn;
+    uint64_t request_id = 0;
+  };
+  struct JobRun {
+    JobRecord rec;
+    std::map<std::string, ProcEntry> procs;  // by ProcessKeyString
+    std::vector<std::string> gang;           // node ids in rank order
+    bool in_setup = false;
+    bool killing = false;  // fail-fast or cancel sent KillJob; later non-zero exits report 137
+    bool cancel_requested = false;
+    int fd = -1;
+    uint64_t log_size = 0;
+    std::vector<Subscriber> subs;
+  };
+
+  // Connections.
+  void OnMessage(const ConnPtr& conn, std::string message);
+  void OnClose(const ConnPtr& conn, const Status& why);
+  void SendToAgent(const std::string& node_id, const herd::v1::HeadToAgent& msg);
+  void SendToClient(const ConnPtr& conn, uint64_t request_id, herd::v1::HeadToClient msg);
+  void ReplyError(const ConnPtr& conn, uint64_t request_id, const Status& status);
+
+  // Agents.
+  void HandleAgent(const ConnPtr& conn, const herd::v1::AgentToHead& msg);
+  void HandleRegister(const ConnPtr& conn, const herd::v1::Register& reg);
+  void HandleStarted(const herd::v1::ProcessStarted& started);
+  void HandleOutput(const herd::v1::ProcessOutput& out);
+  void HandleExited(const herd::v1::ProcessExited& exited);
+  void CheckNodes();
+  void NodeLost(const std::string& node_id);
+
+  // Clients.
+  void HandleClient(const ConnPtr& conn, const herd::v1::ClientToHead& msg);
+  void Submit(const ConnPtr& conn, uint64_t request_id, const herd::v1::SubmitJob& submit);
+  void Subscribe(const ConnPtr& conn, uint64_t request_id, const herd::v1::Subscribe& sub);
+  void Queue(const ConnPtr& conn, uint64_t request_id, const herd::v1::QueueRequest& req);
+  void Cancel(const ConnPtr& conn, uint64_t request_id, const herd::v1::CancelRequest& req);
+  void Nodes(const ConnPtr& conn, uint64_t request_id);
+
+  // Jobs.
+  void Recover();
+  void Schedule();
+  void StartJob(JobRun& run, const std::vector<std::string>& gang);
+  void StartPhase(JobRun& run, bool setup);
+  void ProcessExit(JobRun& run, ProcEntry& proc);
+  void MaybeAdvance(JobRun& run);
+  void KillJobProcesses(JobRun& run);
+  void Finalize(int64_t job_id, herd::v1::JobState state, const std::string& error_line);
+  void AppendLog(JobRun& run, std::string_view bytes);
+  void PersistAndNotify(JobRun& run, bool end_of_stream);
+  Status ReplayLog(const ConnPtr& conn, uint64_t request_id, int64_t job_id,
+                   const std::string& path, uint64_t from, uint64_t to);
+  std::vector<herd::v1::NodeInfo> OrderedNodes(bool alive_only) const;
+  int FindJobOfProcess(const herd::v1::ProcessKey& key, JobRun** run, ProcEntry** proc);
+
+  boost::asio::io_context& io_;
+  Options options_;
+  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<transport::Server> server_;
+  boost::asio::steady_timer check_timer_;
+  std::map<std::string, NodeEntry> nodes_;
+  std::map<const transport::Connection*, std::string> agent_conns_;  // conn -> node id
+  std::map<int64_t, JobRun> jobs_;                                   // active jobs by id (FIFO)
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+// "2x(gpus=L4:4, cpus=4+)".
+std::string ResourcesString(const herd::v1::TaskSpec& spec);
+bool IsTerminal(herd::v1::JobState state);
+std::string_view JobStateName(herd::v1::JobState state);
+
+}  // namespace herd::agent

@@ -1,0 +1,56 @@
+#include "agent/core/node_probe.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "agent/gpu/system_gpu_probe.hpp"
+
+namespace herd::agent {
+
+herd::v1::NodeInfo ProbeNode(const AgentConfig& config, GpuProbe& gpus, bool is_head) {
+  herd::v1::NodeInfo n;
+  n.set_node_id(config.node_id);
+  n.add_addresses(config.address);
+  char host[256] = {0};
+  if (::gethostname(host, sizeof host - 1) == 0) n.set_hostname(host);
+  n.set_cpus(config.cpus ? *config.cpus : static_cast<int>(std::thread::hardware_concurrency()));
+  n.set_memory_bytes(static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE));
+  GpuInventory inv = config.gpus ? DeclaredGpus(*config.gpus, config.gpu_name) : gpus.Probe();
+  n.set_gpu_count(inv.count());
+  for (const auto& name : inv.names) n.add_gpu_names(name);
+  n.set_gpu_source(inv.source);
+  n.set_is_head(is_head);
+  n.set_agent_version(kAgentVersion);
+  return n;
+}
+
+Result<uint64_t> NextIncarnation(const std::string& state_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir, ec);
+  if (ec) return IoError("cannot create state dir " + state_dir + ": " + ec.message());
+  std::string path = state_dir + "/incarnation";
+  uint64_t n = 0;
+  {
+    std::ifstream in(path);
+    if (in) in >> n;
+  }
+  ++n;
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("cannot write " + tmp, errno);
+  std::string text = std::to_string(n) + "\n";
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
+            ::fsync(fd) == 0;
+  ::close(fd);
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    return ErrnoError("cannot write " + path, errno);
+  }
+  return n;
+}
+
+}  // namespace herd::agent

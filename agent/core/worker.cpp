@@ -1,0 +1,326 @@
+#include "agent/core/worker.hpp"
+
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "agent/core/node_probe.hpp"
+#include "shared/common/limits.hpp"
+#include "shared/common/log.hpp"
+#include "shared/proto/frame.hpp"
+
+namespace herd::agent {
+
+namespace fs = std::filesystem;
+using herd::v1::AgentToHead;
+using herd::v1::HeadToAgent;
+
+std::string ProcessKeyString(const herd::v1::ProcessKey& key) {
+  return "job" + std::to_string(key.job_id()) + ".a" + std::to_string(key.attempt()) +
+         (key.kind() == herd::v1::PROCESS_KIND_SETUP ? ".setup.r" : ".run.r") +
+         std::to_string(key.rank());
+}
+
+std::string JobGroupName(int64_t job_id, int32_t attempt) {
+  return "job" + std::to_string(job_id) + "-a" + std::to_string(attempt);
+}
+
+Worker::Worker(boost::asio::io_context& io, AgentConfig config, ProcessLauncher& launcher,
+               GpuProbe& gpus, bool is_head)
+    : io_(io),
+      config_(std::move(config)),
+      launcher_(launcher),
+      gpus_(gpus),
+      is_head_(is_head),
+      heartbeat_timer_(io),
+      redial_timer_(io),
+      backoff_(limits::kReconnectBackoffInitial) {}
+
+Worker::~Worker() {
+  *alive_ = false;
+  Stop();
+}
+
+Status Worker::Start() {
+  HERD_ASSIGN_OR_RETURN(incarnation_, NextIncarnation(config_.state_dir));
+  node_ = ProbeNode(config_, gpus_, is_head_);
+  HERD_LOG(kInfo) << "node " << node_.node_id() << " incarnation " << incarnation_ << ": "
+                  << node_.cpus() << " cpus, " << node_.gpu_count() << " gpus ("
+                  << node_.gpu_source() << ")";
+  Dial();
+  return Status::Ok();
+}
+
+void Worker::Stop() {
+  state_ = State::kTerminating;
+  heartbeat_timer_.cancel();
+  redial_timer_.cancel();
+  if (conn_) {
+    auto c = std::move(conn_);
+    c->Close();
+  }
+}
+
+void Worker::Dial() {
+  if (state_ == State::kTerminating) return;
+  state_ = State::kRegistering;
+  transport::DialOptions opts;
+  opts.host = config_.head.host;
+  opts.port = config_.head.port;
+  opts.bind_address = config_.address;
+  opts.tls = {config_.certs_dir + "/ca.crt", config_.certs_dir + "/agent.crt",
+              config_.certs_dir + "/agent.key"};
+  opts.role = transport::Role::kAgent;
+  auto alive = alive_;
+  opts.handlers.on_message = [this, alive](const auto& conn, std::string msg) {
+    if (*alive) OnMessage(conn, std::move(msg));
+  };
+  opts.handlers.on_close = [this, alive](const auto& conn, const Status& why) {
+    if (*alive) OnClosed(conn, why);
+  };
+  transport::Dial(io_, std::move(opts),
+                  [this, alive](Result<std::shared_ptr<transport::Connection>> r) {
+                    if (!*alive) return;
+                    if (!r.ok()) {
+                      HERD_LOG(kWarn) << "cannot reach head " << config_.head.host << ":"
+                                      << config_.head.port << ": " << r.status().message();
+                      ScheduleRedial();
+                      return;
+                    }
+                    OnConnected(std::move(r).value());
+                  });
+}
+
+void Worker::ScheduleRedial() {
+  if (state_ == State::kTerminating) return;
+  state_ = State::kDisconnected;
+  redial_timer_.expires_after(backoff_);
+  backoff_ = std::min(backoff_ * 2, limits::kReconnectBackoffMax);
+  auto alive = alive_;
+  redial_timer_.async_wait([this, alive](boost::system::error_code ec) {
+    if (!ec && *alive) Dial();
+  });
+}
+
+void Worker::OnConnected(std::shared_ptr<transport::Connection> conn) {
+  if (state_ == State::kTerminating) {
+    conn->Close();
+    return;
+  }
+  conn_ = std::move(conn);
+  AgentToHead msg;
+  auto* reg = msg.mutable_register_();
+  *reg->mutable_node() = node_;
+  reg->set_incarnation(incarnation_);
+  for (const auto& [name, p] : procs_) {
+    auto* prog = reg->add_running();
+    *prog->mutable_key() = p.key;
+    prog->set_pid(p.pid);
+    prog->set_output_bytes(p.output_bytes);
+    prog->set_exited(p.exited);
+    prog->set_exit_code(p.exit.exit_code());
+  }
+  conn_->Send(proto::Encode(msg));
+}
+
+void Worker::OnClosed(const std::shared_ptr<transport::Connection>& conn, const Status& why) {
+  if (conn != conn_) return;
+  conn_.reset();
+  heartbeat_timer_.cancel();
+  if (state_ == State::kTerminating) return;
+  HERD_LOG(kWarn) << "connection to head lost: " << why.message() << "; re-registering";
+  ScheduleRedial();
+}
+
+void Worker::OnMessage(const std::shared_ptr<transport::Connection>& conn, std::string message) {
+  if (conn != conn_) return;
+  auto decoded = proto::Decode<HeadToAgent>(message);
+  if (!decoded.ok()) {
+    HERD_LOG(kError) << "dropping head connection: " << decoded.status().message();
+    conn->Close();
+    return;
+  }
+  const HeadToAgent& msg = *decoded;
+  switch (msg.msg_case()) {
+    case HeadToAgent::kRegisterAck:
+      if (!msg.register_ack().accepted()) {
+        HERD_LOG(kError) << "head refused registration: " << msg.register_ack().reason();
+        Stop();
+        return;
+      }
+      state_ = State::kRunning;
+      backoff_ = limits::kReconnectBackoffInitial;
+      HERD_LOG(kInfo) << "registered with head of cluster " << msg.register_ack().cluster_name();
+      SendHeartbeat();
+      break;
+    case HeadToAgent::kStart:
+      HandleStart(msg.start());
+      break;
+    case HeadToAgent::kKill:
+      HandleKill(msg.kill());
+      break;
+    case HeadToAgent::kResend:
+      HandleResend(msg.resend());
+      break;
+    default:
+      HERD_LOG(kWarn) << "ignoring unknown message from head";
+  }
+}
+
+void Worker::SendHeartbeat() {
+  if (state_ != State::kRunning) return;
+  AgentToHead msg;
+  msg.mutable_heartbeat()->set_incarnation(incarnation_);
+  msg.mutable_heartbeat()->set_sent_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                std::chrono::system_clock::now().time_since_epoch())
+                                                .count());
+  Send(msg);
+  heartbeat_timer_.expires_after(limits::kHeartbeatInterval);
+  auto alive = alive_;
+  heartbeat_timer_.async_wait([this, alive](boost::system::error_code ec) {
+    if (!ec && *alive) SendHeartbeat();
+  });
+}
+
+void Worker::Send(const AgentToHead& msg) {
+  if (conn_ && state_ == State::kRunning) conn_->Send(proto::Encode(msg));
+}
+
+namespace {
+std::string ExpandHome(const std::string& path) {
+  const char* home = ::getenv("HOME");
+  std::string h = home ? home : "/";
+  if (path.empty()) return h;
+  if (path == "~") return h;
+  if (path.rfind("~/", 0) == 0) return h + path.substr(1);
+  return path;
+}
+}  // namespace
+
+void Worker::HandleStart(const herd::v1::StartProcess& start) {
+  std::string name = ProcessKeyString(start.key());
+  auto it = procs_.find(name);
+  if (it != procs_.end()) {  // idempotent: report what we know again
+    const Proc& p = it->second;
+    AgentToHead started;
+    *started.mutable_started()->mutable_key() = p.key;
+    started.mutable_started()->set_pid(p.pid);
+    Send(started);
+    if (p.exited) {
+      AgentToHead exited;
+      *exited.mutable_exited() = p.exit;
+      Send(exited);
+    }
+    return;
+  }
+  Proc& p = procs_[name];
+  p.key = start.key();
+  p.log_path = config_.state_dir + "/logs/" + start.log_name();
+
+  SpawnRequest req;
+  req.group = JobGroupName(start.key().job_id(), start.key().attempt());
+  req.argv = {"/bin/bash", "-c", start.script()};
+  req.env.insert(start.env().begin(), start.env().end());
+  req.unset_env.assign(start.unset_env().begin(), start.unset_env().end());
+  req.cwd = ExpandHome(start.cwd());
+  std::error_code ec;
+  fs::create_directories(req.cwd, ec);  // ~/sky_workdir may not exist before the first sync
+  req.log_path = p.log_path;
+
+  auto alive = alive_;
+  ProcessCallbacks cb;
+  cb.on_output = [this, alive, name](uint64_t offset, std::string_view data) {
+    if (!*alive) return;
+    auto pit = procs_.find(name);
+    if (pit == procs_.end()) return;
+    pit->second.output_bytes = offset + data.size();
+    SendOutput(pit->second.key, offset, data);
+  };
+  cb.on_exit = [this, alive, name](int exit_code, int term_signal, uint64_t total) {
+    if (!*alive) return;
+    auto pit = procs_.find(name);
+    if (pit == procs_.end()) return;
+    Proc& proc = pit->second;
+    proc.exited = true;
+    proc.output_bytes = total;
+    *proc.exit.mutable_key() = proc.key;
+    proc.exit.set_exit_code(exit_code);
+    proc.exit.set_term_signal(term_signal);
+    proc.exit.set_output_bytes(total);
+    AgentToHead msg;
+    *msg.mutable_exited() = proc.exit;
+    Send(msg);
+  };
+  auto pid = launcher_.Spawn(req, std::move(cb));
+  if (!pid.ok()) {
+    HERD_LOG(kError) << "cannot start " << name << ": " << pid.status().message();
+    p.exited = true;
+    *p.exit.mutable_key() = p.key;
+    p.exit.set_exit_code(127);
+    p.exit.set_spawn_error(pid.status().message());
+    AgentToHead msg;
+    *msg.mutable_exited() = p.exit;
+    Send(msg);
+    return;
+  }
+  p.pid = *pid;
+  AgentToHead msg;
+  *msg.mutable_started()->mutable_key() = p.key;
+  msg.mutable_started()->set_pid(p.pid);
+  Send(msg);
+}
+
+void Worker::HandleKill(const herd::v1::KillJob& kill) {
+  std::string group = JobGroupName(kill.job_id(), kill.attempt());
+  HERD_LOG(kInfo) << "killing " << group;
+  // KillGroup blocks through the grace period; keep the event loop free meanwhile.
+  std::thread([&launcher = launcher_, group] {
+    launcher.KillGroup(group, limits::kKillGracePeriod);
+  }).detach();
+}
+
+void Worker::SendOutput(const herd::v1::ProcessKey& key, uint64_t offset, std::string_view data) {
+  while (!data.empty()) {
+    std::size_t n = std::min(data.size(), limits::kMaxOutputChunkBytes);
+    AgentToHead msg;
+    auto* out = msg.mutable_output();
+    *out->mutable_key() = key;
+    out->set_offset(offset);
+    out->set_data(std::string(data.substr(0, n)));
+    Send(msg);
+    offset += n;
+    data.remove_prefix(n);
+  }
+}
+
+void Worker::HandleResend(const herd::v1::ResendOutput& resend) {
+  auto it = procs_.find(ProcessKeyString(resend.key()));
+  if (it == procs_.end()) return;
+  const Proc& p = it->second;
+  std::ifstream in(p.log_path, std::ios::binary);
+  if (!in) {
+    HERD_LOG(kError) << "cannot reread " << p.log_path << " for the head";
+    return;
+  }
+  uint64_t offset = resend.from_offset();
+  in.seekg(static_cast<std::streamoff>(offset));
+  std::string buf(limits::kMaxOutputChunkBytes, '\0');
+  while (offset < p.output_bytes && in) {
+    std::size_t want = std::min<uint64_t>(buf.size(), p.output_bytes - offset);
+    in.read(buf.data(), static_cast<std::streamsize>(want));
+    std::size_t got = static_cast<std::size_t>(in.gcount());
+    if (got == 0) break;
+    SendOutput(p.key, offset, std::string_view(buf.data(), got));
+    offset += got;
+  }
+  if (p.exited) {
+    AgentToHead msg;
+    *msg.mutable_exited() = p.exit;
+    Send(msg);
+  }
+}
+
+}  // namespace herd::agent

@@ -1,0 +1,83 @@
+// The node side of herdlet: registers with the head, reports what the node has, starts and kills
+// the job processes the head asks for, and streams their output.
+//
+// Life of a worker (docs/ARCHITECTURE.md, "Agent states"):
+//   DISCONNECTED --dial ok + RegisterAck--> RUNNING --drop--> DISCONNECTED (backoff, re-register)
+//   any --Stop()--> TERMINATING
+// Processes keep running while the worker is disconnected; their output stays in the node-local
+// log, and the head asks for what it missed (ResendOutput) after the re-registration.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "agent/core/agent_config.hpp"
+#include "agent/gpu/gpu_probe.hpp"
+#include "agent/process/process_launcher.hpp"
+#include "herd/v1/agent.pb.h"
+#include "shared/transport/transport.hpp"
+
+namespace herd::agent {
+
+class Worker {
+ public:
+  enum class State { kDisconnected, kRegistering, kRunning, kTerminating };
+
+  Worker(boost::asio::io_context& io, AgentConfig config, ProcessLauncher& launcher,
+         GpuProbe& gpus, bool is_head);
+  ~Worker();
+
+  // Reads/bumps the incarnation, probes the node and starts dialing the head.
+  Status Start();
+  void Stop();
+  State state() const { return state_; }
+  const herd::v1::NodeInfo& node_info() const { return node_; }
+
+ private:
+  struct Proc {
+    herd::v1::ProcessKey key;
+    std::string log_path;
+    int pid = 0;
+    uint64_t output_bytes = 0;
+    bool exited = false;
+    herd::v1::ProcessExited exit;
+  };
+
+  void Dial();
+  void ScheduleRedial();
+  void OnConnected(std::shared_ptr<transport::Connection> conn);
+  void OnMessage(const std::shared_ptr<transport::Connection>& conn, std::string message);
+  void OnClosed(const std::shared_ptr<transport::Connection>& conn, const Status& why);
+  void SendHeartbeat();
+  void Send(const herd::v1::AgentToHead& msg);
+
+  void HandleStart(const herd::v1::StartProcess& start);
+  void HandleKill(const herd::v1::KillJob& kill);
+  void HandleResend(const herd::v1::ResendOutput& resend);
+  void SendOutput(const herd::v1::ProcessKey& key, uint64_t offset, std::string_view data);
+
+  boost::asio::io_context& io_;
+  AgentConfig config_;
+  ProcessLauncher& launcher_;
+  GpuProbe& gpus_;
+  bool is_head_;
+  State state_ = State::kDisconnected;
+  herd::v1::NodeInfo node_;
+  uint64_t incarnation_ = 0;
+  std::shared_ptr<transport::Connection> conn_;
+  boost::asio::steady_timer heartbeat_timer_;
+  boost::asio::steady_timer redial_timer_;
+  std::chrono::milliseconds backoff_;
+  std::map<std::string, Proc> procs_;  // by ProcessKeyString
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+// "job3.a1.run.r0": a stable name for a process key (map keys, log messages).
+std::string ProcessKeyString(const herd::v1::ProcessKey& key);
+// The kill group of every process of (job, attempt).
+std::string JobGroupName(int64_t job_id, int32_t attempt);
+
+}  // namespace herd::agent

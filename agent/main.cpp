@@ -1,0 +1,38 @@
+// herdlet: the on-node agent. All logic lives in agent/core; this only parses the command line.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "agent/core/agentd.hpp"
+#include "agent/core/node_probe.hpp"
+#include "shared/common/log.hpp"
+
+int main(int argc, char** argv) {
+  CLI::App app{"herdlet: the herd node agent (head or worker role, from its config)"};
+  std::string config_path;
+  std::string level = "info";
+  bool version = false;
+  app.add_option("-c,--config", config_path, "agent config file (YAML)");
+  app.add_option("--log-level", level, "debug, info, warn or error")
+      ->check(CLI::IsMember({"debug", "info", "warn", "error"}));
+  app.add_flag("--version", version, "print the version and exit");
+  CLI11_PARSE(app, argc, argv);
+  if (version) {
+    std::cout << herd::agent::kAgentVersion << "\n";
+    return 0;
+  }
+  if (config_path.empty()) {
+    std::cerr << "herdlet: --config is required\n";
+    return 2;
+  }
+  using herd::log::Level;
+  herd::log::SetLevel(level == "debug"  ? Level::kDebug
+                      : level == "warn" ? Level::kWarn
+                      : level == "error" ? Level::kError
+                                         : Level::kInfo);
+  auto config = herd::agent::LoadAgentConfig(config_path);
+  if (!config.ok()) {
+    std::cerr << "herdlet: " << config.status().message() << "\n";
+    return 2;
+  }
+  return herd::agent::RunAgent(*config);
+}

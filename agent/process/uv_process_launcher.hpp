@@ -1,0 +1,49 @@
+// ProcessLauncher on libuv: one uv_loop on a thread of its own supervises every job process of the
+// agent; callbacks reach the owner through its `post` function, never on the loop thread.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "agent/process/process_launcher.hpp"
+
+namespace herd::agent {
+
+class UvProcessLauncher : public ProcessLauncher {
+ public:
+  // post(fn) must run fn later on the owner's thread, in the order posted, and must not block.
+  // cgroup_scope names the directory (under the agent's own cgroup) holding one cgroup per group;
+  // empty: no cgroups, the environment sweep alone (as on a machine without usable cgroups).
+  // Makes this process a child subreaper, so orphaned job descendants are reparented to (and
+  // reaped by) it rather than escaping to init.
+  UvProcessLauncher(std::function<void(std::function<void()>)> post, std::string cgroup_scope);
+  // Stops supervising: running processes keep running (they are in their own sessions) and no
+  // callback is posted any more. A new launcher can still KillGroup them.
+  ~UvProcessLauncher() override;
+
+  UvProcessLauncher(const UvProcessLauncher&) = delete;
+  UvProcessLauncher& operator=(const UvProcessLauncher&) = delete;
+
+  // Thread-safe. Errors (no such program, bad cwd, log file not writable) leave nothing behind.
+  Result<int> Spawn(const SpawnRequest& request, ProcessCallbacks callbacks) override;
+  // Thread-safe, returns at once; the kill runs on the loop thread: SIGTERM now, SIGKILL after
+  // grace, then sweeps every limits::kKillSweepInterval for up to limits::kKillSweepTimeout.
+  void KillGroup(const std::string& group, std::chrono::milliseconds grace) override;
+
+  // How this machine isolates process groups, e.g. "cgroup2 at /sys/fs/cgroup/unified +
+  // HERD_PROCESS_GROUP environment sweep" or "HERD_PROCESS_GROUP environment sweep only".
+  static std::string DescribeIsolation();
+  // The cgroup directory a group's processes are put in; "" where cgroups are not available.
+  std::string CgroupDir(const std::string& group) const;
+
+  // The environment variable every spawned process carries, set to its group.
+  static constexpr const char* kGroupEnvVar = "HERD_PROCESS_GROUP";
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace herd::agent

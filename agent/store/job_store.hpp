@@ -1,0 +1,82 @@
+// The head's durable job table and cluster node list, in one SQLite file.
+//
+// Each row keeps the protobuf records as serialized blobs plus the columns that queries filter on
+// (job_id, state). The file is opened in WAL mode with a busy timeout, and every write runs in a
+// BEGIN IMMEDIATE transaction, so several JobStore objects (in one or several processes, e.g. the
+// head and a `herd` command) can share the file safely.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "herd/v1/common.pb.h"
+#include "shared/common/status.hpp"
+
+namespace herd::agent {
+
+struct JobRecord {
+  herd::v1::JobInfo info;   // job_id, name, user, times, state, exits, first_failed_*, ...
+  herd::v1::TaskSpec spec;  // what to run
+};
+
+class JobStore {
+ public:
+  // Creates the file (and its schema) if missing. A file that is not a herd job store, is corrupt,
+  // or was written by a newer schema gives an error that names the path.
+  static Result<std::unique_ptr<JobStore>> Open(const std::string& path);
+  ~JobStore();
+  JobStore(const JobStore&) = delete;
+  JobStore& operator=(const JobStore&) = delete;
+
+  // Assigns the next job id (1, 2, 3, ...; never reused), stores the record with it, returns it.
+  Result<int64_t> AddJob(JobRecord record);
+  // Replaces the whole record of info.job_id; NotFound if there is none.
+  Status UpdateJob(const JobRecord& record);
+  // NotFound("job 7 not found").
+  Result<JobRecord> GetJob(int64_t job_id);
+  // Newest first. skip_finished: only jobs not in a terminal state. limit <= 0: no limit.
+  Result<std::vector<JobRecord>> ListJobs(bool skip_finished, int limit);
+  // Jobs in PENDING, SETTING_UP or RUNNING, oldest first (the scheduler's FIFO).
+  Result<std::vector<JobRecord>> ActiveJobs();
+  // 0 if there is no job.
+  Result<int64_t> LatestJobId();
+
+  // Nodes of the cluster, persisted so a relaunch keeps ranks stable. Upsert replaces the info of
+  // a node_id already known (keeping its first-seen row) or adds it.
+  Status UpsertNode(const herd::v1::NodeInfo& node);
+  // In cluster order (agent/sched/node_order.hpp).
+  Result<std::vector<herd::v1::NodeInfo>> ListNodes();
+
+  const std::string& path() const { return path_; }
+
+ private:
+  struct StmtDeleter {
+    void operator()(sqlite3_stmt* s) const { sqlite3_finalize(s); }
+  };
+  using Stmt = std::unique_ptr<sqlite3_stmt, StmtDeleter>;
+
+  JobStore(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
+
+  Status Init();
+  Status Exec(const char* sql);
+  Result<Stmt> Prepare(const char* sql);
+  Status Error(std::string_view what) const;
+  Status Error(std::string_view what, int rc) const;
+  // Runs `body` inside BEGIN IMMEDIATE ... COMMIT, rolling back on error.
+  template <typename F>
+  Status InWriteTransaction(F&& body);
+  Result<std::vector<JobRecord>> ReadJobs(sqlite3_stmt* stmt);
+
+  std::string path_;
+  sqlite3* db_ = nullptr;
+  std::mutex mu_;  // one connection; its prepared statements are not shareable between threads
+  Stmt insert_job_, set_job_info_, update_job_, get_job_, list_jobs_, list_unfinished_jobs_,
+      active_jobs_, latest_job_id_, upsert_node_, list_nodes_;
+};
+
+}  // namespace herd::agent

@@ -1,0 +1,200 @@
+#include "controller/core/head_client.hpp"
+
+#include <optional>
+#include <thread>
+
+#include "shared/common/limits.hpp"
+#include "shared/proto/frame.hpp"
+
+namespace herd::controller {
+
+using namespace herd::v1;
+
+int ExitCodeForJob(const JobInfo& job) {
+  switch (job.state()) {
+    case JOB_STATE_SUCCEEDED: return 0;
+    case JOB_STATE_FAILED:
+    case JOB_STATE_FAILED_SETUP:
+    case JOB_STATE_FAILED_DRIVER: return kExitFailed;
+    case JOB_STATE_CANCELLED: return kExitCancelled;
+    default: return kExitNotFinished;
+  }
+}
+
+HeadClient::HeadClient(HeadEndpoint endpoint) : endpoint_(std::move(endpoint)) {}
+
+HeadClient::~HeadClient() {
+  if (conn_) conn_->Close();
+  io_.restart();
+  io_.run_for(std::chrono::milliseconds(200));
+}
+
+Result<std::unique_ptr<HeadClient>> HeadClient::Connect(const HeadEndpoint& endpoint) {
+  std::unique_ptr<HeadClient> c(new HeadClient(endpoint));
+  HERD_RETURN_IF_ERROR(c->Dial());
+  return c;
+}
+
+Status HeadClient::Dial() {
+  transport::DialOptions o;
+  o.host = endpoint_.host;
+  o.port = endpoint_.port;
+  o.tls = {endpoint_.certs_dir + "/ca.crt", endpoint_.certs_dir + "/client.crt",
+           endpoint_.certs_dir + "/client.key"};
+  o.role = transport::Role::kClient;
+  o.handlers.on_message = [this](const auto& conn, std::string m) {
+    if (conn == conn_) inbox_.push_back(std::move(m));
+  };
+  o.handlers.on_close = [this](const auto& conn, const Status& why) {
+    if (conn != conn_) return;
+    closed_ = true;
+    close_reason_ = why;
+  };
+  std::optional<Result<std::shared_ptr<transport::Connection>>> result;
+  io_.restart();
+  transport::Dial(io_, std::move(o), [&](Result<std::shared_ptr<transport::Connection>> r) {
+    result.emplace(std::move(r));
+  });
+  while (!result) {
+    if (io_.run_one() == 0) break;
+  }
+  if (!result) return Internal("dial finished without an answer");
+  if (!result->ok()) {
+    return Unavailable("cannot reach the head at " + endpoint_.host + ":" +
+                       std::to_string(endpoint_.port) + ": " + result->status().message());
+  }
+  conn_ = std::move(*result).value();
+  closed_ = false;
+  inbox_.clear();
+  return Status::Ok();
+}
+
+Result<HeadToClient> HeadClient::Next(uint64_t request_id, std::chrono::milliseconds timeout,
+                                      const std::function<bool()>& interrupted) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  io_.restart();
+  while (true) {
+    while (!inbox_.empty()) {
+      std::string frame = std::move(inbox_.front());
+      inbox_.pop_front();
+      auto msg = proto::Decode<HeadToClient>(frame);
+      if (!msg.ok()) return Internal("bad message from the head: " + msg.status().message());
+      if (msg->request_id() == request_id) return std::move(msg).value();
+    }
+    if (closed_) {
+      return Unavailable("connection to the head closed: " + close_reason_.message());
+    }
+    if (interrupted && interrupted()) return Cancelled("interrupted");
+    if (std::chrono::steady_clock::now() > deadline) {
+      return DeadlineExceeded("no answer from the head within " +
+                              std::to_string(timeout.count() / 1000) + " s");
+    }
+    io_.run_one_for(std::chrono::milliseconds(100));
+  }
+}
+
+Result<HeadToClient> HeadClient::RoundTrip(ClientToHead request) {
+  uint64_t id = next_request_id_++;
+  request.set_request_id(id);
+  conn_->Send(proto::Encode(std::move(request)));
+  HERD_ASSIGN_OR_RETURN(HeadToClient reply, Next(id, limits::kClientRequestTimeout, nullptr));
+  if (reply.has_error()) {
+    return Status(static_cast<Code>(reply.error().code()), reply.error().message());
+  }
+  return reply;
+}
+
+Result<int64_t> HeadClient::Submit(const TaskSpec& task, const std::string& user) {
+  ClientToHead req;
+  *req.mutable_submit()->mutable_task() = task;
+  req.mutable_submit()->set_user(user);
+  HERD_ASSIGN_OR_RETURN(HeadToClient reply, RoundTrip(std::move(req)));
+  return reply.submit_reply().job_id();
+}
+
+Result<std::vector<JobInfo>> HeadClient::Queue(bool skip_finished) {
+  ClientToHead req;
+  req.mutable_queue()->set_skip_finished(skip_finished);
+  HERD_ASSIGN_OR_RETURN(HeadToClient reply, RoundTrip(std::move(req)));
+  return std::vector<JobInfo>(reply.queue_reply().jobs().begin(), reply.queue_reply().jobs().end());
+}
+
+Result<std::vector<int64_t>> HeadClient::Cancel(const std::vector<int64_t>& job_ids, bool all) {
+  ClientToHead req;
+  for (auto id : job_ids) req.mutable_cancel()->add_job_ids(id);
+  req.mutable_cancel()->set_all(all);
+  HERD_ASSIGN_OR_RETURN(HeadToClient reply, RoundTrip(std::move(req)));
+  return std::vector<int64_t>(reply.cancel_reply().cancelled().begin(),
+                              reply.cancel_reply().cancelled().end());
+}
+
+Result<NodesReply> HeadClient::Nodes() {
+  ClientToHead req;
+  req.mutable_nodes();
+  HERD_ASSIGN_OR_RETURN(HeadToClient reply, RoundTrip(std::move(req)));
+  return reply.nodes_reply();
+}
+
+Result<JobInfo> HeadClient::Stream(int64_t job_id, uint64_t offset, bool follow,
+                                   const StreamCallbacks& cb) {
+  JobInfo last;
+  auto reconnect_deadline = std::chrono::steady_clock::time_point::max();
+  while (true) {
+    uint64_t id = next_request_id_++;
+    ClientToHead req;
+    req.set_request_id(id);
+    req.mutable_subscribe()->set_job_id(job_id);
+    req.mutable_subscribe()->set_offset(offset);
+    req.mutable_subscribe()->set_follow(follow);
+    conn_->Send(proto::Encode(std::move(req)));
+    Status lost;
+    while (true) {
+      // While following, a quiet job is normal: wait as long as it runs.
+      auto msg = Next(id, follow ? std::chrono::hours(24 * 365) : limits::kClientRequestTimeout,
+                      cb.interrupted);
+      if (!msg.ok()) {
+        if (msg.status().code() == Code::kUnavailable && follow) {
+          lost = msg.status();
+          break;
+        }
+        if (msg.status().code() == Code::kCancelled) return last;
+        return msg.status();
+      }
+      reconnect_deadline = std::chrono::steady_clock::time_point::max();
+      if (msg->has_error()) {
+        return Status(static_cast<Code>(msg->error().code()), msg->error().message());
+      }
+      if (msg->has_log_data()) {
+        const auto& d = msg->log_data();
+        job_id = d.job_id();
+        uint64_t end = d.offset() + d.data().size();
+        if (end <= offset) continue;  // already printed
+        std::string_view fresh(d.data());
+        if (d.offset() < offset) fresh.remove_prefix(offset - d.offset());
+        if (cb.on_data) cb.on_data(fresh);
+        offset = end;
+      } else if (msg->has_job_status()) {
+        last = msg->job_status().job();
+        job_id = last.job_id();
+        if (cb.on_status) cb.on_status(last);
+        if (msg->job_status().end_of_stream()) return last;
+      }
+    }
+    // The connection dropped while following: resubscribe from the last byte printed.
+    if (reconnect_deadline == std::chrono::steady_clock::time_point::max()) {
+      reconnect_deadline = std::chrono::steady_clock::now() + limits::kClientReconnectWindow;
+    }
+    auto backoff = limits::kReconnectBackoffInitial;
+    while (true) {
+      if (cb.interrupted && cb.interrupted()) return last;
+      if (std::chrono::steady_clock::now() > reconnect_deadline) {
+        return lost.WithContext("gave up reconnecting");
+      }
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, limits::kReconnectBackoffMax);
+      if (Dial().ok()) break;
+    }
+  }
+}
+
+}  // namespace herd::controller

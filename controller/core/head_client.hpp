@@ -1,0 +1,73 @@
+// A client of one cluster's head: submit, follow logs, list and cancel jobs, list nodes. Calls are
+// synchronous; each runs the connection's own io_context on the calling thread.
+#pragma once
+
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "herd/v1/client.pb.h"
+#include "shared/common/status.hpp"
+#include "shared/transport/transport.hpp"
+
+namespace herd::controller {
+
+// Where a head is and the client certificate to reach it with.
+struct HeadEndpoint {
+  std::string host;
+  uint16_t port = 0;
+  std::string certs_dir;  // ca.crt, client.crt, client.key
+};
+
+class HeadClient {
+ public:
+  static Result<std::unique_ptr<HeadClient>> Connect(const HeadEndpoint& endpoint);
+  ~HeadClient();
+
+  Result<int64_t> Submit(const herd::v1::TaskSpec& task, const std::string& user);
+  Result<std::vector<herd::v1::JobInfo>> Queue(bool skip_finished);
+  Result<std::vector<int64_t>> Cancel(const std::vector<int64_t>& job_ids, bool all);
+  Result<herd::v1::NodesReply> Nodes();
+
+  struct StreamCallbacks {
+    std::function<void(std::string_view bytes)> on_data;      // run.log bytes, in order
+    std::function<void(const herd::v1::JobInfo&)> on_status;  // every state change
+    std::function<bool()> interrupted;                        // polled; true stops streaming
+  };
+  // Streams the merged log of job_id (0: the latest job) from offset. With follow, returns when the
+  // job ended (after its last byte) or interrupted() turned true; a dropped connection is redialed
+  // and the stream resumed from the last byte received, for up to limits::kClientReconnectWindow.
+  // Returns the last JobInfo seen.
+  Result<herd::v1::JobInfo> Stream(int64_t job_id, uint64_t offset, bool follow,
+                                   const StreamCallbacks& callbacks);
+
+ private:
+  explicit HeadClient(HeadEndpoint endpoint);
+  Status Dial();
+  Result<herd::v1::HeadToClient> RoundTrip(herd::v1::ClientToHead request);
+  // Runs the io_context until a message for request_id arrives, the connection drops, or timeout.
+  Result<herd::v1::HeadToClient> Next(uint64_t request_id, std::chrono::milliseconds timeout,
+                                      const std::function<bool()>& interrupted);
+
+  HeadEndpoint endpoint_;
+  boost::asio::io_context io_;
+  std::shared_ptr<transport::Connection> conn_;
+  std::deque<std::string> inbox_;
+  bool closed_ = false;
+  Status close_reason_;
+  uint64_t next_request_id_ = 1;
+};
+
+// Exit codes of a followed job (REFERENCE.md): 0 succeeded, 100 failed, 101 not finished,
+// 102 not found, 103 cancelled.
+int ExitCodeForJob(const herd::v1::JobInfo& job);
+inline constexpr int kExitFailed = 100;
+inline constexpr int kExitNotFinished = 101;
+inline constexpr int kExitNotFound = 102;
+inline constexpr int kExitCancelled = 103;
+
+}  // namespace herd::controller

@@ -1,0 +1,4 @@
+// herd: the controller CLI. All logic lives in controller/core.
+#include "controller/core/cli.hpp"
+
+int main(int argc, char** argv) { return herd::controller::RunCli(argc, argv); }

@@ -1,0 +1,735 @@
+#include "controller/provider/local_provider.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "controller/provider/netns.hpp"
+#include "controller/ssh/parallel.hpp"
+#include "controller/ssh/subprocess.hpp"
+#include "controller/ssh/tcp_probe.hpp"
+#include "shared/common/limits.hpp"
+#include "shared/common/log.hpp"
+
+namespace herd::controller {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+constexpr const char* kRecordFile = "local_provider.state";
+// Serialises network changes of all local clusters on this machine (subnet choice included).
+constexpr const char* kLockPath = "/run/herd-local-provider.lock";
+// Where a node sees its own directory: the node covers /root with its home, and state_dir is
+// usually under /root/.herd, so sshd must not read its files through the original path.
+constexpr const char* kNodeMount = "/run/herd-node";
+constexpr const char* kSshd = "/usr/sbin/sshd";
+constexpr int kMaxClusterNameLength = 40;  // "<name>-worker199" stays a valid 63-byte hostname
+
+struct Record {
+  std::string cluster;
+  int subnet = -1;  // S of 10.213.S.0/24
+  int num_nodes = 0;
+};
+
+std::string NodeIp(int subnet, int i) {
+  return "10.213." + std::to_string(subnet) + "." + std::to_string(i + 1);
+}
+std::string HostIp(int subnet) { return "10.213." + std::to_string(subnet) + ".254"; }
+std::string HostVeth(int subnet) { return "herdl" + std::to_string(subnet); }
+
+std::string NodeDir(const std::string& state_dir, const std::string& node) {
+  return state_dir + "/nodes/" + node;
+}
+
+Status NeedRoot() {
+  if (::geteuid() != 0) {
+    return FailedPrecondition(
+        "the local provider needs root for network namespaces (running as uid " +
+        std::to_string(::geteuid()) + ")");
+  }
+  return Status::Ok();
+}
+
+Status CheckTools() {
+  HERD_RETURN_IF_ERROR(NeedRoot());
+  if (::access(kSshd, X_OK) != 0) {
+    return FailedPrecondition(std::string("the local provider needs sshd at ") + kSshd +
+                              " (package openssh-server)");
+  }
+  auto r = RunProcess({"ip", "netns", "list"}, {}, limits::kLocalCommandTimeout);
+  if (!r.ok() || r->exit_code != 0) {
+    return FailedPrecondition("the local provider needs `ip netns` (package iproute2): " +
+                              (r.ok() ? r->err : r.status().message()));
+  }
+  return Status::Ok();
+}
+
+Status ValidateCluster(const std::string& cluster) {
+  bool ok = !cluster.empty() && cluster.size() <= kMaxClusterNameLength &&
+            std::isalnum(static_cast<unsigned char>(cluster.front())) && cluster.back() != '-' &&
+            std::all_of(cluster.begin(), cluster.end(), [](char c) {
+              return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+            });
+  if (!ok) {
+    return InvalidArgument("cluster name \"" + cluster +
+                           "\" must be 1-40 characters of a-z, 0-9 and '-', starting with a letter "
+                           "or digit and not ending with '-'");
+  }
+  return Status::Ok();
+}
+
+Status WriteFileAtomic(const std::string& path, const std::string& content, mode_t mode) {
+  std::string tmp = path + ".tmp";
+  {
+    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    if (fd < 0) return ErrnoError("open " + tmp, errno);
+    size_t off = 0;
+    while (off < content.size()) {
+      ssize_t n = ::write(fd, content.data() + off, content.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        Status s = ErrnoError("write " + tmp, errno);
+        ::close(fd);
+        return s;
+      }
+      off += static_cast<size_t>(n);
+    }
+    ::fchmod(fd, mode);
+    ::close(fd);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("rename " + tmp, errno);
+  return Status::Ok();
+}
+
+std::optional<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+std::string Tail(const std::string& path, size_t bytes) {
+  auto content = ReadFile(path);
+  if (!content || content->empty()) return "(empty)";
+  std::string s = content->size() > bytes ? content->substr(content->size() - bytes) : *content;
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+
+Status MakeDir(const std::string& path, mode_t mode) {
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec) return IoError("mkdir " + path + ": " + ec.message());
+  if (::chmod(path.c_str(), mode) != 0) return ErrnoError("chmod " + path, errno);
+  return Status::Ok();
+}
+
+Result<std::optional<Record>> ReadRecord(const std::string& state_dir) {
+  std::string path = state_dir + "/" + kRecordFile;
+  auto content = ReadFile(path);
+  if (!content) return std::optional<Record>();
+  Record r;
+  std::istringstream in(*content);
+  std::string key;
+  while (in >> key) {
+    if (key == "cluster") {
+      in >> r.cluster;
+    } else if (key == "subnet") {
+      in >> r.subnet;
+    } else if (key == "num_nodes") {
+      in >> r.num_nodes;
+    } else {
+      std::string rest;
+      std::getline(in, rest);
+    }
+  }
+  if (r.cluster.empty() || r.subnet < 0 || r.subnet > 255 || r.num_nodes < 1) {
+    return IoError(path + ": damaged local provider record; `herd down` removes the cluster");
+  }
+  return std::optional<Record>(r);
+}
+
+Status WriteRecord(const std::string& state_dir, const Record& r) {
+  std::string text =
+      "# herd local provider: nodes of this cluster are network namespaces\n"
+      "cluster " +
+      r.cluster + "\nsubnet " + std::to_string(r.subnet) + "\nnum_nodes " +
+      std::to_string(r.num_nodes) + "\n";
+  return WriteFileAtomic(state_dir + "/" + kRecordFile, text, 0600);
+}
+
+// An exclusive lock on a machine-wide file, held while namespaces, links and subnets change.
+class HostLock {
+ public:
+  HostLock() = default;
+  HostLock(const HostLock&) = delete;
+  HostLock& operator=(const HostLock&) = delete;
+  ~HostLock() {
+    if (fd_ >= 0) ::close(fd_);  // closing releases the flock
+  }
+  Status Acquire() {
+    fd_ = ::open(kLockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd_ < 0) return ErrnoError(std::string("open ") + kLockPath, errno);
+    auto deadline = Clock::now() + limits::kLocalCommandTimeout;
+    while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK && errno != EINTR) return ErrnoError("flock", errno);
+      if (Clock::now() >= deadline) {
+        return Unavailable(std::string("another herd command holds ") + kLockPath);
+      }
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    return Status::Ok();
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// "a.b.c.d/len" or "a.b.c.d" -> (address, length).
+std::optional<std::pair<uint32_t, int>> ParsePrefix(const std::string& s) {
+  auto slash = s.find('/');
+  std::string addr = s.substr(0, slash);
+  int len = slash == std::string::npos ? 32 : std::atoi(s.c_str() + slash + 1);
+  uint32_t a = 0;
+  int parts = 0;
+  std::istringstream in(addr);
+  std::string octet;
+  while (std::getline(in, octet, '.')) {
+    if (octet.empty() || !std::all_of(octet.begin(), octet.end(), ::isdigit)) return std::nullopt;
+    int v = std::atoi(octet.c_str());
+    if (v > 255) return std::nullopt;
+    a = (a << 8) | static_cast<uint32_t>(v);
+    ++parts;
+  }
+  if (parts != 4 || len < 0 || len > 32) return std::nullopt;
+  return std::make_pair(a, len);
+}
+
+bool Overlaps(uint32_t a, int alen, uint32_t b, int blen) {
+  int m = std::min(alen, blen);
+  if (m == 0) return true;
+  uint32_t mask = m == 32 ? 0xffffffffu : ~((1u << (32 - m)) - 1);
+  return (a & mask) == (b & mask);
+}
+
+// Subnets this machine already uses or another local cluster has recorded.
+Result<std::set<int>> UsedSubnets(const std::string& state_dir) {
+  std::set<int> used;
+  std::vector<std::string> prefixes;
+  for (const auto& args : {std::vector<std::string>{"-4", "-o", "route", "show", "table", "all"},
+                           std::vector<std::string>{"-4", "-o", "addr", "show"}}) {
+    HERD_ASSIGN_OR_RETURN(std::string out, netns::IpOutput("", args));
+    std::istringstream lines(out);
+    std::string line;
+    while (std::getline(lines, line)) {
+      std::istringstream tok(line);
+      std::vector<std::string> t;
+      std::string w;
+      while (tok >> w) t.push_back(w);
+      if (t.empty()) continue;
+      if (args[2] == "addr") {
+        auto inet = std::find(t.begin(), t.end(), "inet");
+        if (inet != t.end() && inet + 1 != t.end()) prefixes.push_back(*(inet + 1));
+        continue;
+      }
+      static const std::set<std::string> kTypes = {
+          "unicast",   "local",       "broadcast", "multicast", "anycast",
+          "blackhole", "unreachable", "prohibit",  "throw",     "nat"};
+      size_t i = kTypes.contains(t[0]) ? 1 : 0;
+      // A default route covers everything by design; more specific routes win over it.
+      if (i < t.size() && t[i] != "default") prefixes.push_back(t[i]);
+    }
+  }
+  for (const auto& p : prefixes) {
+    auto parsed = ParsePrefix(p);
+    if (!parsed || parsed->second == 0) continue;
+    for (int s = 0; s < 256; ++s) {
+      uint32_t net = (10u << 24) | (213u << 16) | (static_cast<uint32_t>(s) << 8);
+      if (Overlaps(parsed->first, parsed->second, net, 24)) used.insert(s);
+    }
+  }
+  // Records of other clusters beside this one (a stopped or half-made cluster has no route).
+  std::error_code ec;
+  fs::path parent = fs::path(state_dir).parent_path();
+  for (const auto& e : fs::directory_iterator(parent, ec)) {
+    if (e.path() == fs::path(state_dir)) continue;
+    auto other = ReadRecord(e.path().string());
+    if (other.ok() && other->has_value()) used.insert((*other)->subnet);
+  }
+  return used;
+}
+
+Result<int> ChooseSubnet(const std::string& cluster, const std::string& state_dir) {
+  HERD_ASSIGN_OR_RETURN(std::set<int> used, UsedSubnets(state_dir));
+  // FNV-1a of the name: a cluster tends to get the same subnet again after `down` + `launch`.
+  uint32_t h = 2166136261u;
+  for (char c : cluster) h = (h ^ static_cast<uint8_t>(c)) * 16777619u;
+  int start = static_cast<int>(h % 254) + 1;
+  for (int k = 0; k < 254; ++k) {
+    int s = (start - 1 + k) % 254 + 1;
+    if (!used.contains(s) && !netns::Ip("", {"link", "show", "dev", HostVeth(s)}).ok()) return s;
+  }
+  return Unavailable("no free /24 left in 10.213.0.0/16 for local cluster " + cluster);
+}
+
+bool LinkExists(const std::string& ns, const std::string& dev) {
+  return netns::Ip(ns, {"link", "show", "dev", dev}).ok();
+}
+
+// Creates what is missing of the cluster's network; what exists stays. Run under HostLock.
+Status EnsureNetwork(const Record& r) {
+  const std::string br = LocalProvider::BridgeNetns(r.cluster);
+  HERD_RETURN_IF_ERROR(netns::Ensure(br));
+  HERD_RETURN_IF_ERROR(netns::Ip(br, {"link", "set", "lo", "up"}));
+  if (!LinkExists(br, "br0"))
+    HERD_RETURN_IF_ERROR(netns::Ip(br, {"link", "add", "br0", "type", "bridge"}));
+  HERD_RETURN_IF_ERROR(netns::Ip(br, {"link", "set", "br0", "up"}));
+
+  const std::string hv = HostVeth(r.subnet);
+  if (!LinkExists("", hv) || !LinkExists(br, "uplink")) {
+    // Half of a pair, or a pair from a crash: remove both ends and make it again.
+    if (LinkExists("", hv)) HERD_RETURN_IF_ERROR(netns::Ip("", {"link", "del", hv}));
+    if (LinkExists(br, "uplink")) HERD_RETURN_IF_ERROR(netns::Ip(br, {"link", "del", "uplink"}));
+    HERD_RETURN_IF_ERROR(
+        netns::Ip("", {"link", "add", hv, "type", "veth", "peer", "name", "uplink", "netns", br}));
+  }
+  HERD_RETURN_IF_ERROR(netns::Ip(br, {"link", "set", "uplink", "master", "br0", "up"}));
+  HERD_RETURN_IF_ERROR(netns::Ip("", {"addr", "replace", HostIp(r.subnet) + "/24", "dev", hv}));
+  HERD_RETURN_IF_ERROR(netns::Ip("", {"link", "set", hv, "up"}));
+
+  std::vector<int> remade;
+  for (int i = 0; i < r.num_nodes; ++i) {
+    const std::string ns = LocalProvider::NodeNetns(r.cluster, i);
+    const std::string port = "n" + std::to_string(i);
+    HERD_RETURN_IF_ERROR(netns::Ensure(ns));
+    HERD_RETURN_IF_ERROR(netns::Ip(ns, {"link", "set", "lo", "up"}));
+    if (!LinkExists(ns, "eth0") || !LinkExists(br, port)) {
+      if (LinkExists(ns, "eth0")) HERD_RETURN_IF_ERROR(netns::Ip(ns, {"link", "del", "eth0"}));
+      if (LinkExists(br, port)) HERD_RETURN_IF_ERROR(netns::Ip(br, {"link", "del", port}));
+      HERD_RETURN_IF_ERROR(netns::Ip("", {"link", "add", "eth0", "netns", ns, "type", "veth",
+                                          "peer", "name", port, "netns", br}));
+      remade.push_back(i);
+    }
+    HERD_RETURN_IF_ERROR(netns::Ip(br, {"link", "set", port, "master", "br0", "up"}));
+    HERD_RETURN_IF_ERROR(
+        netns::Ip(ns, {"addr", "replace", NodeIp(r.subnet, i) + "/24", "dev", "eth0"}));
+    HERD_RETURN_IF_ERROR(netns::Ip(ns, {"link", "set", "eth0", "up"}));
+  }
+  // A remade node has a new MAC address; neighbours would keep sending to the old one until
+  // their ARP entry expires (30 s and more), so forget it everywhere.
+  for (int i : remade) {
+    std::string ip = NodeIp(r.subnet, i);
+    (void)netns::Ip("", {"neigh", "flush", "to", ip});
+    for (int j = 0; j < r.num_nodes; ++j) {
+      if (j != i)
+        (void)netns::Ip(LocalProvider::NodeNetns(r.cluster, j), {"neigh", "flush", "to", ip});
+    }
+  }
+  return Status::Ok();
+}
+
+std::string ShellQuote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+std::string HostsFile(const Record& r) {
+  std::string text = "# Written by herd's local provider: every node of cluster " + r.cluster +
+                     ".\n"
+                     "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n";
+  for (int i = 0; i < r.num_nodes; ++i) {
+    text += NodeIp(r.subnet, i) + "\t" + LocalProvider::NodeName(r.cluster, i) + "\n";
+  }
+  return text;
+}
+
+std::string SshdConfig(const std::string& node) {
+  std::string m = kNodeMount;
+  return "# Written by herd's local provider for node " + node +
+         "; rewritten on every provision.\n"
+         "Port 22\n"
+         "HostKey " +
+         m +
+         "/ssh_host_ed25519_key\n"
+         "AuthorizedKeysFile " +
+         m +
+         "/authorized_keys\n"
+         "PermitRootLogin prohibit-password\n"
+         "PubkeyAuthentication yes\n"
+         "PasswordAuthentication no\n"
+         "KbdInteractiveAuthentication no\n"
+         "UsePAM no\n"
+         "PidFile none\n"
+         "PrintMotd no\n"
+         "PrintLastLog no\n"
+         "X11Forwarding no\n"
+         "AllowTcpForwarding yes\n"
+         // Fan-out multiplexes many sessions over one ControlMaster connection.
+         "MaxSessions 64\n"
+         "MaxStartups 64:30:128\n"
+         "AcceptEnv LANG LC_*\n"
+         "Subsystem sftp /usr/lib/openssh/sftp-server\n";
+}
+
+// The command that becomes the node's sshd (nsenter and unshare exec, so the pid stays sshd's).
+std::vector<std::string> SshdArgv(const std::string& ns, const std::string& node,
+                                  const std::string& dir) {
+  std::string m = kNodeMount;
+  std::string script =
+      "set -e\n"
+      "hostname " +
+      ShellQuote(node) +
+      "\n"
+      // The copy of /run/netns in this mount namespace would keep every cluster's namespaces
+      // alive after `ip netns delete`; drop it.
+      "umount -l /run/netns 2>/dev/null || true\n"
+      "mount -t tmpfs -o mode=755 herd-run /run\n"
+      "mkdir -p /run/sshd " +
+      m +
+      "\n"
+      "mount --bind " +
+      ShellQuote(dir) + " " + m +
+      "\n"
+      "mount --bind " +
+      m +
+      "/hosts /etc/hosts\n"
+      "mount --bind " +
+      m +
+      "/home /root\n"
+      "exec " +
+      kSshd + " -D -f " + m + "/sshd_config -E " + m + "/sshd.log\n";
+  return {"nsenter", "--net=" + netns::Path(ns),
+          "unshare", "--uts",
+          "--mount", "--propagation",
+          "private", "sh",
+          "-c",      script};
+}
+
+std::string ReadProc(pid_t pid, const char* what) {
+  auto s = ReadFile("/proc/" + std::to_string(pid) + "/" + what);
+  return s ? *s : std::string();
+}
+
+bool SameNetns(pid_t pid, const std::string& ns) {
+  struct stat a {
+  }, b{};
+  return ::stat(("/proc/" + std::to_string(pid) + "/ns/net").c_str(), &a) == 0 &&
+         ::stat(netns::Path(ns).c_str(), &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+// The node's listening sshd. Per-session sshd processes run the same binary but retitle
+// themselves "sshd: root@notty"; the listener shows "sshd: /usr/sbin/sshd -D ... [listener] ..."
+// (OpenSSH >= 8.x) or its original argv.
+bool IsNodeSshd(pid_t pid, const std::string& ns) {
+  if (!netns::IsAlive(pid) || !SameNetns(pid, ns)) return false;
+  std::error_code ec;
+  if (fs::read_symlink("/proc/" + std::to_string(pid) + "/exe", ec).string() != kSshd) return false;
+  std::string cmdline = ReadProc(pid, "cmdline");
+  return cmdline.starts_with(std::string(kSshd) + '\0') ||
+         cmdline.find("[listener]") != std::string::npos;
+}
+
+struct NodeSpec {
+  int index;
+  std::string name, ns, dir, ip;
+};
+
+NodeSpec Spec(const Record& r, const std::string& state_dir, int i) {
+  std::string name = LocalProvider::NodeName(r.cluster, i);
+  return {i, name, LocalProvider::NodeNetns(r.cluster, i), NodeDir(state_dir, name),
+          NodeIp(r.subnet, i)};
+}
+
+Status WriteIfChanged(const std::string& path, const std::string& content, mode_t mode) {
+  auto old = ReadFile(path);
+  if (old && *old == content) return Status::Ok();
+  return WriteFileAtomic(path, content, mode);
+}
+
+// Files of one node; the host key is made once and kept (so known_hosts stays valid).
+Status EnsureNodeFiles(const Record& r, const NodeSpec& n, const std::string* public_key) {
+  HERD_RETURN_IF_ERROR(MakeDir(n.dir, 0700));
+  HERD_RETURN_IF_ERROR(MakeDir(n.dir + "/home", 0700));
+  std::string key = n.dir + "/ssh_host_ed25519_key";
+  if (::access(key.c_str(), R_OK) != 0) {
+    std::error_code ec;
+    fs::remove(key + ".pub", ec);
+    HERD_ASSIGN_OR_RETURN(ProcResult kg, RunProcess({"ssh-keygen", "-q", "-t", "ed25519", "-N", "",
+                                                     "-C", "herd-host-" + n.name, "-f", key},
+                                                    {}, limits::kLocalCommandTimeout));
+    if (kg.exit_code != 0) {
+      return IoError(n.name + ": ssh-keygen for the host key failed: " + kg.err);
+    }
+  }
+  if (public_key != nullptr) {
+    std::string k = *public_key;
+    while (!k.empty() && (k.back() == '\n' || k.back() == '\r')) k.pop_back();
+    HERD_RETURN_IF_ERROR(WriteIfChanged(n.dir + "/authorized_keys", k + "\n", 0600));
+  } else if (::access((n.dir + "/authorized_keys").c_str(), R_OK) != 0) {
+    return FailedPrecondition(n.name + ": no authorized_keys in " + n.dir +
+                              "; provision the cluster again");
+  }
+  // Written in place (not renamed) when it changes: a running node has it bind-mounted.
+  std::string hosts = HostsFile(r);
+  auto old = ReadFile(n.dir + "/hosts");
+  if (!old || *old != hosts) {
+    std::ofstream out(n.dir + "/hosts", std::ios::trunc);
+    out << hosts;
+    if (!out) return IoError("write " + n.dir + "/hosts");
+  }
+  return WriteIfChanged(n.dir + "/sshd_config", SshdConfig(n.name), 0600);
+}
+
+// Starts the node's sshd unless it runs, and waits for its banner.
+Status EnsureSshd(const NodeSpec& n) {
+  std::string pidfile = n.dir + "/sshd.pid";
+  if (auto text = ReadFile(pidfile)) {
+    pid_t pid = static_cast<pid_t>(std::atol(text->c_str()));
+    if (IsNodeSshd(pid, n.ns)) return Status::Ok();
+  }
+  // A listener whose pid file was lost would hold port 22: stop it (sessions stay).
+  std::vector<pid_t> stray;
+  for (pid_t p : netns::ProcessesIn(n.ns)) {
+    if (IsNodeSshd(p, n.ns)) stray.push_back(p);
+  }
+  for (pid_t p : stray) ::kill(p, SIGKILL);
+  for (auto until = Clock::now() + limits::kKillSweepTimeout;
+       Clock::now() < until &&
+       std::any_of(stray.begin(), stray.end(), [](pid_t p) { return netns::IsAlive(p); });) {
+    std::this_thread::sleep_for(limits::kKillSweepInterval);
+  }
+  HERD_ASSIGN_OR_RETURN(pid_t pid,
+                        SpawnDetached(SshdArgv(n.ns, n.name, n.dir), n.dir + "/sshd.out"));
+  HERD_RETURN_IF_ERROR(WriteFileAtomic(pidfile, std::to_string(pid) + "\n", 0600));
+
+  auto deadline = Clock::now() + limits::kLocalNodeStartTimeout;
+  Status last;
+  while (Clock::now() < deadline) {
+    if (!netns::IsAlive(pid)) {
+      return Unavailable(n.name + " (" + n.ip + "): sshd exited at start; " + n.dir +
+                         "/sshd.out: " + Tail(n.dir + "/sshd.out", 1000) +
+                         "; sshd.log: " + Tail(n.dir + "/sshd.log", 1000));
+    }
+    last = ProbeSshBanner(n.ip, 22, milliseconds(500));
+    if (last.ok()) return Status::Ok();
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  return DeadlineExceeded(n.name + " (" + n.ip + "): sshd gave no banner within " +
+                          std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                             limits::kLocalNodeStartTimeout)
+                                             .count()) +
+                          " s: " + last.message() +
+                          "; sshd.log: " + Tail(n.dir + "/sshd.log", 1000));
+}
+
+std::vector<NodeHandle> Handles(const Record& r, const std::string& state_dir) {
+  std::vector<NodeHandle> out;
+  for (int i = 0; i < r.num_nodes; ++i) {
+    NodeSpec n = Spec(r, state_dir, i);
+    out.push_back({n.name, n.ip, 22, "root", n.ns, n.dir + "/home"});
+  }
+  return out;
+}
+
+Result<std::vector<NodeHandle>> BringUp(const Record& r, const std::string& state_dir,
+                                        const std::string* public_key) {
+  {
+    HostLock lock;
+    HERD_RETURN_IF_ERROR(lock.Acquire());
+    HERD_RETURN_IF_ERROR(EnsureNetwork(r).WithContext("local cluster " + r.cluster + " network"));
+  }
+  HERD_RETURN_IF_ERROR(MakeDir(state_dir + "/nodes", 0700));
+  HERD_RETURN_IF_ERROR(ForEachParallel(
+      static_cast<size_t>(r.num_nodes),
+      [&](size_t i) -> Status {
+        NodeSpec n = Spec(r, state_dir, static_cast<int>(i));
+        HERD_RETURN_IF_ERROR(EnsureNodeFiles(r, n, public_key));
+        return EnsureSshd(n);
+      },
+      [&](size_t i) { return LocalProvider::NodeName(r.cluster, static_cast<int>(i)); }));
+  return Handles(r, state_dir);
+}
+
+Result<Record> LoadExisting(const std::string& cluster, const std::string& state_dir) {
+  HERD_ASSIGN_OR_RETURN(std::optional<Record> r, ReadRecord(state_dir));
+  if (!r)
+    return NotFound("local cluster " + cluster + " has no nodes (no record in " + state_dir + ")");
+  if (r->cluster != cluster) {
+    return FailedPrecondition(state_dir + " records local cluster " + r->cluster + ", not " +
+                              cluster);
+  }
+  return *r;
+}
+
+}  // namespace
+
+std::string LocalProvider::NodeName(const std::string& cluster, int index) {
+  return index == 0 ? cluster + "-head" : cluster + "-worker" + std::to_string(index);
+}
+
+std::string LocalProvider::NodeNetns(const std::string& cluster, int index) {
+  return "herd-" + cluster + "-" + std::to_string(index);
+}
+
+std::string LocalProvider::BridgeNetns(const std::string& cluster) {
+  return "herd-" + cluster + "-br";
+}
+
+std::vector<std::string> LocalProvider::ExistingNamespaces(const std::string& cluster) {
+  std::string prefix = "herd-" + cluster + "-";
+  std::vector<std::string> out;
+  for (auto& n : netns::ListWithPrefix(prefix)) {
+    std::string rest = n.substr(prefix.size());
+    // "herd-a-1" is node 1 of cluster a; "herd-a-1-0" belongs to cluster a-1.
+    bool ours = rest == "br" || (!rest.empty() && std::all_of(rest.begin(), rest.end(), ::isdigit));
+    if (ours) out.push_back(n);
+  }
+  return out;
+}
+
+Result<std::vector<NodeHandle>> LocalProvider::Provision(const ProvisionRequest& req) {
+  HERD_RETURN_IF_ERROR(ValidateCluster(req.cluster));
+  if (req.num_nodes < 1 || req.num_nodes > limits::kLocalMaxNodes) {
+    return InvalidArgument("num_nodes must be 1.." + std::to_string(limits::kLocalMaxNodes) +
+                           " for the local provider, not " + std::to_string(req.num_nodes));
+  }
+  if (req.ssh_public_key.find("ssh-") == std::string::npos &&
+      req.ssh_public_key.find("ecdsa-") == std::string::npos) {
+    return InvalidArgument("ssh_public_key does not look like an OpenSSH public key");
+  }
+  if (req.state_dir.empty()) return InvalidArgument("state_dir is empty");
+  HERD_RETURN_IF_ERROR(CheckTools());
+  HERD_RETURN_IF_ERROR(MakeDir(req.state_dir, 0700));
+
+  Record record;
+  {
+    HostLock lock;
+    HERD_RETURN_IF_ERROR(lock.Acquire());
+    HERD_ASSIGN_OR_RETURN(std::optional<Record> existing, ReadRecord(req.state_dir));
+    if (existing) {
+      if (existing->cluster != req.cluster) {
+        return FailedPrecondition(req.state_dir + " records local cluster " + existing->cluster +
+                                  ", not " + req.cluster);
+      }
+      if (existing->num_nodes != req.num_nodes) {
+        return FailedPrecondition("local cluster " + req.cluster + " has " +
+                                  std::to_string(existing->num_nodes) + " node(s), not " +
+                                  std::to_string(req.num_nodes) + "; tear it down first");
+      }
+      record = *existing;
+    } else {
+      record.cluster = req.cluster;
+      record.num_nodes = req.num_nodes;
+      HERD_ASSIGN_OR_RETURN(record.subnet, ChooseSubnet(req.cluster, req.state_dir));
+      // Recorded before anything is made, so that Teardown after a crash knows the subnet.
+      HERD_RETURN_IF_ERROR(WriteRecord(req.state_dir, record));
+      HERD_LOG(kInfo) << "local cluster " << req.cluster << ": subnet 10.213." << record.subnet
+                      << ".0/24, " << record.num_nodes << " node(s)";
+    }
+  }
+  return BringUp(record, req.state_dir, &req.ssh_public_key);
+}
+
+Result<std::vector<NodeHandle>> LocalProvider::Start(const std::string& cluster,
+                                                     const std::string& state_dir) {
+  HERD_RETURN_IF_ERROR(ValidateCluster(cluster));
+  HERD_RETURN_IF_ERROR(CheckTools());
+  HERD_ASSIGN_OR_RETURN(Record record, LoadExisting(cluster, state_dir));
+  return BringUp(record, state_dir, nullptr);
+}
+
+Status LocalProvider::Stop(const std::string& cluster, const std::string& state_dir) {
+  HERD_RETURN_IF_ERROR(ValidateCluster(cluster));
+  HERD_RETURN_IF_ERROR(NeedRoot());
+  HERD_ASSIGN_OR_RETURN(Record record, LoadExisting(cluster, state_dir));
+  return ForEachParallel(
+      static_cast<size_t>(record.num_nodes),
+      [&](size_t i) -> Status {
+        NodeSpec n = Spec(record, state_dir, static_cast<int>(i));
+        HERD_RETURN_IF_ERROR(
+            netns::KillAll(n.ns, limits::kKillGracePeriod, limits::kKillSweepTimeout));
+        std::error_code ec;
+        fs::remove(n.dir + "/sshd.pid", ec);
+        return Status::Ok();
+      },
+      [&](size_t i) { return NodeName(cluster, static_cast<int>(i)); });
+}
+
+Status LocalProvider::Teardown(const std::string& cluster, const std::string& state_dir) {
+  HERD_RETURN_IF_ERROR(ValidateCluster(cluster));
+  auto record = ReadRecord(state_dir);
+  std::vector<std::string> namespaces = ExistingNamespaces(cluster);
+  if (::geteuid() != 0) {
+    if (namespaces.empty() && record.ok() && !record->has_value()) return Status::Ok();
+    return NeedRoot();
+  }
+  {
+    HostLock lock;
+    HERD_RETURN_IF_ERROR(lock.Acquire());
+    namespaces = ExistingNamespaces(cluster);
+    HERD_RETURN_IF_ERROR(ForEachParallel(
+        namespaces.size(),
+        [&](size_t i) {
+          return netns::KillAll(namespaces[i], limits::kKillGracePeriod, limits::kKillSweepTimeout);
+        },
+        [&](size_t i) { return namespaces[i]; }));
+    // The root namespace's end of the uplink, found by its peer (works without a record, too).
+    // Deleting it now matters: a namespace is destroyed asynchronously, and its links with it.
+    const std::string br = BridgeNetns(cluster);
+    if (netns::Exists(br)) {
+      auto links = netns::IpOutput("", {"-o", "link", "show", "type", "veth"});
+      if (links.ok()) {
+        std::istringstream lines(*links);
+        std::string line;
+        while (std::getline(lines, line)) {
+          if (line.find(" link-netns " + br + " ") == std::string::npos &&
+              !line.ends_with(" link-netns " + br)) {
+            continue;
+          }
+          std::istringstream tok(line);
+          std::string idx, dev;
+          tok >> idx >> dev;  // "7: herdl17@if2:"
+          dev = dev.substr(0, dev.find_first_of("@:"));
+          HERD_RETURN_IF_ERROR(netns::Ip("", {"link", "del", dev}));
+        }
+      }
+    }
+    if (record.ok() && record->has_value() && LinkExists("", HostVeth((*record)->subnet))) {
+      HERD_RETURN_IF_ERROR(netns::Ip("", {"link", "del", HostVeth((*record)->subnet)}));
+    }
+    for (const auto& ns : namespaces) HERD_RETURN_IF_ERROR(netns::Delete(ns));
+  }
+  std::error_code ec;
+  fs::remove_all(state_dir + "/nodes", ec);
+  if (ec) return IoError("remove " + state_dir + "/nodes: " + ec.message());
+  fs::remove(state_dir + "/" + kRecordFile, ec);
+  fs::remove(state_dir + "/" + kRecordFile + ".tmp", ec);
+  fs::remove(state_dir, ec);  // only when nothing else (the controller's own files) is left
+  auto left = ExistingNamespaces(cluster);
+  if (!left.empty()) {
+    return Internal("network namespaces left after teardown of " + cluster + ": " + left.front());
+  }
+  return Status::Ok();
+}
+
+}  // namespace herd::controller

@@ -1,0 +1,38 @@
+// The embedded `local` provider: each node is a network namespace on this machine, with its own
+// sshd, hostname, /etc/hosts and home, all on a per-cluster bridge that the controller (in the
+// root namespace) reaches through a veth. Needs root.
+//
+// Layout for cluster C with n nodes and subnet 10.213.S.0/24 (S recorded in state_dir):
+//   netns herd-C-br   bridge br0; ports n<i> (to node i) and uplink (to the root namespace)
+//   netns herd-C-<i>  eth0 = 10.213.S.<i+1>; sshd on port 22; hostname C-head / C-worker<i>
+//   root namespace    veth herdl<S> = 10.213.S.254
+//   state_dir/local_provider.state, state_dir/nodes/<node>/{home,hosts,sshd_config,...}
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "controller/provider/provider.hpp"
+
+namespace herd::controller {
+
+class LocalProvider : public Provider {
+ public:
+  std::string name() const override { return "local"; }
+  Result<std::vector<NodeHandle>> Provision(const ProvisionRequest& request) override;
+  Status Stop(const std::string& cluster, const std::string& state_dir) override;
+  Result<std::vector<NodeHandle>> Start(const std::string& cluster,
+                                        const std::string& state_dir) override;
+  Status Teardown(const std::string& cluster, const std::string& state_dir) override;
+
+  // "demo-head" for index 0, "demo-worker<i>" after.
+  static std::string NodeName(const std::string& cluster, int index);
+  // "herd-demo-<i>" and "herd-demo-br".
+  static std::string NodeNetns(const std::string& cluster, int index);
+  static std::string BridgeNetns(const std::string& cluster);
+  // Every namespace name this provider may have made for the cluster that exists now (also
+  // without a state record: what Teardown removes after a crash).
+  static std::vector<std::string> ExistingNamespaces(const std::string& cluster);
+};
+
+}  // namespace herd::controller

@@ -1,0 +1,46 @@
+// Where a cluster's machines come from. A provider makes machines reachable over SSH and keeps
+// track of them in the cluster's state dir; everything after that (agents, jobs) goes through
+// SshRunner and does not care which provider made the machine.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "shared/common/status.hpp"
+
+namespace herd::controller {
+
+struct NodeHandle {
+  std::string name;  // "demo-head", "demo-worker1"
+  std::string ip;    // the address other nodes and the controller reach it at
+  int ssh_port = 22;
+  std::string ssh_user;
+  std::string netns;      // the network namespace when the node is one; "" when none
+  std::string host_home;  // the node's home as a path on the controller's machine; "" when remote
+};
+
+struct ProvisionRequest {
+  std::string cluster;
+  int num_nodes = 1;
+  std::string state_dir;       // $HERD_HOME/clusters/<name>
+  std::string ssh_public_key;  // the cluster key's .pub contents, the only key authorised
+};
+
+class Provider {
+ public:
+  virtual ~Provider();
+  virtual std::string name() const = 0;  // "local", "ssh"
+
+  // Makes num_nodes machines, head first, reachable over SSH with the cluster key. Idempotent:
+  // nodes that exist and run are returned as they are; half-made ones are repaired.
+  virtual Result<std::vector<NodeHandle>> Provision(const ProvisionRequest& request) = 0;
+  // Stops every process on the nodes; the nodes and their files stay.
+  virtual Status Stop(const std::string& cluster, const std::string& state_dir) = 0;
+  // Brings stopped nodes back (idempotent) and returns them in the same order as Provision.
+  virtual Result<std::vector<NodeHandle>> Start(const std::string& cluster,
+                                                const std::string& state_dir) = 0;
+  // Removes the nodes and everything the provider recorded; OK when nothing is left to remove.
+  virtual Status Teardown(const std::string& cluster, const std::string& state_dir) = 0;
+};
+
+}  // namespace herd::controller

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs every Debian package that herd's build and tests need. Idempotent, and quick (no apt
+# call at all) when everything is already there.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config clang-format
+  libboost1.81-dev libboost-json1.81-dev libboost-system1.81-dev
+  libyaml-cpp-dev libssl-dev libprotobuf-dev protobuf-compiler libuv1-dev doctest-dev
+  libsqlite3-dev libcli11-dev
+  openssh-server openssh-client rsync iproute2 util-linux procps psmisc
+  python3 python3-torch pdsh systemd
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"

@@ -1,0 +1,87 @@
+// The task spec: SkyPilot task YAML parsed into a typed, validated Task, plus the logic of
+// `herd check`. Every user error names its place ("file:line:col: field.path: what to change").
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "herd/v1/common.pb.h"
+#include "shared/common/status.hpp"
+
+namespace herd::task {
+
+// What a task asks of each node. Counts are per node, as in SkyPilot.
+struct Resources {
+  std::optional<double> cpus;  // "4+" -> 4 with cpus_at_least
+  bool cpus_at_least = false;
+  std::optional<double> memory_gb;
+  bool memory_at_least = false;
+  std::string accelerator;         // "L4" ("" = none)
+  double accelerator_count = 0;    // "L4:4" -> 4, "H100" -> 1, "T4:0.5" -> 0.5
+  std::string infra;               // "aws", "aws/us-east-1", "k8s/ctx", "ssh/<pool>", "local"
+  std::vector<std::string> ports;  // each "8080" or "10000-10100"
+  std::optional<int> disk_size;    // GB
+  bool use_spot = false;
+  // Candidates, each already merged with the fields around it (SkyPilot: the fields next to
+  // any_of/ordered are defaults that every candidate inherits). At most one of them is non-empty.
+  std::vector<Resources> any_of, ordered;
+};
+
+struct Task {
+  std::string name;
+  std::string workdir;  // local directory, after ${VAR} substitution; "" = none
+  int num_nodes = 1;
+  Resources resources;
+  std::map<std::string, std::string> envs;         // after overrides; all required ones filled
+  std::map<std::string, std::string> secrets;      // same, never printed
+  std::map<std::string, std::string> file_mounts;  // remote -> local, after ${VAR} substitution
+  std::string setup, run;                          // lists joined with "\n"
+  // Fields accepted for SkyPilot compatibility that herd does not act on, and choices herd made
+  // for the user (e.g. the first of several accelerators), each "file:line:col: path: note".
+  std::vector<std::string> notes;
+};
+
+struct ParseOptions {
+  std::vector<std::string> env_overrides;     // each "K=V" or "K" (then value from getenv)
+  std::vector<std::string> env_files;         // dotenv files: K=V lines, # comments
+  std::vector<std::string> secret_overrides;  // same forms as env_overrides, for secrets
+  // Local environment lookup; empty means ::getenv. Used for "--env K" and for ${VAR} in
+  // file_mounts/workdir when the task's envs do not define VAR.
+  std::function<std::optional<std::string>(const std::string&)> getenv;
+};
+
+Result<Task> ParseTaskFile(const std::string& path, const ParseOptions& options = {});
+// source_name is what error messages call the text (usually the file name).
+Result<Task> ParseTaskYaml(std::string_view yaml, std::string_view source_name,
+                           const ParseOptions& options = {});
+
+// Flag parsers used by the CLI for --gpus L4:4, --cpus 8+, --memory 32+; errors name the flag.
+// They set the top-level resources and every any_of/ordered candidate (a flag overrides all).
+Status ApplyAcceleratorFlag(std::string_view value, Resources& r);
+Status ApplyCpusFlag(std::string_view value, Resources& r);
+Status ApplyMemoryFlag(std::string_view value, Resources& r);
+
+// The resources herd schedules with: the first ordered/any_of candidate if there are any, else
+// the top-level resources.
+const Resources& PrimaryResources(const Task& task);
+
+// Normalised JSON (boost::json), secrets' values replaced by "<redacted>".
+std::string ToJson(const Task& task);
+// "2x(gpus=L4:4, cpus=4+)" / "1x(cpus=0.5)" style summary for tables. A task that names neither
+// GPUs nor CPUs shows the default demand (limits::kDefaultTaskCpus).
+std::string ResourcesSummary(const Task& task);
+// Conversion to the wire form. workdir on the node is "~/sky_workdir" when the task has a
+// workdir, else "".
+herd::v1::TaskSpec ToSpec(const Task& task);
+
+// `herd check FILE [--env K=V]... [--env-file F]... [-o json]`: prints the normalised task (JSON
+// when json=true, else a readable summary) to out; errors and notes to err. Returns 0 valid, 2 not.
+int RunCheck(const std::string& path, const ParseOptions& options, bool json, std::ostream& out,
+             std::ostream& err);
+
+}  // namespace herd::task

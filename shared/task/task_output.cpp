@@ -1,0 +1,195 @@
+// The forms a parsed Task is shown or sent in: JSON, the table summary, the wire TaskSpec, and
+// `herd check`.
+#include <boost/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "shared/common/limits.hpp"
+#include "shared/task/resource_values.hpp"
+#include "shared/task/task.hpp"
+
+namespace herd::task {
+namespace {
+
+constexpr std::string_view kRedacted = "<redacted>";
+// Where SkyPilot (and herd) put the synced workdir on every node.
+constexpr std::string_view kRemoteWorkdir = "~/sky_workdir";
+
+// Whole numbers as JSON integers ("4", not Boost's "4E0"), fractions as doubles.
+boost::json::value Number(double v) {
+  if (std::floor(v) == v && std::fabs(v) < 1e15) return static_cast<std::int64_t>(v);
+  return v;
+}
+
+boost::json::value OptionalNumber(const std::optional<double>& v) {
+  return v ? Number(*v) : boost::json::value(nullptr);
+}
+
+boost::json::object ResourcesJson(const Resources& r) {
+  boost::json::object o;
+  o["cpus"] = OptionalNumber(r.cpus);
+  o["cpus_at_least"] = r.cpus_at_least;
+  o["memory_gb"] = OptionalNumber(r.memory_gb);
+  o["memory_at_least"] = r.memory_at_least;
+  o["accelerator"] =
+      r.accelerator.empty() ? boost::json::value(nullptr) : boost::json::value(r.accelerator);
+  o["accelerator_count"] = Number(r.accelerator_count);
+  o["infra"] = r.infra.empty() ? boost::json::value(nullptr) : boost::json::value(r.infra);
+  boost::json::array ports;
+  for (const std::string& p : r.ports) ports.emplace_back(p);
+  o["ports"] = std::move(ports);
+  o["disk_size"] = r.disk_size ? boost::json::value(*r.disk_size) : boost::json::value(nullptr);
+  o["use_spot"] = r.use_spot;
+  boost::json::array any_of, ordered;
+  for (const Resources& c : r.any_of) any_of.emplace_back(ResourcesJson(c));
+  for (const Resources& c : r.ordered) ordered.emplace_back(ResourcesJson(c));
+  o["any_of"] = std::move(any_of);
+  o["ordered"] = std::move(ordered);
+  return o;
+}
+
+boost::json::object MapJson(const std::map<std::string, std::string>& m, bool redact) {
+  boost::json::object o;
+  for (const auto& [k, v] : m) o[k] = redact ? kRedacted : std::string_view(v);
+  return o;
+}
+
+std::string AmountText(double value, bool at_least) {
+  return FormatNumber(value) + (at_least ? "+" : "");
+}
+
+size_t LineCount(const std::string& script) {
+  if (script.empty()) return 0;
+  size_t n = static_cast<size_t>(std::count(script.begin(), script.end(), '\n'));
+  return script.back() == '\n' ? n : n + 1;
+}
+
+void PrintScript(std::ostream& out, std::string_view label, const std::string& script) {
+  if (script.empty()) {
+    out << label << ":" << std::string(12 - label.size(), ' ') << "(none)\n";
+    return;
+  }
+  size_t lines = LineCount(script);
+  out << label << ": (" << lines << (lines == 1 ? " line" : " lines") << ")\n";
+  size_t start = 0;
+  while (start < script.size()) {
+    size_t nl = script.find('\n', start);
+    if (nl == std::string::npos) nl = script.size();
+    std::string_view line = std::string_view(script).substr(start, nl - start);
+    out << (line.empty() ? "" : "  ") << line << "\n";
+    start = nl + 1;
+  }
+}
+
+void PrintSummary(const std::string& path, const Task& task, std::ostream& out) {
+  const Resources& r = PrimaryResources(task);
+  out << path << ": valid task\n";
+  out << "name:        " << (task.name.empty() ? "(none)" : task.name) << "\n";
+  out << "num_nodes:   " << task.num_nodes << "\n";
+  out << "resources:   " << ResourcesSummary(task) << "\n";
+  out << "infra:       " << (r.infra.empty() ? "(any)" : r.infra) << "\n";
+  if (r.use_spot) out << "use_spot:    true\n";
+  if (r.disk_size) out << "disk_size:   " << *r.disk_size << " GB\n";
+  if (!r.ports.empty()) {
+    out << "ports:       ";
+    for (size_t i = 0; i < r.ports.size(); ++i) out << (i ? ", " : "") << r.ports[i];
+    out << "\n";
+  }
+  size_t candidates = task.resources.any_of.size() + task.resources.ordered.size();
+  if (candidates > 1) {
+    out << "candidates:  " << candidates << " ("
+        << (task.resources.ordered.empty() ? "any_of" : "ordered") << "; the first is shown)\n";
+  }
+  out << "workdir:     "
+      << (task.workdir.empty() ? "(none)"
+                               : task.workdir + " (synced to " + std::string(kRemoteWorkdir) + ")")
+      << "\n";
+  auto print_map = [&](std::string_view label, const std::map<std::string, std::string>& m,
+                       std::string_view sep, bool redact) {
+    if (m.empty()) {
+      out << label << ":" << std::string(12 - label.size(), ' ') << "(none)\n";
+      return;
+    }
+    out << label << ":\n";
+    for (const auto& [k, v] : m) out << "  " << k << sep << (redact ? kRedacted : v) << "\n";
+  };
+  print_map("envs", task.envs, "=", false);
+  print_map("secrets", task.secrets, "=", true);
+  print_map("file_mounts", task.file_mounts, " <- ", false);
+  PrintScript(out, "setup", task.setup);
+  PrintScript(out, "run", task.run);
+}
+
+}  // namespace
+
+std::string ToJson(const Task& task) {
+  boost::json::object o;
+  o["name"] = task.name;
+  o["workdir"] = task.workdir;
+  o["num_nodes"] = task.num_nodes;
+  o["resources"] = ResourcesJson(task.resources);
+  o["envs"] = MapJson(task.envs, false);
+  o["secrets"] = MapJson(task.secrets, true);
+  o["file_mounts"] = MapJson(task.file_mounts, false);
+  o["setup"] = task.setup;
+  o["run"] = task.run;
+  return boost::json::serialize(o);
+}
+
+std::string ResourcesSummary(const Task& task) {
+  const Resources& r = PrimaryResources(task);
+  std::vector<std::string> parts;
+  if (!r.accelerator.empty()) {
+    parts.push_back("gpus=" + r.accelerator + ":" + FormatNumber(r.accelerator_count));
+  }
+  if (r.cpus) {
+    parts.push_back("cpus=" + AmountText(*r.cpus, r.cpus_at_least));
+  } else if (r.accelerator.empty()) {
+    parts.push_back("cpus=" + FormatNumber(limits::kDefaultTaskCpus));
+  }
+  if (r.memory_gb)
+    parts.push_back("mem=" + FormatNumber(*r.memory_gb) + "GB" + (r.memory_at_least ? "+" : ""));
+  std::string out = std::to_string(task.num_nodes) + "x(";
+  for (size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + parts[i];
+  return out + ")";
+}
+
+herd::v1::TaskSpec ToSpec(const Task& task) {
+  const Resources& r = PrimaryResources(task);
+  herd::v1::TaskSpec spec;
+  spec.set_name(task.name);
+  spec.set_num_nodes(task.num_nodes);
+  herd::v1::ResourceRequest* req = spec.mutable_resources();
+  req->set_cpus(r.cpus.value_or(0));  // 0: the head applies the default demand
+  req->set_cpus_at_least(r.cpus_at_least);
+  req->set_memory_gb(r.memory_gb.value_or(0));
+  req->set_memory_at_least(r.memory_at_least);
+  req->set_accelerator(r.accelerator);
+  req->set_accelerator_count(r.accelerator_count);
+  for (const auto& [k, v] : task.envs) (*spec.mutable_envs())[k] = v;
+  for (const auto& [k, v] : task.secrets) (*spec.mutable_secrets())[k] = v;
+  spec.set_setup(task.setup);
+  spec.set_run(task.run);
+  spec.set_workdir(task.workdir.empty() ? "" : std::string(kRemoteWorkdir));
+  return spec;
+}
+
+int RunCheck(const std::string& path, const ParseOptions& options, bool json, std::ostream& out,
+             std::ostream& err) {
+  Result<Task> task = ParseTaskFile(path, options);
+  if (!task.ok()) {
+    err << task.status().message() << "\n";
+    return 2;
+  }
+  for (const std::string& note : task->notes) err << "note: " << note << "\n";
+  if (json) {
+    out << ToJson(*task) << "\n";
+  } else {
+    PrintSummary(path, *task, out);
+  }
+  return 0;
+}
+
+}  // namespace herd::task

@@ -1,0 +1,714 @@
+// ParseTaskYaml: SkyPilot task YAML -> Task. yaml-cpp exceptions stop at this file's edge.
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <set>
+#include <span>
+#include <utility>
+
+#include "shared/task/env_vars.hpp"
+#include "shared/task/resource_values.hpp"
+#include "shared/task/task.hpp"
+
+namespace herd::task {
+namespace {
+
+// Fields of a task that herd acts on.
+constexpr std::string_view kTaskFields[] = {
+    "name", "workdir", "num_nodes", "resources", "envs", "secrets", "file_mounts", "setup", "run"};
+// SkyPilot task fields that do not change what runs on the nodes of an existing cluster: herd
+// accepts them (so the same YAML works with both) and notes that it ignores them.
+constexpr std::string_view kIgnoredTaskFields[] = {"config", "volumes", "event_callback", "inputs",
+                                                   "outputs"};
+// SkyPilot task fields whose whole point herd does not provide: refused, so nobody believes they
+// took effect.
+struct Refused {
+  std::string_view field;
+  std::string_view why;
+};
+constexpr Refused kRefusedTaskFields[] = {
+    {"service", "SkyServe services are not supported by herd: run the server as a job instead"},
+    {"pool", "worker pools are not supported by herd: remove it"},
+};
+
+constexpr std::string_view kResourceFields[] = {"infra",     "cloud",    "region",       "zone",
+                                                "cpus",      "memory",   "accelerators", "ports",
+                                                "disk_size", "use_spot", "any_of",       "ordered"};
+// Resource fields that only matter for choosing or creating cloud VMs.
+constexpr std::string_view kIgnoredResourceFields[] = {
+    "instance_type", "job_recovery",     "spot_recovery",  "disk_tier",
+    "network_tier",  "image_id",         "labels",         "autostop",
+    "priority",      "accelerator_args", "max_hourly_cost"};
+
+template <size_t N>
+bool Contains(const std::string_view (&list)[N], std::string_view key) {
+  return std::find(std::begin(list), std::end(list), key) != std::end(list);
+}
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t cost = std::tolower(static_cast<unsigned char>(a[i - 1])) ==
+                            std::tolower(static_cast<unsigned char>(b[j - 1]))
+                        ? 0
+                        : 1;
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+// The known field closest to a misspelt one, if it is close enough to be what was meant.
+std::optional<std::string_view> ClosestField(std::string_view key,
+                                             const std::vector<std::string_view>& known) {
+  size_t allowed = key.size() <= 4 ? 1 : key.size() <= 8 ? 2 : 3;
+  std::optional<std::string_view> best;
+  size_t best_distance = allowed + 1;
+  for (std::string_view k : known) {
+    size_t d = EditDistance(key, k);
+    if (d < best_distance) {
+      best = k;
+      best_distance = d;
+    }
+  }
+  return best;
+}
+
+std::string Join(const std::vector<std::string_view>& items, std::string_view sep) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += sep;
+    out += items[i];
+  }
+  return out;
+}
+
+std::string Describe(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+      return "null";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Map:
+      return "a mapping";
+    case YAML::NodeType::Scalar:
+      return "'" + node.Scalar() + "'";
+    default:
+      return "nothing";
+  }
+}
+
+// A scalar written without quotes or a string tag: only those can be numbers or booleans.
+bool IsPlainScalar(const YAML::Node& node) { return node.IsScalar() && node.Tag() == "?"; }
+
+// YAML 1.1 booleans, as PyYAML (and so SkyPilot) reads them.
+std::optional<bool> PlainBool(const YAML::Node& node) {
+  if (!IsPlainScalar(node)) return std::nullopt;
+  static const std::set<std::string> kTrue = {"true", "True", "TRUE", "yes", "Yes",
+                                              "YES",  "on",   "On",   "ON"};
+  static const std::set<std::string> kFalse = {"false", "False", "FALSE", "no", "No",
+                                               "NO",    "off",   "Off",   "OFF"};
+  if (kTrue.count(node.Scalar())) return true;
+  if (kFalse.count(node.Scalar())) return false;
+  return std::nullopt;
+}
+
+std::optional<std::string> DefaultGetenv(const std::string& name) {
+  const char* value = std::getenv(name.c_str());
+  if (value == nullptr) return std::nullopt;
+  return std::string(value);
+}
+
+std::string Child(std::string_view path, std::string_view key) {
+  if (path.empty()) return std::string(key);
+  return std::string(path) + "." + std::string(key);
+}
+
+// A variable marked required (null value) in the YAML, remembered until overrides are applied.
+struct RequiredVar {
+  std::string name;
+  YAML::Mark mark;
+};
+
+struct Entry {
+  std::string key;
+  YAML::Node key_node;
+  YAML::Node value;
+};
+
+class TaskParser {
+ public:
+  TaskParser(std::string_view source, const ParseOptions& options)
+      : source_(source),
+        options_(options),
+        getenv_(options.getenv ? options.getenv : DefaultGetenv) {}
+
+  Result<Task> Parse(std::string_view yaml) {
+    std::vector<YAML::Node> docs;
+    try {
+      docs = YAML::LoadAll(std::string(yaml));
+    } catch (const YAML::Exception& e) {
+      return InvalidArgument(Where(e.mark) + "invalid YAML: " + e.msg);
+    }
+    std::vector<YAML::Node> tasks;
+    for (const YAML::Node& doc : docs) {
+      if (!doc.IsNull()) tasks.push_back(doc);
+    }
+    if (tasks.size() > 1) {
+      return InvalidArgument(Where(tasks[1].Mark()) +
+                             "a second YAML document: herd takes one task per file (pipelines of "
+                             "several tasks are not supported)");
+    }
+    Task task;
+    if (tasks.empty()) {  // An empty file is a valid task that does nothing, as in SkyPilot.
+      HERD_RETURN_IF_ERROR(ApplyOverrides(task, {}, {}));
+      return task;
+    }
+    try {
+      HERD_RETURN_IF_ERROR(ParseTask(tasks[0], task));
+    } catch (const YAML::Exception& e) {
+      return InvalidArgument(Where(e.mark) + "invalid YAML: " + e.msg);
+    }
+    return task;
+  }
+
+ private:
+  std::string Where(const YAML::Mark& mark) const {
+    if (mark.is_null() || mark.line < 0) return std::string(source_) + ": ";
+    return std::string(source_) + ":" + std::to_string(mark.line + 1) + ":" +
+           std::to_string(mark.column + 1) + ": ";
+  }
+  Status Error(const YAML::Node& at, std::string_view path, std::string_view what) const {
+    std::string prefix = path.empty() ? "" : std::string(path) + ": ";
+    return InvalidArgument(Where(at.Mark()) + prefix + std::string(what));
+  }
+  void Note(std::vector<std::string>& notes, const YAML::Node& at, std::string_view path,
+            std::string_view what) const {
+    notes.push_back(Where(at.Mark()) + std::string(path) + ": " + std::string(what));
+  }
+
+  // The entries of a mapping in file order; keys must be distinct scalars.
+  Result<std::vector<Entry>> Entries(const YAML::Node& map, std::string_view path) const {
+    std::vector<Entry> entries;
+    std::map<std::string, YAML::Mark> seen;
+    for (const auto& kv : map) {
+      // Copies: yaml-cpp's iterator yields a temporary pair of node handles.
+      const YAML::Node key = kv.first;
+      const YAML::Node value = kv.second;
+      if (!key.IsScalar()) {
+        return Error(key, path, "a field name must be a plain word, got " + Describe(key));
+      }
+      auto [where, inserted] = seen.emplace(key.Scalar(), key.Mark());
+      if (!inserted) {
+        return Error(
+            key, Child(path, key.Scalar()),
+            "given twice (first on line " + std::to_string(where->second.line + 1) + "): keep one");
+      }
+      entries.push_back({key.Scalar(), key, value});
+    }
+    return entries;
+  }
+
+  Status UnknownField(const Entry& e, std::string_view path,
+                      const std::vector<std::string_view>& known) const {
+    std::string what = "unknown field '" + e.key + "'";
+    if (auto close = ClosestField(e.key, known)) {
+      what += " (did you mean '" + std::string(*close) + "'?)";
+    } else {
+      what += " (known fields: " + Join(known, ", ") + ")";
+    }
+    return Error(e.key_node, path, what);
+  }
+
+  Status ParseTask(const YAML::Node& root, Task& task) {
+    if (!root.IsMap()) {
+      return Error(root, "",
+                   "expected a mapping of task fields (name, resources, setup, run, ...), got " +
+                       Describe(root));
+    }
+    HERD_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(root, ""));
+    std::vector<std::string_view> known(std::begin(kTaskFields), std::end(kTaskFields));
+    std::map<std::string, const Entry*> fields;
+    for (const Entry& e : entries) {
+      if (Contains(kTaskFields, e.key)) {
+        fields[e.key] = &e;
+        continue;
+      }
+      if (Contains(kIgnoredTaskFields, e.key)) {
+        Note(task.notes, e.key_node, e.key,
+             "accepted for SkyPilot compatibility; herd does not act on it");
+        continue;
+      }
+      auto refused = std::find_if(std::begin(kRefusedTaskFields), std::end(kRefusedTaskFields),
+                                  [&](const Refused& r) { return r.field == e.key; });
+      if (refused != std::end(kRefusedTaskFields)) return Error(e.key_node, e.key, refused->why);
+      return UnknownField(e, "", known);
+    }
+    auto field = [&](std::string_view name) -> const YAML::Node* {
+      auto it = fields.find(std::string(name));
+      return it == fields.end() ? nullptr : &it->second->value;
+    };
+
+    if (const YAML::Node* n = field("name")) {
+      HERD_ASSIGN_OR_RETURN(task.name, String(*n, "name"));
+    }
+    if (const YAML::Node* n = field("num_nodes"); n && !n->IsNull()) {
+      auto v = IsPlainScalar(*n) ? ParseInteger(n->Scalar()) : std::nullopt;
+      if (!v || *v < 1 || *v > 1000000) {
+        std::string hint = n->IsScalar() && !IsPlainScalar(*n) ? " (remove the quotes)" : "";
+        return Error(*n, "num_nodes", "expected a positive integer, got " + Describe(*n) + hint);
+      }
+      task.num_nodes = static_cast<int>(*v);
+    }
+
+    std::vector<RequiredVar> required_envs, required_secrets;
+    if (const YAML::Node* n = field("envs")) {
+      HERD_RETURN_IF_ERROR(VarMap(*n, "envs", task.envs, required_envs));
+    }
+    if (const YAML::Node* n = field("secrets")) {
+      HERD_RETURN_IF_ERROR(VarMap(*n, "secrets", task.secrets, required_secrets));
+    }
+    HERD_RETURN_IF_ERROR(ApplyOverrides(task, required_envs, required_secrets));
+
+    // ${VAR} in workdir and file_mounts: the task's envs (after overrides), then the local
+    // environment. Secrets are not used: they must never end up in paths that get printed.
+    EnvLookup lookup = [&](const std::string& name) -> std::optional<std::string> {
+      if (auto it = task.envs.find(name); it != task.envs.end()) return it->second;
+      return getenv_(name);
+    };
+    if (const YAML::Node* n = field("workdir"); n && !n->IsNull()) {
+      if (n->IsMap()) {
+        return Error(*n, "workdir",
+                     "git workdirs ({url, ref}) are not supported by herd: give a local "
+                     "directory");
+      }
+      HERD_ASSIGN_OR_RETURN(std::string raw, String(*n, "workdir"));
+      HERD_ASSIGN_OR_RETURN(task.workdir, Substitute(raw, *n, "workdir", lookup));
+    }
+    if (const YAML::Node* n = field("file_mounts")) {
+      HERD_RETURN_IF_ERROR(FileMounts(*n, lookup, task.file_mounts));
+    }
+    if (const YAML::Node* n = field("resources"); n && !n->IsNull()) {
+      if (!n->IsMap()) {
+        return Error(
+            *n, "resources",
+            "expected a mapping of resource fields (cpus, accelerators, ...), got " + Describe(*n));
+      }
+      HERD_RETURN_IF_ERROR(ParseResources(*n, "resources", task.resources, true, task.notes));
+    }
+    if (const YAML::Node* n = field("setup")) {
+      HERD_ASSIGN_OR_RETURN(task.setup, Script(*n, "setup"));
+    }
+    if (const YAML::Node* n = field("run")) {
+      HERD_ASSIGN_OR_RETURN(task.run, Script(*n, "run"));
+    }
+    return Status::Ok();
+  }
+
+  // A string field: any scalar is taken as written; null is "".
+  Result<std::string> String(const YAML::Node& n, std::string_view path) const {
+    if (n.IsNull()) return std::string();
+    if (!n.IsScalar()) return Error(n, path, "expected a string, got " + Describe(n));
+    return n.Scalar();
+  }
+
+  Result<std::string> Substitute(const std::string& text, const YAML::Node& at,
+                                 std::string_view path, const EnvLookup& lookup) const {
+    auto out = SubstituteVars(text, lookup);
+    if (!out.ok()) return Error(at, path, out.status().message());
+    return std::move(out).value();
+  }
+
+  // setup/run: a string, or a list of strings joined with newlines (SkyPilot's SDK form).
+  Result<std::string> Script(const YAML::Node& n, std::string_view path) const {
+    if (n.IsNull()) return std::string();
+    if (n.IsScalar()) return n.Scalar();
+    if (!n.IsSequence()) {
+      return Error(n, path, "expected a string or a list of strings, got " + Describe(n));
+    }
+    std::string out;
+    for (size_t i = 0; i < n.size(); ++i) {
+      const YAML::Node item = n[i];
+      if (!item.IsScalar()) {
+        return Error(item, std::string(path) + "[" + std::to_string(i) + "]",
+                     "expected a string (one command line), got " + Describe(item));
+      }
+      if (i > 0) out += "\n";
+      out += item.Scalar();
+    }
+    return out;
+  }
+
+  // envs/secrets: NAME: value; value null means "required, must come from an override".
+  Status VarMap(const YAML::Node& n, std::string_view field,
+                std::map<std::string, std::string>& out, std::vector<RequiredVar>& required) const {
+    if (n.IsNull()) return Status::Ok();
+    if (!n.IsMap()) {
+      return Error(n, field, "expected a mapping of NAME: value, got " + Describe(n));
+    }
+    HERD_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(n, field));
+    for (const Entry& e : entries) {
+      if (!IsEnvName(e.key)) {
+        return Error(e.key_node, field,
+                     "invalid variable name '" + e.key +
+                         "': use letters, digits and '_', not starting with a digit");
+      }
+      if (e.value.IsNull()) {
+        required.push_back({e.key, e.key_node.Mark()});
+      } else if (e.value.IsScalar()) {
+        out[e.key] = e.value.Scalar();
+      } else {
+        return Error(
+            e.value, Child(field, e.key),
+            "expected a string, number or bool (null means required), got " + Describe(e.value));
+      }
+    }
+    return Status::Ok();
+  }
+
+  // YAML envs < --env < --env-file (REFERENCE.md); then every required variable must be set.
+  Status ApplyOverrides(Task& task, const std::vector<RequiredVar>& required_envs,
+                        const std::vector<RequiredVar>& required_secrets) const {
+    for (const std::string& text : options_.env_overrides) {
+      HERD_ASSIGN_OR_RETURN(auto kv, ParseEnvOverride(text, "--env", getenv_));
+      task.envs[kv.first] = kv.second;
+    }
+    for (const std::string& path : options_.env_files) {
+      HERD_ASSIGN_OR_RETURN(EnvPairs pairs, ReadEnvFile(path));
+      for (auto& [k, v] : pairs) task.envs[k] = v;
+    }
+    for (const std::string& text : options_.secret_overrides) {
+      HERD_ASSIGN_OR_RETURN(auto kv, ParseEnvOverride(text, "--secret", getenv_));
+      task.secrets[kv.first] = kv.second;
+    }
+    for (const RequiredVar& r : required_envs) {
+      if (!task.envs.count(r.name)) {
+        return InvalidArgument(Where(r.mark) + "envs." + r.name + " is required: pass --env " +
+                               r.name + "=VALUE (or put it in an --env-file)");
+      }
+    }
+    for (const RequiredVar& r : required_secrets) {
+      if (!task.secrets.count(r.name)) {
+        return InvalidArgument(Where(r.mark) + "secrets." + r.name +
+                               " is required: pass --secret " + r.name + "=VALUE");
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status FileMounts(const YAML::Node& n, const EnvLookup& lookup,
+                    std::map<std::string, std::string>& out) const {
+    if (n.IsNull()) return Status::Ok();
+    if (!n.IsMap()) {
+      return Error(n, "file_mounts",
+                   "expected a mapping of /remote/path: /local/path, got " + Describe(n));
+    }
+    HERD_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(n, "file_mounts"));
+    for (const Entry& e : entries) {
+      std::string path = Child("file_mounts", e.key);
+      if (e.value.IsMap()) {
+        return Error(e.value, path,
+                     "storage mounts (buckets: name/source/store/mode) are not supported by herd: "
+                     "give a local path");
+      }
+      if (!e.value.IsScalar() || e.value.Scalar().empty()) {
+        // A null value's mark is wherever the next token starts: point at the key instead.
+        return Error(e.value.IsNull() ? e.key_node : e.value, path,
+                     "expected a local path, got " + Describe(e.value));
+      }
+      if (e.key.empty()) return Error(e.key_node, "file_mounts", "empty remote path");
+      HERD_ASSIGN_OR_RETURN(std::string remote, Substitute(e.key, e.key_node, path, lookup));
+      HERD_ASSIGN_OR_RETURN(std::string local, Substitute(e.value.Scalar(), e.value, path, lookup));
+      if (!out.emplace(remote, local).second) {
+        return Error(e.key_node, path, "mounts to '" + remote + "' twice: keep one");
+      }
+    }
+    return Status::Ok();
+  }
+
+  // One resources mapping into r. top: the task's own resources (any_of/ordered allowed).
+  Status ParseResources(const YAML::Node& n, const std::string& path, Resources& r, bool top,
+                        std::vector<std::string>& notes) const {
+    HERD_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(n, path));
+    std::vector<std::string_view> known(std::begin(kResourceFields), std::end(kResourceFields));
+    std::map<std::string, const Entry*> fields;
+    for (const Entry& e : entries) {
+      if (Contains(kIgnoredResourceFields, e.key)) {
+        Note(notes, e.key_node, Child(path, e.key),
+             "accepted for SkyPilot compatibility; herd does not act on it");
+        continue;
+      }
+      if (!Contains(kResourceFields, e.key)) return UnknownField(e, path, known);
+      if (!top && (e.key == "any_of" || e.key == "ordered")) {
+        return Error(e.key_node, Child(path, e.key),
+                     "candidates cannot be nested: move them to resources." + e.key);
+      }
+      fields[e.key] = &e;
+    }
+    auto field = [&](std::string_view name) -> const Entry* {
+      auto it = fields.find(std::string(name));
+      return it == fields.end() ? nullptr : it->second;
+    };
+
+    HERD_RETURN_IF_ERROR(
+        Infra(field("infra"), field("cloud"), field("region"), field("zone"), path, r));
+    if (const Entry* e = field("cpus"); e && !e->value.IsNull()) {
+      auto a = e->value.IsScalar() ? ParseAmount(e->value.Scalar(), false) : std::nullopt;
+      if (!a) {
+        return Error(e->value, Child(path, "cpus"),
+                     "expected a number or 'N+', got " + Describe(e->value));
+      }
+      r.cpus = a->value;
+      r.cpus_at_least = a->at_least;
+    }
+    if (const Entry* e = field("memory"); e && !e->value.IsNull()) {
+      auto a = e->value.IsScalar() ? ParseAmount(e->value.Scalar(), true) : std::nullopt;
+      if (!a) {
+        return Error(e->value, Child(path, "memory"),
+                     "expected a number of GB or 'N+' (e.g. 32 or 32+), got " + Describe(e->value));
+      }
+      r.memory_gb = a->value;
+      r.memory_at_least = a->at_least;
+    }
+    if (const Entry* e = field("accelerators")) {
+      HERD_RETURN_IF_ERROR(Accelerators(e->value, Child(path, "accelerators"), r, notes));
+    }
+    if (const Entry* e = field("ports")) {
+      HERD_RETURN_IF_ERROR(Ports(e->value, Child(path, "ports"), r));
+    }
+    if (const Entry* e = field("disk_size"); e && !e->value.IsNull()) {
+      auto v = IsPlainScalar(e->value) ? ParseInteger(e->value.Scalar()) : std::nullopt;
+      if (!v || *v < 1 || *v > 1000000) {
+        return Error(e->value, Child(path, "disk_size"),
+                     "expected a positive integer number of GB, got " + Describe(e->value));
+      }
+      r.disk_size = static_cast<int>(*v);
+    }
+    if (const Entry* e = field("use_spot"); e && !e->value.IsNull()) {
+      auto b = PlainBool(e->value);
+      if (!b) {
+        return Error(e->value, Child(path, "use_spot"),
+                     "expected true or false, got " + Describe(e->value));
+      }
+      r.use_spot = *b;
+    }
+    const Entry* any_of = field("any_of");
+    const Entry* ordered = field("ordered");
+    if (any_of && ordered) {
+      const Entry* later =
+          any_of->key_node.Mark().pos > ordered->key_node.Mark().pos ? any_of : ordered;
+      return Error(later->key_node, path, "give either any_of or ordered, not both");
+    }
+    if (any_of) HERD_RETURN_IF_ERROR(Candidates(*any_of, path, r, r.any_of, notes));
+    if (ordered) HERD_RETURN_IF_ERROR(Candidates(*ordered, path, r, r.ordered, notes));
+    return Status::Ok();
+  }
+
+  // any_of/ordered: each candidate starts from the fields around it and overrides some.
+  Status Candidates(const Entry& e, const std::string& path, const Resources& base,
+                    std::vector<Resources>& out, std::vector<std::string>& notes) const {
+    std::string list_path = Child(path, e.key);
+    if (!e.value.IsSequence() || e.value.size() == 0) {
+      return Error(e.value, list_path,
+                   "expected a non-empty list of resource mappings, got " + Describe(e.value));
+    }
+    std::vector<Resources> candidates;
+    for (size_t i = 0; i < e.value.size(); ++i) {
+      const YAML::Node item = e.value[i];
+      std::string item_path = list_path + "[" + std::to_string(i) + "]";
+      if (!item.IsMap()) {
+        return Error(item, item_path,
+                     "expected a mapping of resource fields, got " + Describe(item));
+      }
+      Resources c = base;
+      c.any_of.clear();
+      c.ordered.clear();
+      HERD_RETURN_IF_ERROR(ParseResources(item, item_path, c, false, notes));
+      candidates.push_back(std::move(c));
+    }
+    out = std::move(candidates);
+    return Status::Ok();
+  }
+
+  // infra, or SkyPilot's older cloud/region/zone (turned into the infra form).
+  Status Infra(const Entry* infra, const Entry* cloud, const Entry* region, const Entry* zone,
+               const std::string& path, Resources& r) const {
+    const Entry* legacy = cloud ? cloud : region ? region : zone;
+    if (infra && legacy) {
+      return Error(legacy->key_node, Child(path, legacy->key),
+                   "give either infra or cloud/region/zone, not both (e.g. infra: aws/us-east-1)");
+    }
+    auto text = [&](const Entry* e) -> Result<std::string> {
+      if (!e || e->value.IsNull()) return std::string();
+      if (!e->value.IsScalar() || Trim(e->value.Scalar()).empty()) {
+        return Error(e->value, Child(path, e->key), "expected a name, got " + Describe(e->value));
+      }
+      return std::string(Trim(e->value.Scalar()));
+    };
+    if (legacy) {
+      HERD_ASSIGN_OR_RETURN(std::string c, text(cloud));
+      HERD_ASSIGN_OR_RETURN(std::string reg, text(region));
+      HERD_ASSIGN_OR_RETURN(std::string z, text(zone));
+      std::string value = c.empty() ? "*" : c;
+      if (!reg.empty() || !z.empty()) value += "/" + (reg.empty() ? "*" : reg);
+      if (!z.empty()) value += "/" + z;
+      return SetInfra(value, legacy->value, Child(path, legacy->key), r);
+    }
+    if (!infra || infra->value.IsNull()) return Status::Ok();
+    HERD_ASSIGN_OR_RETURN(std::string value, text(infra));
+    return SetInfra(value, infra->value, Child(path, "infra"), r);
+  }
+
+  Status SetInfra(std::string value, const YAML::Node& at, const std::string& path,
+                  Resources& r) const {
+    auto bad = [&] {
+      return Error(
+          at, path,
+          "expected CLOUD[/REGION[/ZONE]], k8s/CONTEXT, ssh/POOL or local, got '" + value + "'");
+    };
+    if (value.find_first_of(" \t\n") != std::string::npos) return bad();
+    size_t slash = value.find('/');
+    std::string cloud = value.substr(0, slash);
+    if (cloud.empty()) return bad();
+    for (char& c : cloud) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    std::string rest = slash == std::string::npos ? "" : value.substr(slash);
+    bool kubernetes = cloud == "k8s" || cloud == "kubernetes";
+    // A Kubernetes context may contain '/', other clouds have plain region and zone names.
+    if (!rest.empty()) {
+      if (rest.size() == 1) return bad();
+      if (!kubernetes) {
+        if (rest.find("//") != std::string::npos || rest.back() == '/' ||
+            std::count(rest.begin(), rest.end(), '/') > 2) {
+          return bad();
+        }
+      }
+    }
+    r.infra = cloud + rest;
+    return Status::Ok();
+  }
+
+  Status Accelerators(const YAML::Node& n, const std::string& path, Resources& r,
+                      std::vector<std::string>& notes) const {
+    if (n.IsNull()) {
+      r.accelerator.clear();
+      r.accelerator_count = 0;
+      return Status::Ok();
+    }
+    std::vector<Accelerator> choices;
+    auto from_text = [&](const YAML::Node& at, const std::string& text,
+                         const std::string& at_path) -> Status {
+      auto acc = ParseAccelerator(text);
+      if (!acc.ok()) return Error(at, at_path, acc.status().message());
+      choices.push_back(std::move(acc).value());
+      return Status::Ok();
+    };
+    if (n.IsScalar()) {
+      HERD_RETURN_IF_ERROR(from_text(n, n.Scalar(), path));
+    } else if (n.IsSequence()) {  // a list of alternatives
+      for (size_t i = 0; i < n.size(); ++i) {
+        const YAML::Node item = n[i];
+        std::string item_path = path + "[" + std::to_string(i) + "]";
+        if (!item.IsScalar()) {
+          return Error(item, item_path,
+                       "expected NAME or NAME:COUNT (e.g. L4:4), got " + Describe(item));
+        }
+        HERD_RETURN_IF_ERROR(from_text(item, item.Scalar(), item_path));
+      }
+    } else {  // {NAME: COUNT}, or a set {V100:1, A100:1} whose keys carry the counts
+      HERD_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(n, path));
+      for (const Entry& e : entries) {
+        std::string entry_path = Child(path, e.key);
+        if (e.value.IsNull()) {
+          HERD_RETURN_IF_ERROR(from_text(e.key_node, e.key, entry_path));
+          continue;
+        }
+        auto count = IsPlainScalar(e.value) ? ParseNumber(e.value.Scalar()) : std::nullopt;
+        if (!count || *count <= 0) {
+          return Error(
+              e.value, entry_path,
+              "expected a positive count (e.g. " + e.key + ": 4), got " + Describe(e.value));
+        }
+        if (!IsAcceleratorName(e.key)) {
+          return Error(e.key_node, path, "'" + e.key + "' is not an accelerator name (e.g. L4)");
+        }
+        choices.push_back({e.key, *count});
+      }
+    }
+    if (choices.empty()) {
+      return Error(n, path,
+                   "expected an accelerator such as L4:4, got an empty " +
+                       std::string(n.IsMap() ? "mapping" : "list"));
+    }
+    if (choices.size() > 1) {
+      Note(notes, n, path,
+           std::to_string(choices.size()) + " alternatives given; herd uses the first, " +
+               choices[0].name + ":" + FormatNumber(choices[0].count));
+    }
+    r.accelerator = choices[0].name;
+    r.accelerator_count = choices[0].count;
+    return Status::Ok();
+  }
+
+  Status Ports(const YAML::Node& n, const std::string& path, Resources& r) const {
+    r.ports.clear();
+    if (n.IsNull()) return Status::Ok();
+    auto one = [&](const YAML::Node& item, const std::string& item_path) -> Status {
+      if (!item.IsScalar()) {
+        return Error(item, item_path,
+                     "expected a port (8080) or a range ('10000-10100'), got " + Describe(item));
+      }
+      auto port = ParsePortRange(item.Scalar());
+      if (!port.ok()) return Error(item, item_path, port.status().message());
+      r.ports.push_back(std::move(port).value());
+      return Status::Ok();
+    };
+    if (n.IsSequence()) {
+      for (size_t i = 0; i < n.size(); ++i) {
+        HERD_RETURN_IF_ERROR(one(n[i], path + "[" + std::to_string(i) + "]"));
+      }
+      return Status::Ok();
+    }
+    if (n.IsMap()) {
+      return Error(n, path,
+                   "expected a port (8080), a range ('10000-10100') or a list of them, got a "
+                   "mapping");
+    }
+    return one(n, path);
+  }
+
+  std::string_view source_;
+  const ParseOptions& options_;
+  EnvLookup getenv_;
+};
+
+}  // namespace
+
+Result<Task> ParseTaskYaml(std::string_view yaml, std::string_view source_name,
+                           const ParseOptions& options) {
+  try {
+    return TaskParser(source_name, options).Parse(yaml);
+  } catch (const std::exception& e) {  // yaml-cpp or std failures that escaped the parser
+    return Internal(std::string(source_name) + ": unexpected error while parsing: " + e.what());
+  }
+}
+
+Result<Task> ParseTaskFile(const std::string& path, const ParseOptions& options) {
+  HERD_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  return ParseTaskYaml(text, path, options);
+}
+
+const Resources& PrimaryResources(const Task& task) {
+  if (!task.resources.ordered.empty()) return task.resources.ordered.front();
+  if (!task.resources.any_of.empty()) return task.resources.any_of.front();
+  return task.resources;
+}
+
+}  // namespace herd::task

@@ -1,0 +1,402 @@
+#include "shared/tls/certs.hpp"
+
+#include <fcntl.h>
+#include <openssl/bio.h>
+#include <openssl/bn.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/rand.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <memory>
+
+namespace herd::tls {
+namespace {
+
+using transport::Role;
+
+// RAII owners of OpenSSL objects.
+struct Deleter {
+  void operator()(BIO* p) const { BIO_free_all(p); }
+  void operator()(EVP_PKEY* p) const { EVP_PKEY_free(p); }
+  void operator()(X509* p) const { X509_free(p); }
+  void operator()(BIGNUM* p) const { BN_free(p); }
+  void operator()(X509_EXTENSION* p) const { X509_EXTENSION_free(p); }
+  void operator()(GENERAL_NAMES* p) const { GENERAL_NAMES_free(p); }
+  void operator()(GENERAL_NAME* p) const { GENERAL_NAME_free(p); }
+  void operator()(ASN1_OCTET_STRING* p) const { ASN1_OCTET_STRING_free(p); }
+};
+template <typename T>
+using Owned = std::unique_ptr<T, Deleter>;
+
+// "what: <OpenSSL error queue>", clearing the queue so later calls start clean.
+Status SslError(std::string_view what) {
+  std::string msg(what);
+  bool first = true;
+  while (unsigned long err = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(err, buf, sizeof(buf));
+    msg += first ? ": " : "; ";
+    msg += buf;
+    first = false;
+  }
+  return Internal(std::move(msg));
+}
+
+Result<Owned<X509>> ParseCert(std::string_view pem) {
+  Owned<BIO> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  if (!bio) return SslError("BIO_new_mem_buf");
+  Owned<X509> cert(PEM_read_bio_X509(bio.get(), nullptr, nullptr, nullptr));
+  if (!cert) {
+    ERR_clear_error();
+    return InvalidArgument("not a PEM certificate");
+  }
+  return cert;
+}
+
+Result<Owned<EVP_PKEY>> ParseKey(std::string_view pem) {
+  Owned<BIO> bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
+  if (!bio) return SslError("BIO_new_mem_buf");
+  Owned<EVP_PKEY> key(PEM_read_bio_PrivateKey(bio.get(), nullptr, nullptr, nullptr));
+  if (!key) {
+    ERR_clear_error();
+    return InvalidArgument("not a PEM private key");
+  }
+  return key;
+}
+
+Result<std::string> BioString(BIO* bio) {
+  char* data = nullptr;
+  long n = BIO_get_mem_data(bio, &data);
+  if (n < 0) return SslError("BIO_get_mem_data");
+  return std::string(data, static_cast<std::size_t>(n));
+}
+
+Result<Pem> ToPem(X509* cert, EVP_PKEY* key) {
+  Owned<BIO> cbio(BIO_new(BIO_s_mem()));
+  Owned<BIO> kbio(BIO_new(BIO_s_mem()));
+  if (!cbio || !kbio) return SslError("BIO_new");
+  if (PEM_write_bio_X509(cbio.get(), cert) != 1) return SslError("PEM_write_bio_X509");
+  // PKCS#8, unencrypted: the file mode protects it.
+  if (PEM_write_bio_PrivateKey(kbio.get(), key, nullptr, nullptr, 0, nullptr, nullptr) != 1) {
+    return SslError("PEM_write_bio_PrivateKey");
+  }
+  Pem pem;
+  HERD_ASSIGN_OR_RETURN(pem.cert, BioString(cbio.get()));
+  HERD_ASSIGN_OR_RETURN(pem.key, BioString(kbio.get()));
+  return pem;
+}
+
+Result<Owned<EVP_PKEY>> NewKey() {
+  Owned<EVP_PKEY> key(EVP_EC_gen("P-256"));
+  if (!key) return SslError("EVP_EC_gen(P-256)");
+  return key;
+}
+
+// Fills version, a random positive 128-bit serial, validity and subject of a new certificate.
+Status InitCert(X509* cert, const std::vector<std::pair<std::string, std::string>>& subject,
+                int valid_days) {
+  if (valid_days <= 0) return InvalidArgument("valid_days must be positive");
+  if (X509_set_version(cert, X509_VERSION_3) != 1) return SslError("X509_set_version");
+  unsigned char serial[16];
+  if (RAND_bytes(serial, sizeof(serial)) != 1) return SslError("RAND_bytes");
+  serial[0] &= 0x7f;  // positive
+  serial[0] |= 0x40;  // and a full 16 bytes, so serials never collide by length
+  Owned<BIGNUM> bn(BN_bin2bn(serial, sizeof(serial), nullptr));
+  if (!bn || !BN_to_ASN1_INTEGER(bn.get(), X509_get_serialNumber(cert))) {
+    return SslError("serial number");
+  }
+  // Valid from an hour ago: machines of a cluster do not agree on the time to the second.
+  if (!X509_gmtime_adj(X509_getm_notBefore(cert), -3600) ||
+      !X509_time_adj_ex(X509_getm_notAfter(cert), valid_days, 0, nullptr)) {
+    return SslError("validity");
+  }
+  X509_NAME* name = X509_get_subject_name(cert);
+  for (const auto& [field, value] : subject) {
+    if (X509_NAME_add_entry_by_txt(name, field.c_str(), MBSTRING_UTF8,
+                                   reinterpret_cast<const unsigned char*>(value.data()),
+                                   static_cast<int>(value.size()), -1, 0) != 1) {
+      return SslError("subject " + field);
+    }
+  }
+  return Status::Ok();
+}
+
+// Adds an extension given in OpenSSL's config syntax (values here are fixed strings, never user
+// input, so no escaping is needed).
+Status AddExt(X509* cert, X509* issuer, int nid, const char* value) {
+  X509V3_CTX ctx;
+  X509V3_set_ctx_nodb(&ctx);
+  X509V3_set_ctx(&ctx, issuer, cert, nullptr, nullptr, 0);
+  Owned<X509_EXTENSION> ext(X509V3_EXT_conf_nid(nullptr, &ctx, nid, value));
+  if (!ext) return SslError(std::string("extension ") + OBJ_nid2sn(nid));
+  if (X509_add_ext(cert, ext.get(), -1) != 1) return SslError("X509_add_ext");
+  return Status::Ok();
+}
+
+// subjectAltName built from GENERAL_NAMEs, so that names are never parsed as config syntax.
+Status AddSans(X509* cert, const std::vector<std::string>& ips,
+               const std::vector<std::string>& dns) {
+  if (ips.empty() && dns.empty()) return Status::Ok();
+  Owned<GENERAL_NAMES> names(sk_GENERAL_NAME_new_null());
+  if (!names) return SslError("sk_GENERAL_NAME_new_null");
+  for (const std::string& ip : ips) {
+    Owned<ASN1_OCTET_STRING> octets(a2i_IPADDRESS(ip.c_str()));
+    if (!octets) {
+      ERR_clear_error();
+      return InvalidArgument("not an IP address: '" + ip + "'");
+    }
+    Owned<GENERAL_NAME> gen(GENERAL_NAME_new());
+    if (!gen) return SslError("GENERAL_NAME_new");
+    GENERAL_NAME_set0_value(gen.get(), GEN_IPADD, octets.release());
+    if (!sk_GENERAL_NAME_push(names.get(), gen.get())) return SslError("sk_GENERAL_NAME_push");
+    gen.release();
+  }
+  for (const std::string& name : dns) {
+    if (name.empty()) return InvalidArgument("empty DNS name");
+    Owned<GENERAL_NAME> gen(GENERAL_NAME_new());
+    ASN1_IA5STRING* ia5 = ASN1_IA5STRING_new();
+    if (!gen || !ia5 || ASN1_STRING_set(ia5, name.data(), static_cast<int>(name.size())) != 1) {
+      ASN1_IA5STRING_free(ia5);
+      return SslError("DNS name");
+    }
+    GENERAL_NAME_set0_value(gen.get(), GEN_DNS, ia5);
+    if (!sk_GENERAL_NAME_push(names.get(), gen.get())) return SslError("sk_GENERAL_NAME_push");
+    gen.release();
+  }
+  if (X509_add1_ext_i2d(cert, NID_subject_alt_name, names.get(), 0, X509V3_ADD_DEFAULT) != 1) {
+    return SslError("subjectAltName");
+  }
+  return Status::Ok();
+}
+
+// The text of the first `nid` entry of the subject, or NotFound.
+Result<std::string> SubjectEntry(X509* cert, int nid) {
+  X509_NAME* name = X509_get_subject_name(cert);
+  int idx = X509_NAME_get_index_by_NID(name, nid, -1);
+  if (idx < 0) return NotFound(std::string("certificate has no ") + OBJ_nid2sn(nid));
+  ASN1_STRING* data = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(name, idx));
+  unsigned char* utf8 = nullptr;
+  int n = ASN1_STRING_to_UTF8(&utf8, data);
+  if (n < 0) return SslError("ASN1_STRING_to_UTF8");
+  std::string out(reinterpret_cast<char*>(utf8), static_cast<std::size_t>(n));
+  OPENSSL_free(utf8);
+  return out;
+}
+
+bool IsHostName(std::string_view s) {
+  if (s.empty() || s.size() > 253 || s.front() == '-' || s.front() == '.') return false;
+  for (char c : s) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+Status MakeDir(const std::string& dir) {
+  std::error_code ec;
+  bool created = std::filesystem::create_directories(dir, ec);
+  if (ec) return IoError("create " + dir + ": " + ec.message());
+  // Only a directory made here is narrowed; an existing one keeps the mode its owner chose.
+  if (created && ::chmod(dir.c_str(), 0700) != 0) return ErrnoError("chmod " + dir, errno);
+  return Status::Ok();
+}
+
+std::string Join(const std::string& dir, std::string_view name) {
+  return (std::filesystem::path(dir) / name).string();
+}
+
+}  // namespace
+
+Result<Pem> CreateCa(std::string_view cluster_name, int valid_days) {
+  if (cluster_name.empty()) return InvalidArgument("cluster name is empty");
+  HERD_ASSIGN_OR_RETURN(Owned<EVP_PKEY> key, NewKey());
+  Owned<X509> cert(X509_new());
+  if (!cert) return SslError("X509_new");
+  HERD_RETURN_IF_ERROR(InitCert(
+      cert.get(), {{"O", "herd"}, {"CN", "herd-ca " + std::string(cluster_name)}}, valid_days));
+  if (X509_set_issuer_name(cert.get(), X509_get_subject_name(cert.get())) != 1 ||
+      X509_set_pubkey(cert.get(), key.get()) != 1) {
+    return SslError("CA issuer/key");
+  }
+  // pathlen:0: the CA signs leaves only.
+  HERD_RETURN_IF_ERROR(
+      AddExt(cert.get(), cert.get(), NID_basic_constraints, "critical,CA:TRUE,pathlen:0"));
+  HERD_RETURN_IF_ERROR(
+      AddExt(cert.get(), cert.get(), NID_key_usage, "critical,keyCertSign,cRLSign"));
+  HERD_RETURN_IF_ERROR(AddExt(cert.get(), cert.get(), NID_subject_key_identifier, "hash"));
+  if (X509_sign(cert.get(), key.get(), EVP_sha256()) == 0) return SslError("X509_sign");
+  return ToPem(cert.get(), key.get());
+}
+
+Result<Pem> IssueCertificate(const Pem& ca, Role role, std::string_view common_name,
+                             const std::vector<std::string>& ip_sans,
+                             const std::vector<std::string>& dns_sans, int valid_days) {
+  if (common_name.empty()) return InvalidArgument("common name is empty");
+  std::string_view ou;
+  const char* eku = nullptr;
+  switch (role) {
+    case Role::kAgent:
+      ou = kAgentOu;
+      eku = "serverAuth,clientAuth";
+      break;
+    case Role::kClient:
+      ou = kClientOu;
+      eku = "clientAuth";
+      break;
+    default:
+      return InvalidArgument("a certificate needs the agent or the client role");
+  }
+  HERD_ASSIGN_OR_RETURN(Owned<X509> ca_cert, ParseCert(ca.cert));
+  HERD_ASSIGN_OR_RETURN(Owned<EVP_PKEY> ca_key, ParseKey(ca.key));
+  if (X509_check_private_key(ca_cert.get(), ca_key.get()) != 1) {
+    ERR_clear_error();
+    return InvalidArgument("the CA key does not belong to the CA certificate");
+  }
+  HERD_ASSIGN_OR_RETURN(Owned<EVP_PKEY> key, NewKey());
+  Owned<X509> cert(X509_new());
+  if (!cert) return SslError("X509_new");
+  HERD_RETURN_IF_ERROR(InitCert(
+      cert.get(), {{"O", "herd"}, {"OU", std::string(ou)}, {"CN", std::string(common_name)}},
+      valid_days));
+  if (X509_set_issuer_name(cert.get(), X509_get_subject_name(ca_cert.get())) != 1 ||
+      X509_set_pubkey(cert.get(), key.get()) != 1) {
+    return SslError("issuer/key");
+  }
+  HERD_RETURN_IF_ERROR(
+      AddExt(cert.get(), ca_cert.get(), NID_basic_constraints, "critical,CA:FALSE"));
+  HERD_RETURN_IF_ERROR(
+      AddExt(cert.get(), ca_cert.get(), NID_key_usage, "critical,digitalSignature"));
+  HERD_RETURN_IF_ERROR(AddExt(cert.get(), ca_cert.get(), NID_ext_key_usage, eku));
+  HERD_RETURN_IF_ERROR(AddExt(cert.get(), ca_cert.get(), NID_subject_key_identifier, "hash"));
+  HERD_RETURN_IF_ERROR(
+      AddExt(cert.get(), ca_cert.get(), NID_authority_key_identifier, "keyid:always"));
+  HERD_RETURN_IF_ERROR(AddSans(cert.get(), ip_sans, dns_sans));
+  if (X509_sign(cert.get(), ca_key.get(), EVP_sha256()) == 0) return SslError("X509_sign");
+  return ToPem(cert.get(), key.get());
+}
+
+Result<Role> RoleOf(std::string_view cert_pem) {
+  HERD_ASSIGN_OR_RETURN(Owned<X509> cert, ParseCert(cert_pem));
+  Result<std::string> ou = SubjectEntry(cert.get(), NID_organizationalUnitName);
+  if (!ou.ok()) {
+    if (ou.status().code() == Code::kNotFound) return Role::kUnknown;
+    return ou.status();
+  }
+  if (*ou == kAgentOu) return Role::kAgent;
+  if (*ou == kClientOu) return Role::kClient;
+  return Role::kUnknown;
+}
+
+Result<std::string> CommonNameOf(std::string_view cert_pem) {
+  HERD_ASSIGN_OR_RETURN(Owned<X509> cert, ParseCert(cert_pem));
+  return SubjectEntry(cert.get(), NID_commonName);
+}
+
+Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode) {
+  std::filesystem::path target(path);
+  std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
+  std::string tmp =
+      (std::filesystem::path(dir) / ("." + target.filename().string() + ".XXXXXX")).string();
+  int fd = ::mkstemp(tmp.data());
+  if (fd < 0) return ErrnoError("create temporary file for " + path, errno);
+  auto fail = [&](std::string_view what) {
+    int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return ErrnoError(std::string(what) + " " + tmp, err);
+  };
+  if (::fchmod(fd, mode) != 0) return fail("fchmod");
+  std::size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail("write");
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) return fail("fsync");
+  if (::close(fd) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return ErrnoError("close " + tmp, err);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return ErrnoError("rename to " + path, err);
+  }
+  // The rename itself must survive a crash too.
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return Status::Ok();
+}
+
+Result<std::string> ReadFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    if (err == ENOENT) return NotFound("no such file: " + path);
+    return ErrnoError("open " + path, err);
+  }
+  std::string out;
+  char buf[16384];
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      return ErrnoError("read " + path, err);
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+Status InitClusterCerts(const std::string& dir, std::string_view cluster) {
+  std::string ca_key_path = Join(dir, kCaKeyFile);
+  std::error_code ec;
+  if (std::filesystem::exists(ca_key_path, ec)) {
+    return AlreadyExists("cluster CA already exists: " + ca_key_path);
+  }
+  HERD_RETURN_IF_ERROR(MakeDir(dir));
+  HERD_ASSIGN_OR_RETURN(Pem ca, CreateCa(cluster));
+  HERD_ASSIGN_OR_RETURN(Pem client, IssueCertificate(ca, Role::kClient, "herd-client"));
+  // Keys first: a crash in between leaves no certificate without its key.
+  HERD_RETURN_IF_ERROR(WriteFileAtomic(ca_key_path, ca.key, 0600));
+  HERD_RETURN_IF_ERROR(WriteFileAtomic(Join(dir, kCaCertFile), ca.cert, 0644));
+  HERD_RETURN_IF_ERROR(WriteFileAtomic(Join(dir, kClientKeyFile), client.key, 0600));
+  HERD_RETURN_IF_ERROR(WriteFileAtomic(Join(dir, kClientCertFile), client.cert, 0644));
+  return Status::Ok();
+}
+
+Status IssueAgentCerts(const std::string& ca_dir, std::string_view node_name,
+                       const std::vector<std::string>& ips, const std::string& out_dir) {
+  Pem ca;
+  HERD_ASSIGN_OR_RETURN(ca.cert, ReadFile(Join(ca_dir, kCaCertFile)));
+  HERD_ASSIGN_OR_RETURN(ca.key, ReadFile(Join(ca_dir, kCaKeyFile)));
+  std::vector<std::string> dns;
+  if (IsHostName(node_name)) dns.emplace_back(node_name);
+  HERD_ASSIGN_OR_RETURN(Pem agent, IssueCertificate(ca, Role::kAgent, node_name, ips, dns));
+  HERD_RETURN_IF_ERROR(MakeDir(out_dir));
+  HERD_RETURN_IF_ERROR(WriteFileAtomic(Join(out_dir, kAgentKeyFile), agent.key, 0600));
+  HERD_RETURN_IF_ERROR(WriteFileAtomic(Join(out_dir, kAgentCertFile), agent.cert, 0644));
+  HERD_RETURN_IF_ERROR(WriteFileAtomic(Join(out_dir, kCaCertFile), ca.cert, 0644));
+  return Status::Ok();
+}
+
+}  // namespace herd::tls

@@ -1,0 +1,65 @@
+// Cluster certificates made with OpenSSL's library API (no openssl tool): one CA per cluster, and
+// leaf certificates whose role (agent or client) is carried in the subject OU and in the
+// extendedKeyUsage. Keys are ECDSA P-256, signatures SHA-256, serials random 128-bit.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shared/common/status.hpp"
+#include "shared/transport/transport.hpp"
+
+namespace herd::tls {
+
+// A certificate and its private key, both PEM.
+struct Pem {
+  std::string cert;
+  std::string key;
+};
+
+// Subject OU of each role's certificates.
+inline constexpr std::string_view kAgentOu = "herd-agent";
+inline constexpr std::string_view kClientOu = "herd-client";
+
+// A self-signed CA for one cluster (CN "herd-ca <cluster>").
+Result<Pem> CreateCa(std::string_view cluster_name, int valid_days = 3650);
+
+// A leaf certificate signed by `ca`. Agent certificates may serve and dial (serverAuth and
+// clientAuth); client certificates may only dial (clientAuth). ip_sans and dns_sans go into the
+// subjectAltName.
+Result<Pem> IssueCertificate(const Pem& ca, herd::transport::Role role,
+                             std::string_view common_name,
+                             const std::vector<std::string>& ip_sans = {},
+                             const std::vector<std::string>& dns_sans = {}, int valid_days = 825);
+
+// The role from the subject OU; kUnknown for a certificate without a herd role (e.g. the CA).
+Result<herd::transport::Role> RoleOf(std::string_view cert_pem);
+Result<std::string> CommonNameOf(std::string_view cert_pem);
+
+// Writes via a temporary file in the same directory, fsync, rename (readers never see half a
+// file) and fsyncs the directory. `mode` is applied before any byte is written.
+Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode);
+Result<std::string> ReadFile(const std::string& path);
+
+// File names of the layouts below.
+inline constexpr std::string_view kCaCertFile = "ca.crt";
+inline constexpr std::string_view kCaKeyFile = "ca.key";
+inline constexpr std::string_view kClientCertFile = "client.crt";
+inline constexpr std::string_view kClientKeyFile = "client.key";
+inline constexpr std::string_view kAgentCertFile = "agent.crt";
+inline constexpr std::string_view kAgentKeyFile = "agent.key";
+
+// Creates `dir` (0700) with ca.crt, ca.key (0600), client.crt and client.key (0600). Refuses
+// (AlreadyExists) when dir/ca.key exists: replacing a CA would lock out every agent.
+Status InitClusterCerts(const std::string& dir, std::string_view cluster);
+
+// Issues an agent certificate for `node_name` (CN, and DNS SAN when it is a valid host name) with
+// `ips` as IP SANs from the CA in `ca_dir`, and writes out_dir/ca.crt, out_dir/agent.crt and
+// out_dir/agent.key (0600). The CA key never goes to out_dir.
+Status IssueAgentCerts(const std::string& ca_dir, std::string_view node_name,
+                       const std::vector<std::string>& ips, const std::string& out_dir);
+
+}  // namespace herd::tls

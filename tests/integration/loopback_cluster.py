@@ -1,0 +1,187 @@
+"""A head and workers on distinct loopback addresses, started from real binaries with real
+certificates, for the integration tests of the agent core. Everything it starts is killed and every
+file it made is removed by close(), also when a test fails."""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+
+HERD = os.environ.get("HERD", "herd")
+HERDLET = os.environ.get("HERDLET", "herdlet")
+
+
+def run(args, timeout=60, check=True, **kw):
+    p = subprocess.run(args, capture_output=True, timeout=timeout, **kw)
+    if check and p.returncode != 0:
+        raise AssertionError(
+            f"{args} exited {p.returncode}\nstdout:\n{p.stdout.decode(errors='replace')}\n"
+            f"stderr:\n{p.stderr.decode(errors='replace')}")
+    return p
+
+
+def processes_with_marker(marker):
+    """PIDs of live (non-zombie) processes with an environment entry that starts with marker."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"/proc/{d}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != b"Z" and any(e.startswith(marker) for e in env):
+            found.append(int(d))
+    return found
+
+
+class LoopbackCluster:
+    def __init__(self, name, addresses, gpus_per_node=2, gpu_name="L4", cpus=4):
+        self.name = name
+        self.addresses = addresses
+        self.dir = tempfile.mkdtemp(prefix=f"herd-{name}-")
+        os.chmod(self.dir, 0o700)
+        self.marker_value = uuid.uuid4().hex
+        self.procs = []
+        self.certs = os.path.join(self.dir, "certs")
+        self.port = None
+        try:
+            run([HERD, "certs", "init", self.certs, "--cluster", name])
+            for i, addr in enumerate(addresses):
+                self._start_agent(i, addr, gpus_per_node, gpu_name, cpus)
+                if i == 0:
+                    self.port = self._wait_port()
+            self.wait_nodes(len(addresses))
+        except BaseException:
+            self.close()
+            raise
+
+    def node_id(self, i):
+        return f"{self.name}-head" if i == 0 else f"{self.name}-worker{i}"
+
+    def _start_agent(self, i, addr, gpus, gpu_name, cpus):
+        node = self.node_id(i)
+        ndir = os.path.join(self.dir, node)
+        os.makedirs(ndir)
+        run([HERD, "certs", "issue", self.certs, "--node", node, "--ip", addr, "--out",
+             os.path.join(ndir, "certs")])
+        cfg = {
+            "role": "head" if i == 0 else "worker",
+            "cluster": self.name,
+            "node_id": node,
+            "address": addr,
+            "certs": os.path.join(ndir, "certs"),
+            "state_dir": os.path.join(ndir, "state"),
+            "cpus": cpus,
+            "gpus": gpus,
+            "gpu_name": gpu_name,
+        }
+        if i == 0:
+            cfg["listen"] = f"{addr}:0"
+            cfg["port_file"] = os.path.join(ndir, "port")
+        else:
+            cfg["head"] = f"{self.addresses[0]}:{self.port}"
+        path = os.path.join(ndir, "herdlet.yaml")
+        with open(path, "w") as f:
+            json.dump(cfg, f)  # JSON is YAML
+        env = dict(os.environ)
+        # Setup must not see this; run does (REFERENCE.md).
+        env["CUDA_VISIBLE_DEVICES"] = "0,1"
+        env["HOME"] = os.path.join(ndir, "home")
+        os.makedirs(env["HOME"])
+        log = open(os.path.join(ndir, "herdlet.log"), "wb")
+        p = subprocess.Popen([HERDLET, "--config", path], stdout=log, stderr=subprocess.STDOUT,
+                             env=env, start_new_session=True)
+        log.close()
+        self.procs.append(p)
+
+    def _wait_port(self):
+        path = os.path.join(self.dir, self.node_id(0), "port")
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            if os.path.exists(path):
+                with open(path) as f:
+                    return int(f.read().strip())
+            if self.procs[0].poll() is not None:
+                raise AssertionError("head exited: " + self.agent_log(0))
+            time.sleep(0.05)
+        raise AssertionError("head did not write its port: " + self.agent_log(0))
+
+    def agent_log(self, i):
+        with open(os.path.join(self.dir, self.node_id(i), "herdlet.log"), errors="replace") as f:
+            return f.read()
+
+    def target(self, certs=None):
+        return ["--endpoint", f"{self.addresses[0]}:{self.port}", "--certs", certs or self.certs]
+
+    def herd(self, verb, *args, timeout=60, check=True, certs=None):
+        return run([HERD, verb, *self.target(certs), *args], timeout=timeout, check=check)
+
+    def nodes(self):
+        return json.loads(self.herd("nodes", "-o", "json").stdout)
+
+    def wait_nodes(self, n, timeout=20):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                if sum(1 for x in self.nodes() if x["alive"]) >= n:
+                    return
+            except AssertionError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"{n} nodes did not register:\n" + self.agent_log(0))
+
+    def queue(self):
+        return {j["id"]: j for j in json.loads(self.herd("queue", "-o", "json").stdout)}
+
+    def wait_state(self, job_id, states, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            job = self.queue().get(job_id)
+            if job and job["status"] in states:
+                return job
+            time.sleep(0.1)
+        raise AssertionError(f"job {job_id} not in {states}: {self.queue().get(job_id)}")
+
+    def marker_env(self, tag=""):
+        """--env flags that mark every process of a job for the leftover sweep."""
+        return ["--env", f"HERD_TEST_RUN={self.marker_value}{tag}"]
+
+    def leftovers(self, tag=""):
+        return processes_with_marker(f"HERD_TEST_RUN={self.marker_value}{tag}".encode())
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        # Jobs run in their own sessions (they outlive an agent); sweep whatever a test left.
+        for pid in self.leftovers():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+JOB_ID_RE = re.compile(r"Job submitted, ID: (\d+)")
+
+
+def job_id_of(stderr):
+    m = JOB_ID_RE.search(stderr.decode(errors="replace"))
+    if not m:
+        raise AssertionError("no job id in: " + stderr.decode(errors="replace"))
+    return int(m.group(1))

@@ -1,0 +1,66 @@
+#include "agent/core/agent_config.hpp"
+
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+namespace herd::agent {
+namespace {
+
+struct TempFile {
+  std::string path;
+  explicit TempFile(const std::string& text) {
+    char tmpl[] = "/tmp/herd-agent-config-XXXXXX";
+    int fd = ::mkstemp(tmpl);
+    ::close(fd);
+    path = tmpl;
+    std::ofstream(path) << text;
+  }
+  ~TempFile() { std::filesystem::remove(path); }
+};
+
+TEST_CASE("a worker config loads") {
+  TempFile f(
+      "role: worker\ncluster: c\nnode_id: c-worker1\naddress: 127.0.0.3\n"
+      "head: 127.0.0.2:7443\ncerts: /x\nstate_dir: /y\ngpus: 2\ngpu_name: L4\n");
+  auto c = LoadAgentConfig(f.path);
+  REQUIRE(c.ok());
+  CHECK(c->role == AgentConfig::Role::kWorker);
+  CHECK(c->head.host == "127.0.0.2");
+  CHECK(c->head.port == 7443);
+  CHECK(c->gpus == 2);
+  CHECK(c->gpu_name == "L4");
+}
+
+TEST_CASE("bad configs name the place") {
+  TempFile unknown("role: head\nlisten: 1.2.3.4:0\nnode: x\n");
+  auto r = LoadAgentConfig(unknown.path);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message() == unknown.path + ":3:1: unknown setting 'node'");
+
+  TempFile port("role: worker\ncluster: c\nnode_id: n\naddress: a\ncerts: c\nstate_dir: s\n"
+                "head: host:99999\n");
+  r = LoadAgentConfig(port.path);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message().find("head: bad port '99999'") != std::string::npos);
+
+  TempFile missing("role: worker\nhead: h:1\n");
+  r = LoadAgentConfig(missing.path);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message() == missing.path + ": cluster is required");
+
+  CHECK(LoadAgentConfig("/nonexistent/herdlet.yaml").status().code() == Code::kNotFound);
+}
+
+TEST_CASE("host:port parsing") {
+  CHECK(ParseHostPort("[::1]:80", "f")->host == "::1");
+  CHECK_FALSE(ParseHostPort("nocolon", "--endpoint").ok());
+  CHECK(ParseHostPort("nocolon", "--endpoint").status().message() ==
+        "--endpoint: expected HOST:PORT, got 'nocolon'");
+}
+
+}  // namespace
+}  // namespace herd::agent

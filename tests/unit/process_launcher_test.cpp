@@ -1,0 +1,517 @@
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent/process/uv_process_launcher.hpp"
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using herd::agent::ProcessCallbacks;
+using herd::agent::SpawnRequest;
+using herd::agent::UvProcessLauncher;
+
+namespace {
+
+// Stands in for the agent's io_context: callbacks run on the test thread while it waits.
+class PostQueue {
+ public:
+  std::function<void(std::function<void()>)> Poster() {
+    return [this](std::function<void()> fn) {
+      std::lock_guard lock(mu_);
+      queue_.push_back(std::move(fn));
+      cv_.notify_all();
+    };
+  }
+  // Runs posted callbacks until pred() holds or timeout passes; returns pred().
+  bool RunUntil(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      if (pred()) return true;
+      std::unique_lock lock(mu_);
+      if (queue_.empty()) {
+        // Also wake up now and then: some conditions (a process dying) post nothing.
+        auto until = std::min(deadline, std::chrono::steady_clock::now() + 20ms);
+        cv_.wait_until(lock, until, [&] { return !queue_.empty(); });
+      }
+      if (queue_.empty()) {
+        if (std::chrono::steady_clock::now() >= deadline) return pred();
+        continue;
+      }
+      auto fn = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      fn();
+    }
+  }
+  // Runs whatever arrives during `d`.
+  void RunFor(std::chrono::milliseconds d) {
+    RunUntil([] { return false; }, d);
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+};
+
+// What the callbacks of one process reported.
+struct Recorder {
+  std::vector<std::pair<uint64_t, std::string>> chunks;
+  std::string output;
+  bool exited = false;
+  bool output_after_exit = false;
+  int exit_code = -1;
+  int term_signal = -1;
+  uint64_t total_bytes = 0;
+
+  ProcessCallbacks Callbacks() {
+    return {[this](uint64_t offset, std::string_view data) {
+              if (exited) output_after_exit = true;
+              chunks.emplace_back(offset, std::string(data));
+              output.append(data);
+            },
+            [this](int code, int sig, uint64_t total) {
+              exited = true;
+              exit_code = code;
+              term_signal = sig;
+              total_bytes = total;
+            }};
+  }
+  std::vector<int> Pids() const {
+    std::vector<int> pids;
+    std::istringstream in(output);
+    int pid;
+    while (in >> pid) pids.push_back(pid);
+    return pids;
+  }
+};
+
+std::string ReadFile(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+char ProcState(int pid) {
+  std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  size_t close = stat.rfind(')');
+  return close == std::string::npos || close + 2 >= stat.size() ? 0 : stat[close + 2];
+}
+
+// Running (a zombie has already died: it only waits for its parent to read its status).
+bool Alive(int pid) {
+  char s = ProcState(pid);
+  return s != 0 && s != 'Z' && s != 'X';
+}
+
+// Live processes whose environment marks them as members of group: the test's own scan, written
+// independently of the launcher's.
+std::vector<int> MarkedPids(const std::string& group) {
+  std::vector<int> pids;
+  const std::string marker = std::string("HERD_PROCESS_GROUP=") + group;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    int pid = std::stoi(name);
+    if (pid == ::getpid()) continue;
+    std::string env = ReadFile(entry.path() / "environ");
+    size_t pos = 0;
+    while (pos < env.size()) {
+      size_t end = env.find('\0', pos);
+      if (end == std::string::npos) end = env.size();
+      if (env.compare(pos, end - pos, marker) == 0 && Alive(pid)) pids.push_back(pid);
+      pos = end + 1;
+    }
+  }
+  return pids;
+}
+
+// Group names unique to this test process, so that parallel runs do not see each other's processes.
+std::string G(const std::string& name) { return name + "-" + std::to_string(::getpid()); }
+
+std::vector<std::string> Sh(const std::string& script) { return {"/bin/sh", "-c", script}; }
+
+// Per test: a temp dir, a launcher with its own cgroup scope, and cleanup of every process and
+// cgroup the test made, even when a check failed.
+struct Fixture {
+  fs::path dir;
+  PostQueue queue;
+  std::string scope;
+  std::vector<std::string> groups;
+  std::vector<int> extra_pids;  // processes to kill that may have dropped the marker
+  std::unique_ptr<UvProcessLauncher> launcher;
+
+  // use_cgroups=false: the launcher relies on the environment sweep alone, as on a machine without
+  // usable cgroups.
+  explicit Fixture(bool use_cgroups = true)
+      : scope(use_cgroups ? "herd-test-" + std::to_string(::getpid()) + "/node-1" : "") {
+    std::string tmpl = (fs::temp_directory_path() / "herd-proc-test-XXXXXX").string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    dir = tmpl;
+    launcher = std::make_unique<UvProcessLauncher>(queue.Poster(), scope);
+  }
+  ~Fixture() {
+    for (int pid : extra_pids)
+      if (Alive(pid)) ::kill(pid, SIGKILL);
+    auto deadline = std::chrono::steady_clock::now() + 3s;
+    for (;;) {
+      bool any = false;
+      for (const auto& g : groups) {
+        for (int pid : MarkedPids(g)) {
+          any = true;
+          ::kill(pid, SIGKILL);
+        }
+      }
+      if (!any || std::chrono::steady_clock::now() > deadline) break;
+      std::this_thread::sleep_for(20ms);
+    }
+    std::string cgroup_dir;
+    for (const auto& g : groups) {
+      if (!launcher) break;
+      cgroup_dir = launcher->CgroupDir(g);
+      if (!cgroup_dir.empty()) ::rmdir(cgroup_dir.c_str());
+    }
+    launcher.reset();  // removes the scope directories once they are empty
+    if (!cgroup_dir.empty()) {
+      fs::path node = fs::path(cgroup_dir).parent_path();
+      ::rmdir(node.c_str());
+      ::rmdir(node.parent_path().c_str());
+    }
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+
+  // Spawns with a fresh group; REQUIREs success.
+  int Spawn(const std::string& group, std::vector<std::string> argv, Recorder& rec,
+            SpawnRequest extra = {}) {
+    groups.push_back(group);
+    extra.group = group;
+    extra.argv = std::move(argv);
+    if (extra.log_path.empty()) extra.log_path = (dir / (group + ".log")).string();
+    auto pid = launcher->Spawn(extra, rec.Callbacks());
+    REQUIRE_MESSAGE(pid.ok(), pid.status().ToString());
+    return *pid;
+  }
+
+  bool WaitExit(Recorder& rec, std::chrono::milliseconds timeout = 10s) {
+    return queue.RunUntil([&] { return rec.exited; }, timeout);
+  }
+};
+
+// Checks that the chunks tile the log exactly from `start`, in order, and match the file.
+void CheckChunksTileLog(const Recorder& rec, const fs::path& log, uint64_t start) {
+  uint64_t next = start;
+  for (const auto& [offset, data] : rec.chunks) {
+    CHECK(offset == next);
+    next = offset + data.size();
+  }
+  std::string file = ReadFile(log);
+  REQUIRE(file.size() == next);
+  CHECK(file.substr(start) == rec.output);
+}
+
+}  // namespace
+
+TEST_CASE("isolation in use") {
+  MESSAGE("process isolation: " << UvProcessLauncher::DescribeIsolation());
+  const bool have_cgroups = UvProcessLauncher::DescribeIsolation().rfind("cgroup", 0) == 0;
+  PostQueue queue;
+  CHECK(UvProcessLauncher(queue.Poster(), "herd-test").CgroupDir("g").empty() != have_cgroups);
+  CHECK(UvProcessLauncher(queue.Poster(), "").CgroupDir("g").empty());
+}
+
+TEST_CASE("output bytes reach the log and the callback unaltered, with their offsets") {
+  Fixture f;
+  Recorder rec;
+  fs::path log = f.dir / "logs" / "nested" / "run.log";  // parents do not exist yet
+  SpawnRequest req;
+  req.log_path = log.string();
+  f.Spawn(G("out"),
+          Sh("printf 'a\\rb\\rc\\r'; head -c 1000000 /dev/zero | tr '\\0' x; "
+             "printf 'last line'"),
+          rec, req);
+  REQUIRE(f.WaitExit(rec));
+  const std::string expected = "a\rb\rc\r" + std::string(1000000, 'x') + "last line";
+  CHECK(rec.output == expected);
+  CHECK(rec.total_bytes == expected.size());
+  CHECK(rec.exit_code == 0);
+  CHECK(rec.term_signal == 0);
+  CHECK_FALSE(rec.output_after_exit);
+  CheckChunksTileLog(rec, log, 0);
+}
+
+TEST_CASE("a second process appends to an existing log; stderr is captured too") {
+  Fixture f;
+  fs::path log = f.dir / "run.log";
+  std::ofstream(log) << "previous attempt\n";
+  SpawnRequest req;
+  req.log_path = log.string();
+  Recorder rec;
+  f.Spawn(G("err"),
+          Sh("printf 'e1\\n' >&2; sleep 0.2; printf 'out\\n'; sleep 0.2; printf 'e2' >&2"), rec,
+          req);
+  REQUIRE(f.WaitExit(rec));
+  CHECK(rec.output == "e1\nout\ne2");
+  CHECK(rec.total_bytes == 9);
+  CHECK(ReadFile(log) == "previous attempt\ne1\nout\ne2");
+  CheckChunksTileLog(rec, log, 17);
+}
+
+TEST_CASE("exit codes and signals") {
+  Fixture f;
+  Recorder three, killed;
+  f.Spawn(G("exit3"), Sh("exit 3"), three);
+  f.Spawn(G("kill9"), Sh("kill -9 $$"), killed);
+  REQUIRE(f.WaitExit(three));
+  REQUIRE(f.WaitExit(killed));
+  CHECK(three.exit_code == 3);
+  CHECK(three.term_signal == 0);
+  CHECK(killed.exit_code == 137);
+  CHECK(killed.term_signal == 9);
+
+  // The cgroups of finished groups and then the launcher's scope directories are removed.
+  std::string cgroup = f.launcher->CgroupDir(G("exit3"));
+  if (!cgroup.empty()) {
+    CHECK(f.queue.RunUntil([&] { return !fs::exists(cgroup); }, 1s));
+    f.launcher.reset();
+    CHECK_FALSE(fs::exists(fs::path(cgroup).parent_path().parent_path()));  // herd-test-PID
+  }
+}
+
+TEST_CASE("environment: added, replaced, unset, group marker; PATH of the child finds argv[0]") {
+  Fixture f;
+  ::setenv("HERD_TEST_DROP", "1", 1);
+  ::setenv("HERD_TEST_KEEP", "kept", 1);
+  fs::create_directories(f.dir / "bin");
+  {
+    std::ofstream(f.dir / "bin" / "herd-hello")
+        << "#!/bin/sh\nprintf '%s|%s|%s|%s|%s' \"$HERD_TEST_ADD\" \"${HERD_TEST_DROP-unset}\" "
+           "\"$HOME\" \"$HERD_TEST_KEEP\" \"$HERD_PROCESS_GROUP\"\n";
+  }
+  ::chmod((f.dir / "bin" / "herd-hello").c_str(), 0755);
+  SpawnRequest req;
+  req.env = {{"HERD_TEST_ADD", "added"},
+             {"HOME", "/replaced"},
+             {"PATH", (f.dir / "bin").string() + ":/usr/bin:/bin"}};
+  req.unset_env = {"HERD_TEST_DROP"};
+  Recorder rec;
+  f.Spawn(G("env-group"), {"herd-hello"}, rec, req);
+  REQUIRE(f.WaitExit(rec));
+  ::unsetenv("HERD_TEST_DROP");
+  ::unsetenv("HERD_TEST_KEEP");
+  CHECK(rec.output == "added|unset|/replaced|kept|" + G("env-group"));
+  CHECK(rec.exit_code == 0);
+}
+
+TEST_CASE("cwd") {
+  Fixture f;
+  fs::create_directories(f.dir / "work dir");
+  SpawnRequest req;
+  req.cwd = (f.dir / "work dir").string();
+  Recorder rec;
+  f.Spawn(G("cwd"), Sh("pwd -P"), rec, req);
+  REQUIRE(f.WaitExit(rec));
+  CHECK(rec.output == fs::canonical(f.dir / "work dir").string() + "\n");
+}
+
+TEST_CASE("spawn errors are reported and leave nothing behind") {
+  Fixture f;
+  Recorder rec;
+  SpawnRequest req;
+  req.group = G("missing");
+  f.groups.push_back(req.group);
+  req.log_path = (f.dir / "logs" / "run.log").string();
+
+  SUBCASE("no such program") { req.argv = {"herd-no-such-program-4711"}; }
+  SUBCASE("a program path that does not exist") { req.argv = {"/nonexistent/herd-program"}; }
+  SUBCASE("bad cwd") {
+    req.argv = {"true"};
+    req.cwd = (f.dir / "no-such-dir").string();
+  }
+  auto pid = f.launcher->Spawn(req, rec.Callbacks());
+  CHECK_FALSE(pid.ok());
+  CHECK(pid.status().code() == herd::Code::kNotFound);
+  CHECK_FALSE(fs::exists(f.dir / "logs"));
+  CHECK(MarkedPids(req.group).empty());
+  std::string cgroup = f.launcher->CgroupDir(G("missing"));
+  if (!cgroup.empty()) CHECK_FALSE(fs::exists(cgroup));
+  f.queue.RunFor(100ms);
+  CHECK_FALSE(rec.exited);  // no callback for a process that never ran
+  CHECK(rec.chunks.empty());
+
+  SpawnRequest empty;
+  empty.group = G("missing");
+  CHECK(f.launcher->Spawn(empty, rec.Callbacks()).status().code() == herd::Code::kInvalidArgument);
+}
+
+TEST_CASE("KillGroup kills setsid'd descendants, plain children and the process itself") {
+  bool cgroups = true;
+  SUBCASE("cgroups where available") {}
+  SUBCASE("environment sweep only") { cgroups = false; }
+  Fixture f(cgroups);
+  Recorder rec;
+  const std::string group = G("job-7-attempt-0");
+  int script = f.Spawn(group,
+                       Sh("setsid sh -c 'echo $$; exec sleep 1000' &\n"
+                          "setsid sh -c 'echo $$; exec sleep 1000' &\n"
+                          "sleep 1000 & echo $!\n"
+                          "wait\n"),
+                       rec);
+  REQUIRE(f.queue.RunUntil([&] { return rec.Pids().size() == 3; }, 5s));
+  std::vector<int> pids = rec.Pids();
+  f.extra_pids = pids;
+  for (int pid : pids) REQUIRE(Alive(pid));
+  for (int pid : pids) CHECK(getsid(pid) != getsid(0));
+
+  std::string cgroup = f.launcher->CgroupDir(group);
+  if (!cgroup.empty()) {
+    // Every process of the tree was in the group's cgroup before it could fork.
+    std::string procs = ReadFile(cgroup + "/cgroup.procs");
+    for (int pid : pids) CHECK(procs.find(std::to_string(pid) + "\n") != std::string::npos);
+    CHECK(procs.find(std::to_string(script) + "\n") != std::string::npos);
+  }
+
+  const auto grace = 1000ms;
+  auto start = std::chrono::steady_clock::now();
+  f.launcher->KillGroup(group, grace);
+  auto all_gone = [&] {
+    if (!MarkedPids(group).empty() || Alive(script)) return false;
+    for (int pid : pids)
+      if (Alive(pid)) return false;
+    return true;
+  };
+  CHECK(f.queue.RunUntil(all_gone, grace + 1s));
+  CHECK(std::chrono::steady_clock::now() - start < grace);  // SIGTERM was enough
+  REQUIRE(f.WaitExit(rec, 2s));
+  CHECK(rec.exit_code == 128 + SIGTERM);
+  if (!cgroup.empty()) CHECK(f.queue.RunUntil([&] { return !fs::exists(cgroup); }, 2s));
+}
+
+TEST_CASE("a process that ignores SIGTERM is SIGKILLed after the grace period") {
+  bool cgroups = true;
+  SUBCASE("cgroups where available") {}
+  SUBCASE("environment sweep only") { cgroups = false; }
+  Fixture f(cgroups);
+  Recorder rec;
+  f.Spawn(G("stubborn"), Sh("trap '' TERM; sleep 1000 & echo $!; wait; wait"), rec);
+  REQUIRE(f.queue.RunUntil([&] { return rec.Pids().size() == 1; }, 5s));
+  int sleeper = rec.Pids()[0];
+  f.extra_pids = {sleeper};
+  const auto grace = 500ms;
+  auto start = std::chrono::steady_clock::now();
+  f.launcher->KillGroup(G("stubborn"), grace);
+  f.queue.RunFor(grace - 150ms);
+  CHECK_FALSE(rec.exited);
+  CHECK(Alive(sleeper));
+  REQUIRE(f.WaitExit(rec, grace + 1s));
+  CHECK(std::chrono::steady_clock::now() - start >= grace);
+  CHECK(rec.exit_code == 137);
+  CHECK(rec.term_signal == SIGKILL);
+  CHECK(f.queue.RunUntil([&] { return !Alive(sleeper) && MarkedPids(G("stubborn")).empty(); }, 1s));
+}
+
+TEST_CASE("killing one group leaves another alone") {
+  bool cgroups = true;
+  SUBCASE("cgroups where available") {}
+  SUBCASE("environment sweep only") { cgroups = false; }
+  Fixture f(cgroups);
+  Recorder a, b;
+  f.Spawn(G("group-a"), Sh("sleep 1000 & echo $!; wait"), a);
+  f.Spawn(G("group-b"), Sh("sleep 1000 & echo $!; wait"), b);
+  REQUIRE(f.queue.RunUntil([&] { return a.Pids().size() == 1 && b.Pids().size() == 1; }, 5s));
+  f.launcher->KillGroup(G("group-a"), 1000ms);
+  REQUIRE(f.WaitExit(a, 3s));
+  f.queue.RunFor(300ms);
+  CHECK_FALSE(Alive(a.Pids()[0]));
+  CHECK_FALSE(b.exited);
+  CHECK(Alive(b.Pids()[0]));
+  CHECK(MarkedPids(G("group-b")).size() == 2);
+}
+
+TEST_CASE(
+    "cgroup: a process that cleared its environment is still killed; env sweep finds one "
+    "that left the cgroup") {
+  Fixture f;
+  std::string cgroup = f.launcher->CgroupDir(G("probe"));
+  if (cgroup.empty()) {
+    MESSAGE("no usable cgroup here: " << UvProcessLauncher::DescribeIsolation());
+    return;
+  }
+  const std::string base = fs::path(cgroup).parent_path().parent_path().string();
+  Recorder rec;
+  f.Spawn(G("escapes"),
+          Sh("env -i sh -c 'echo $$; exec sleep 1000' &\n"
+             "sh -c 'echo $$ > " +
+             base +
+             "/cgroup.procs; echo $$; exec sleep 1000' &\n"
+             "wait\n"),
+          rec);
+  REQUIRE(f.queue.RunUntil([&] { return rec.Pids().size() == 2; }, 5s));
+  std::vector<int> pids = rec.Pids();
+  f.extra_pids = pids;
+  for (int pid : pids) REQUIRE(Alive(pid));
+  f.launcher->KillGroup(G("escapes"), 1000ms);
+  CHECK(f.queue.RunUntil([&] { return !Alive(pids[0]) && !Alive(pids[1]); }, 2s));
+  CHECK(f.WaitExit(rec, 2s));
+}
+
+TEST_CASE("processes outlive the launcher, and a new launcher can still kill their group") {
+  bool cgroups = true;
+  SUBCASE("cgroups where available") {}
+  SUBCASE("environment sweep only") { cgroups = false; }
+  Fixture f(cgroups);
+  Recorder rec;
+  int script = f.Spawn(G("survivor"), Sh("sleep 1000 & echo $!; wait"), rec);
+  REQUIRE(f.queue.RunUntil([&] { return rec.Pids().size() == 1; }, 5s));
+  int sleeper = rec.Pids()[0];
+  f.launcher = std::make_unique<UvProcessLauncher>(f.queue.Poster(), f.scope);  // "restart"
+  f.queue.RunFor(200ms);
+  CHECK(Alive(script));
+  CHECK(Alive(sleeper));
+  CHECK_FALSE(rec.exited);  // the old launcher posts nothing after it is gone
+  f.launcher->KillGroup(G("survivor"), 1000ms);
+  CHECK(f.queue.RunUntil([&] { return !Alive(script) && !Alive(sleeper); }, 2s));
+  std::string cgroup = f.launcher->CgroupDir(G("survivor"));
+  if (!cgroup.empty()) CHECK(f.queue.RunUntil([&] { return !fs::exists(cgroup); }, 2s));
+  // Reaped by the new launcher as an adopted orphan, not left a zombie.
+  CHECK(f.queue.RunUntil([&] { return ProcState(script) == 0; }, 2s));
+}
+
+TEST_CASE("Spawn from several threads at once") {
+  Fixture f;
+  constexpr int kThreads = 4;
+  std::vector<Recorder> recs(kThreads);
+  std::vector<herd::Result<int>> results(kThreads, herd::Result<int>(0));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    f.groups.push_back(G("t" + std::to_string(i)));
+    threads.emplace_back([&, i] {
+      SpawnRequest req;
+      req.group = G("t" + std::to_string(i));
+      req.argv = Sh("printf " + std::to_string(i));
+      req.log_path = (f.dir / (req.group + ".log")).string();
+      results[i] = f.launcher->Spawn(req, recs[i].Callbacks());
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kThreads; ++i) {
+    REQUIRE(results[i].ok());
+    REQUIRE(f.WaitExit(recs[i]));
+    CHECK(recs[i].output == std::to_string(i));
+  }
+}

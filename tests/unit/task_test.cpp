@@ -1,0 +1,744 @@
+// herd_task: SkyPilot task YAML parsing, overrides, substitution, output forms and `herd check`.
+#include "shared/task/task.hpp"
+
+#include <doctest/doctest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <boost/json.hpp>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "shared/task/env_vars.hpp"
+
+namespace herd::task {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kTestdata = HERD_TASK_TESTDATA;
+
+// Options whose "local environment" is exactly `env`, so tests never depend on the real one.
+ParseOptions WithEnv(std::map<std::string, std::string> env = {}) {
+  ParseOptions options;
+  options.getenv = [env](const std::string& name) -> std::optional<std::string> {
+    auto it = env.find(name);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  };
+  return options;
+}
+
+Task Parse(std::string_view yaml, const ParseOptions& options = WithEnv()) {
+  auto task = ParseTaskYaml(yaml, "t.yaml", options);
+  INFO(task.status().message());
+  REQUIRE(task.ok());
+  return std::move(task).value();
+}
+
+std::string ErrorOf(std::string_view yaml, const ParseOptions& options = WithEnv()) {
+  auto task = ParseTaskYaml(yaml, "t.yaml", options);
+  REQUIRE_FALSE(task.ok());
+  CHECK(task.status().code() == Code::kInvalidArgument);
+  return task.status().message();
+}
+
+Task ParseFile(const std::string& name, const ParseOptions& options = WithEnv()) {
+  auto task = ParseTaskFile(kTestdata + "/" + name, options);
+  INFO(task.status().message());
+  REQUIRE(task.ok());
+  return std::move(task).value();
+}
+
+// A fresh directory under /tmp, removed with everything in it when the test ends.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "herd-task-test-XXXXXX").string();
+    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string Write(const std::string& name, const std::string& text) const {
+    std::string p = (path_ / name).string();
+    std::ofstream(p) << text;
+    return p;
+  }
+  std::string path() const { return path_.string(); }
+
+ private:
+  fs::path path_;
+};
+
+const std::string kSeedSetup =
+    "git clone --depth 1 https://github.com/pytorch/examples || true\n"
+    "cd examples\n"
+    "git filter-branch --prune-empty --subdirectory-filter distributed/minGPT-ddp\n"
+    "uv pip install --system -r requirements.txt\n";
+
+TEST_CASE("the seed's train.yaml parses to the values it states") {
+  Task t = ParseFile("train.yaml");
+  CHECK(t.name == "minGPT-ddp");
+  CHECK(t.num_nodes == 1);
+  REQUIRE(t.resources.cpus.has_value());
+  CHECK(*t.resources.cpus == 4);
+  CHECK_FALSE(t.resources.cpus_at_least);
+  CHECK(t.resources.accelerator == "L4");
+  CHECK(t.resources.accelerator_count == 4);
+  CHECK(t.resources.infra.empty());
+  CHECK(t.workdir.empty());
+  CHECK(t.file_mounts.empty());
+  CHECK(t.envs.empty());
+  CHECK(t.setup == kSeedSetup);
+  CHECK(t.run ==
+        "cd examples/mingpt\n"
+        "export LOGLEVEL=INFO\n"
+        "\n"
+        "echo \"Starting minGPT-ddp training\"\n"
+        "\n"
+        "torchrun \\\n"
+        "--nproc_per_node=$SKYPILOT_NUM_GPUS_PER_NODE \\\n"
+        "main.py\n");
+  CHECK(t.notes.empty());
+  CHECK(ResourcesSummary(t) == "1x(gpus=L4:4, cpus=4)");
+}
+
+TEST_CASE("the multi-node form keeps its run script byte for byte") {
+  // Even with SKYPILOT_* in the local environment, setup/run are never substituted: bash on the
+  // node expands them.
+  Task t = ParseFile("train-multinode.yaml",
+                     WithEnv({{"SKYPILOT_NODE_RANK", "7"}, {"SKYPILOT_NODE_IPS", "1.2.3.4"}}));
+  CHECK(t.num_nodes == 2);
+  CHECK(t.resources.accelerator == "L4");
+  CHECK(t.resources.accelerator_count == 4);
+  CHECK(t.setup == kSeedSetup);
+  CHECK(t.run.find("MASTER_ADDR=$(echo \"$SKYPILOT_NODE_IPS\" | head -n1)\n") != std::string::npos);
+  CHECK(t.run.find("--node_rank=${SKYPILOT_NODE_RANK} \\\n") != std::string::npos);
+  CHECK(t.run.find("--nnodes=$SKYPILOT_NUM_NODES \\\n") != std::string::npos);
+  CHECK(t.run.find("--master_port=8008 \\\n") != std::string::npos);
+  CHECK(t.run.find("7") == std::string::npos);
+  CHECK(ResourcesSummary(t) == "2x(gpus=L4:4, cpus=4)");
+}
+
+TEST_CASE("train-rdzv.yaml: cpus 4+ is 'at least 4'") {
+  Task t = ParseFile("train-rdzv.yaml");
+  CHECK(t.name == "minGPT-ddp-rdzv");
+  CHECK(t.num_nodes == 2);
+  CHECK(*t.resources.cpus == 4);
+  CHECK(t.resources.cpus_at_least);
+  CHECK(t.resources.accelerator_count == 2);
+  CHECK(t.run.find("--rdzv_endpoint=$MASTER_ADDR:29500 \\\n") != std::string::npos);
+  CHECK(t.run.find("--rdzv_id $SKYPILOT_TASK_ID \\\n") != std::string::npos);
+  CHECK(t.run.find("--node_rank") == std::string::npos);
+  CHECK(ResourcesSummary(t) == "2x(gpus=L4:2, cpus=4+)");
+}
+
+TEST_CASE("the SDK form's setup/run lists are joined with newlines") {
+  Task sdk = ParseFile("train-sdk.yaml");
+  Task yaml = ParseFile("train.yaml");
+  CHECK(sdk.setup + "\n" == yaml.setup);  // a '|' block ends with a newline, a join does not
+  CHECK(sdk.run ==
+        "cd examples/mingpt\n"
+        "export LOGLEVEL=INFO\n"
+        "torchrun --nproc_per_node=$SKYPILOT_NUM_GPUS_PER_NODE main.py");
+  CHECK(sdk.resources.accelerator == "L4");
+  CHECK(*sdk.resources.cpus == 4);
+}
+
+TEST_CASE("workdir and file_mounts of the seed, and ToSpec's remote workdir") {
+  Task t = ParseFile("train-mounts.yaml");
+  CHECK(t.workdir == ".");
+  CHECK(t.file_mounts ==
+        std::map<std::string, std::string>{{"~/.vimrc", "~/.vimrc"}, {"~/.netrc", "~/.netrc"}});
+  herd::v1::TaskSpec spec = ToSpec(t);
+  CHECK(spec.workdir() == "~/sky_workdir");
+  CHECK(ToSpec(ParseFile("train.yaml")).workdir() == "");
+}
+
+TEST_CASE("env precedence: YAML < --env < --env-file") {
+  TempDir dir;
+  std::string env_file = dir.Write("app.env",
+                                   "# comment\n"
+                                   "\n"
+                                   "C=from-file\n"
+                                   "export D='single # not a comment'\n"
+                                   "E=\"line1\\nline2\"  # trailing comment\n"
+                                   "F=bare value # comment\n");
+  ParseOptions options = WithEnv({{"LOCAL", "from-local-env"}});
+  options.env_overrides = {"B=from-flag", "C=from-flag", "LOCAL", "EMPTY="};
+  options.env_files = {env_file};
+  Task t = Parse(
+      "envs:\n"
+      "  A: from-yaml\n"
+      "  B: from-yaml\n"
+      "  C: from-yaml\n",
+      options);
+  CHECK(t.envs == std::map<std::string, std::string>{{"A", "from-yaml"},
+                                                     {"B", "from-flag"},
+                                                     {"C", "from-file"},
+                                                     {"D", "single # not a comment"},
+                                                     {"E", "line1\nline2"},
+                                                     {"F", "bare value"},
+                                                     {"LOCAL", "from-local-env"},
+                                                     {"EMPTY", ""}});
+}
+
+TEST_CASE("without a getenv option the real environment is used") {
+  REQUIRE(setenv("HERD_TASK_TEST_VALUE", "from-process", 1) == 0);
+  ParseOptions options;  // getenv left empty: ::getenv
+  options.env_overrides = {"HERD_TASK_TEST_VALUE"};
+  auto t = ParseTaskYaml("file_mounts:\n  /r/${HERD_TASK_TEST_VALUE}: /l\n", "t.yaml", options);
+  unsetenv("HERD_TASK_TEST_VALUE");
+  REQUIRE(t.ok());
+  CHECK(t->envs.at("HERD_TASK_TEST_VALUE") == "from-process");
+  CHECK(t->file_mounts.count("/r/from-process") == 1);
+}
+
+TEST_CASE("later --env and --env-file entries win over earlier ones") {
+  TempDir dir;
+  ParseOptions options = WithEnv();
+  options.env_overrides = {"X=1", "X=2"};
+  options.env_files = {dir.Write("a.env", "Y=a\n"), dir.Write("b.env", "Y=b\n")};
+  Task t = Parse("envs: {X: 0, Y: 0}\n", options);
+  CHECK(t.envs.at("X") == "2");
+  CHECK(t.envs.at("Y") == "b");
+}
+
+TEST_CASE("required envs and secrets are filled by overrides") {
+  TempDir dir;
+  ParseOptions options = WithEnv({{"HF_TOKEN", "hf_secret_value"}});
+  options.env_files = {dir.Write("keys.env", "WANDB_API_KEY=abc\n")};
+  options.secret_overrides = {"HF_TOKEN"};
+  Task t = Parse(
+      "envs:\n"
+      "  WANDB_API_KEY:\n"
+      "  MODEL: null\n"
+      "secrets:\n"
+      "  HF_TOKEN: null\n",
+      [&] {
+        ParseOptions o = options;
+        o.env_overrides = {"MODEL=gpt2"};
+        return o;
+      }());
+  CHECK(t.envs.at("WANDB_API_KEY") == "abc");
+  CHECK(t.envs.at("MODEL") == "gpt2");
+  CHECK(t.secrets.at("HF_TOKEN") == "hf_secret_value");
+}
+
+TEST_CASE("env values of any scalar type become their text") {
+  Task t = Parse(
+      "envs:\n"
+      "  PORT: 8080\n"
+      "  DEBUG: true\n"
+      "  LR: 1e-4\n"
+      "  QUOTED: \"null\"\n"
+      "  EMPTY: ''\n");
+  CHECK(
+      t.envs ==
+      std::map<std::string, std::string>{
+          {"PORT", "8080"}, {"DEBUG", "true"}, {"LR", "1e-4"}, {"QUOTED", "null"}, {"EMPTY", ""}});
+}
+
+TEST_CASE("${VAR} and $VAR are substituted in file_mounts and workdir only") {
+  ParseOptions options = WithEnv({{"LOCAL_DIR", "ckpt"}, {"HOME", "/real/home"}, {"PROJ", "p"}});
+  options.env_overrides = {"MODEL_SIZE=13b"};
+  Task t = Parse(
+      "envs:\n"
+      "  MY_BUCKET: skypilot-temp\n"
+      "  MODEL_SIZE: 7b\n"
+      "  HOME: /yaml/home\n"
+      "workdir: ~/${PROJ}/src\n"
+      "file_mounts:\n"
+      "  /checkpoint/${MODEL_SIZE}: ~/${LOCAL_DIR}\n"
+      "  /data/$MY_BUCKET-2: $HOME/data\n"
+      "  /cost$: /price$5\n"
+      "setup: echo ${MY_BUCKET}\n"
+      "run: ls /checkpoint/$MODEL_SIZE\n",
+      options);
+  CHECK(t.workdir == "~/p/src");
+  // envs (after --env) win over the local environment; '$' without a name stays.
+  CHECK(t.file_mounts ==
+        std::map<std::string, std::string>{{"/checkpoint/13b", "~/ckpt"},
+                                           {"/data/skypilot-temp-2", "/yaml/home/data"},
+                                           {"/cost$", "/price$5"}});
+  CHECK(t.setup == "echo ${MY_BUCKET}");
+  CHECK(t.run == "ls /checkpoint/$MODEL_SIZE");
+}
+
+TEST_CASE("secrets are not substituted into paths") {
+  std::string msg = ErrorOf(
+      "secrets:\n"
+      "  TOKEN: abc\n"
+      "file_mounts:\n"
+      "  /x/${TOKEN}: /y\n");
+  CHECK(msg ==
+        "t.yaml:4:3: file_mounts./x/${TOKEN}: variable TOKEN is not set: define it in envs or "
+        "pass --env TOKEN=VALUE");
+}
+
+TEST_CASE("accelerators: name, name:count, fractions, maps, lists and sets") {
+  CHECK(Parse("resources: {accelerators: H100}\n").resources.accelerator_count == 1);
+  Task frac = Parse("resources:\n  accelerators: T4:0.5\n");
+  CHECK(frac.resources.accelerator == "T4");
+  CHECK(frac.resources.accelerator_count == 0.5);
+  CHECK(ResourcesSummary(frac) == "1x(gpus=T4:0.5)");
+  CHECK(ToSpec(frac).resources().accelerator_count() == 0.5);
+
+  Task map = Parse("resources:\n  accelerators: {A100-80GB: 8}\n");
+  CHECK(map.resources.accelerator == "A100-80GB");
+  CHECK(map.resources.accelerator_count == 8);
+  CHECK(map.notes.empty());
+
+  Task list = Parse("resources:\n  accelerators: [V100:2, A100:1]\n");
+  CHECK(list.resources.accelerator == "V100");
+  CHECK(list.resources.accelerator_count == 2);
+  REQUIRE(list.notes.size() == 1);
+  CHECK(list.notes[0] ==
+        "t.yaml:2:17: resources.accelerators: 2 alternatives given; herd uses the first, V100:2");
+
+  // {V100:1, A100:1} is a YAML set: keys carrying the counts, null values.
+  Task set = Parse("resources:\n  accelerators: {V100:1, A100:1}\n");
+  CHECK(set.resources.accelerator == "V100");
+  CHECK(set.resources.accelerator_count == 1);
+  CHECK(set.notes.size() == 1);
+
+  CHECK(Parse("resources: {accelerators: null}\n").resources.accelerator.empty());
+}
+
+TEST_CASE("cpus, memory, infra, ports, disk_size, use_spot") {
+  Task t = Parse(
+      "resources:\n"
+      "  cpus: '8+'\n"
+      "  memory: 32GB+\n"
+      "  infra: AWS/us-east-1\n"
+      "  ports: [8080, '10000-10100']\n"
+      "  disk_size: 256\n"
+      "  use_spot: yes\n");
+  CHECK(*t.resources.cpus == 8);
+  CHECK(t.resources.cpus_at_least);
+  CHECK(*t.resources.memory_gb == 32);
+  CHECK(t.resources.memory_at_least);
+  CHECK(t.resources.infra == "aws/us-east-1");
+  CHECK(t.resources.ports == std::vector<std::string>{"8080", "10000-10100"});
+  CHECK(*t.resources.disk_size == 256);
+  CHECK(t.resources.use_spot);
+  CHECK(ResourcesSummary(t) == "1x(cpus=8+, mem=32GB+)");
+
+  CHECK(Parse("resources: {ports: 22}\n").resources.ports == std::vector<std::string>{"22"});
+  CHECK(Parse("resources: {infra: k8s/aws:eks:us-east-1:1234:cluster/my-cluster}\n")
+            .resources.infra == "k8s/aws:eks:us-east-1:1234:cluster/my-cluster");
+  CHECK(Parse("resources: {infra: ssh/my-pool}\n").resources.infra == "ssh/my-pool");
+  CHECK(Parse("resources: {infra: local}\n").resources.infra == "local");
+  CHECK(Parse("resources: {cloud: gcp, region: us-central1}\n").resources.infra ==
+        "gcp/us-central1");
+  CHECK(Parse("resources: {memory: 0.5}\n").resources.memory_gb == 0.5);
+}
+
+TEST_CASE("any_of candidates inherit the fields around them") {
+  Task t = Parse(
+      "num_nodes: 2\n"
+      "resources:\n"
+      "  any_of:\n"
+      "    - accelerators: L4:4\n"
+      "    - accelerators: A100:1\n"
+      "      cpus: 16\n"
+      "  cpus: 4+\n");
+  REQUIRE(t.resources.any_of.size() == 2);
+  CHECK(t.resources.any_of[0].accelerator == "L4");
+  CHECK(*t.resources.any_of[0].cpus == 4);
+  CHECK(t.resources.any_of[0].cpus_at_least);
+  CHECK(*t.resources.any_of[1].cpus == 16);
+  CHECK_FALSE(t.resources.any_of[1].cpus_at_least);
+  CHECK(&PrimaryResources(t) == &t.resources.any_of[0]);
+  CHECK(ResourcesSummary(t) == "2x(gpus=L4:4, cpus=4+)");
+  CHECK(ToSpec(t).resources().accelerator() == "L4");
+
+  Task o = Parse("resources:\n  ordered:\n    - {infra: aws}\n    - {infra: gcp}\n");
+  CHECK(o.resources.ordered.size() == 2);
+  CHECK(PrimaryResources(o).infra == "aws");
+}
+
+TEST_CASE("SkyPilot fields herd does not act on are accepted with a note") {
+  Task t = Parse(
+      "config:\n"
+      "  kubernetes: {pod_config: {}}\n"
+      "resources:\n"
+      "  instance_type: p4d.24xlarge\n"
+      "  cpus: 2\n");
+  REQUIRE(t.notes.size() == 2);
+  CHECK(t.notes[0] ==
+        "t.yaml:1:1: config: accepted for SkyPilot compatibility; herd does not act on it");
+  CHECK(t.notes[1] ==
+        "t.yaml:4:3: resources.instance_type: accepted for SkyPilot compatibility; herd does not "
+        "act on it");
+}
+
+TEST_CASE("an empty file is a valid task with defaults") {
+  ParseOptions options = WithEnv();
+  options.env_overrides = {"A=1"};
+  Task t = Parse("# nothing here\n", options);
+  CHECK(t.num_nodes == 1);
+  CHECK(t.run.empty());
+  CHECK(t.envs.at("A") == "1");
+  CHECK(ResourcesSummary(t) == "1x(cpus=0.5)");
+}
+
+// Each bad input: the exact message, which starts with file:line:col (1-based), names the field
+// path and says what to change.
+struct BadCase {
+  const char* yaml;
+  const char* message;
+};
+
+TEST_CASE("bad input gives a located message that names the field and the fix") {
+  const BadCase cases[] = {
+      {"name: x\nnun_nodes: 2\n",
+       "t.yaml:2:1: unknown field 'nun_nodes' (did you mean 'num_nodes'?)"},
+      {"frobnicate: 1\n",
+       "t.yaml:1:1: unknown field 'frobnicate' (known fields: name, workdir, num_nodes, resources, "
+       "envs, secrets, file_mounts, setup, run)"},
+      {"Run: echo\n", "t.yaml:1:1: unknown field 'Run' (did you mean 'run'?)"},
+      {"resources:\n  cpu: 4\n",
+       "t.yaml:2:3: resources: unknown field 'cpu' (did you mean 'cpus'?)"},
+      {"resources:\n  cpus: four\n",
+       "t.yaml:2:9: resources.cpus: expected a number or 'N+', got 'four'"},
+      {"resources:\n  cpus: -2\n",
+       "t.yaml:2:9: resources.cpus: expected a number or 'N+', got '-2'"},
+      {"resources:\n  cpus: [4]\n",
+       "t.yaml:2:9: resources.cpus: expected a number or 'N+', got a list"},
+      {"resources:\n  memory: lots\n",
+       "t.yaml:2:11: resources.memory: expected a number of GB or 'N+' (e.g. 32 or 32+), got "
+       "'lots'"},
+      {"resources:\n  accelerators: L4:x\n",
+       "t.yaml:2:17: resources.accelerators: count 'x' must be a positive number (e.g. L4:4 or "
+       "T4:0.5)"},
+      {"resources:\n  accelerators: L4:0\n",
+       "t.yaml:2:17: resources.accelerators: count '0' must be a positive number (e.g. L4:4 or "
+       "T4:0.5)"},
+      {"resources:\n  accelerators: 'L 4'\n",
+       "t.yaml:2:17: resources.accelerators: expected NAME or NAME:COUNT (e.g. L4:4, H100, "
+       "T4:0.5), "
+       "got 'L 4'"},
+      {"resources:\n  accelerators: {L4: four}\n",
+       "t.yaml:2:22: resources.accelerators.L4: expected a positive count (e.g. L4: 4), got "
+       "'four'"},
+      {"resources:\n  accelerators: []\n",
+       "t.yaml:2:17: resources.accelerators: expected an accelerator such as L4:4, got an empty "
+       "list"},
+      {"resources:\n  acelerators: L4\n",
+       "t.yaml:2:3: resources: unknown field 'acelerators' (did you mean 'accelerators'?)"},
+      {"num_nodes: 0\n", "t.yaml:1:12: num_nodes: expected a positive integer, got '0'"},
+      {"num_nodes: two\n", "t.yaml:1:12: num_nodes: expected a positive integer, got 'two'"},
+      {"num_nodes: 1.5\n", "t.yaml:1:12: num_nodes: expected a positive integer, got '1.5'"},
+      {"num_nodes: \"2\"\n",
+       "t.yaml:1:12: num_nodes: expected a positive integer, got '2' (remove the quotes)"},
+      {"resources:\n  use_spot: maybe\n",
+       "t.yaml:2:13: resources.use_spot: expected true or false, got 'maybe'"},
+      {"resources:\n  disk_size: big\n",
+       "t.yaml:2:14: resources.disk_size: expected a positive integer number of GB, got 'big'"},
+      {"resources:\n  ports: 70000\n",
+       "t.yaml:2:10: resources.ports: expected a port 1-65535 or a range like '10000-10100', got "
+       "'70000'"},
+      {"resources:\n  ports: 200-100\n",
+       "t.yaml:2:10: resources.ports: range '200-100' ends before it starts"},
+      {"resources:\n  ports:\n    - 8080\n    - {a: 1}\n",
+       "t.yaml:4:7: resources.ports[1]: expected a port (8080) or a range ('10000-10100'), got a "
+       "mapping"},
+      {"resources:\n  infra: aws//x\n",
+       "t.yaml:2:10: resources.infra: expected CLOUD[/REGION[/ZONE]], k8s/CONTEXT, ssh/POOL or "
+       "local, got 'aws//x'"},
+      {"resources:\n  infra: aws\n  cloud: gcp\n",
+       "t.yaml:3:3: resources.cloud: give either infra or cloud/region/zone, not both (e.g. infra: "
+       "aws/us-east-1)"},
+      {"resources:\n  any_of: [{cpus: 2}]\n  ordered: [{cpus: 4}]\n",
+       "t.yaml:3:3: resources: give either any_of or ordered, not both"},
+      {"resources:\n  any_of:\n    - cpus: 2\n    - cpus: x\n",
+       "t.yaml:4:13: resources.any_of[1].cpus: expected a number or 'N+', got 'x'"},
+      {"resources:\n  any_of:\n    - acelerators: L4\n",
+       "t.yaml:3:7: resources.any_of[0]: unknown field 'acelerators' (did you mean "
+       "'accelerators'?)"},
+      {"resources:\n  any_of:\n    - ordered: [{cpus: 1}]\n",
+       "t.yaml:3:7: resources.any_of[0].ordered: candidates cannot be nested: move them to "
+       "resources.ordered"},
+      {"resources: [cpus]\n",
+       "t.yaml:1:12: resources: expected a mapping of resource fields (cpus, accelerators, ...), "
+       "got a list"},
+      {"envs: [A, B]\n", "t.yaml:1:7: envs: expected a mapping of NAME: value, got a list"},
+      {"envs:\n  1X: a\n",
+       "t.yaml:2:3: envs: invalid variable name '1X': use letters, digits and '_', not starting "
+       "with a digit"},
+      {"envs:\n  A: [1, 2]\n",
+       "t.yaml:2:6: envs.A: expected a string, number or bool (null means required), got a list"},
+      {"name: x\nenvs:\n  WANDB_API_KEY:\n",
+       "t.yaml:3:3: envs.WANDB_API_KEY is required: pass --env WANDB_API_KEY=VALUE (or put it in "
+       "an --env-file)"},
+      {"secrets:\n  HF_TOKEN: null\n",
+       "t.yaml:2:3: secrets.HF_TOKEN is required: pass --secret HF_TOKEN=VALUE"},
+      {"setup:\n  a: b\n",
+       "t.yaml:2:3: setup: expected a string or a list of strings, got a mapping"},
+      {"run:\n  - echo hi\n  - {x: 1}\n",
+       "t.yaml:3:5: run[1]: expected a string (one command line), got a mapping"},
+      {"name: {a: 1}\n", "t.yaml:1:7: name: expected a string, got a mapping"},
+      {"run: echo a\nname: x\nrun: echo b\n",
+       "t.yaml:3:1: run: given twice (first on line 1): keep one"},
+      {"echo hi\n",
+       "t.yaml:1:1: expected a mapping of task fields (name, resources, setup, run, ...), got "
+       "'echo "
+       "hi'"},
+      {"name: a\n---\nname: b\n",
+       "t.yaml:3:1: a second YAML document: herd takes one task per file (pipelines of several "
+       "tasks are not supported)"},
+      {"file_mounts:\n  /data:\n    name: bucket\n",
+       "t.yaml:3:5: file_mounts./data: storage mounts (buckets: name/source/store/mode) are not "
+       "supported by herd: give a local path"},
+      {"file_mounts:\n  /data/$UNSET_VAR: /x\n",
+       "t.yaml:2:3: file_mounts./data/$UNSET_VAR: variable UNSET_VAR is not set: define it in envs "
+       "or pass --env UNSET_VAR=VALUE"},
+      {"file_mounts:\n  /data:\n",
+       "t.yaml:2:3: file_mounts./data: expected a local path, got null"},
+      {"workdir: ${UNCLOSED\n", "t.yaml:1:10: workdir: unterminated '${' in '${UNCLOSED'"},
+      {"workdir:\n  url: https://github.com/x/y\n",
+       "t.yaml:2:3: workdir: git workdirs ({url, ref}) are not supported by herd: give a local "
+       "directory"},
+      {"service:\n  replicas: 2\n",
+       "t.yaml:1:1: service: SkyServe services are not supported by herd: run the server as a job "
+       "instead"},
+  };
+  for (const BadCase& c : cases) {
+    CAPTURE(std::string(c.yaml));
+    CHECK(ErrorOf(c.yaml) == std::string(c.message));
+  }
+}
+
+TEST_CASE("YAML syntax errors are located") {
+  CHECK(ErrorOf("resources:\n  cpus: [4\nrun: x\n") ==
+        "t.yaml:3:4: invalid YAML: end of sequence flow not found");
+  CHECK(ErrorOf("name: a: b\n") == "t.yaml:1:8: invalid YAML: illegal map value");
+  CHECK(ErrorOf("resources:\n  cpus: 4\n bad: indent\n") ==
+        "t.yaml:3:2: invalid YAML: end of map not found");
+}
+
+TEST_CASE("bad overrides and env files name the flag or file and line") {
+  ParseOptions bad_name = WithEnv();
+  bad_name.env_overrides = {"1X=2"};
+  CHECK(ErrorOf("run: x\n", bad_name) ==
+        "--env '1X=2': expected NAME=VALUE or NAME, where NAME is letters, digits and '_' not "
+        "starting with a digit");
+
+  ParseOptions unset = WithEnv();
+  unset.env_overrides = {"FOO"};
+  CHECK(ErrorOf("run: x\n", unset) ==
+        "--env FOO: FOO is not set in the local environment; pass --env FOO=VALUE");
+
+  ParseOptions secret = WithEnv();
+  secret.secret_overrides = {"=x"};
+  CHECK(ErrorOf("run: x\n", secret).starts_with("--secret '=x': expected NAME=VALUE"));
+
+  TempDir dir;
+  ParseOptions file = WithEnv();
+  file.env_files = {dir.Write("bad.env", "A=1\ngarbage line\n")};
+  CHECK(ErrorOf("run: x\n", file) ==
+        file.env_files[0] + ":2: expected NAME=VALUE, got 'garbage line'");
+
+  file.env_files = {dir.Write("quote.env", "A=\"open\n")};
+  CHECK(ErrorOf("run: x\n", file) == file.env_files[0] + ":1: unterminated \" quote");
+
+  ParseOptions missing = WithEnv();
+  missing.env_files = {dir.path() + "/nope.env"};
+  auto r = ParseTaskYaml("run: x\n", "t.yaml", missing);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message() ==
+        "cannot read " + dir.path() + "/nope.env: No such file or directory");
+}
+
+TEST_CASE("a missing or unreadable task file") {
+  TempDir dir;
+  auto r = ParseTaskFile(dir.path() + "/missing.yaml");
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::kIo);
+  CHECK(r.status().message() ==
+        "cannot read " + dir.path() + "/missing.yaml: No such file or directory");
+  auto d = ParseTaskFile(dir.path());
+  REQUIRE_FALSE(d.ok());
+  CHECK(d.status().message() == "cannot read " + dir.path() + ": Is a directory");
+}
+
+TEST_CASE("errors in a file are located by its path") {
+  TempDir dir;
+  std::string path = dir.Write("train.yaml", "name: x\nresources:\n  cpus: four\n");
+  auto r = ParseTaskFile(path);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message() ==
+        path + ":3:9: resources.cpus: expected a number or 'N+', got 'four'");
+}
+
+TEST_CASE("ToJson is normalised and redacts secrets") {
+  ParseOptions options = WithEnv();
+  options.secret_overrides = {"HF_TOKEN=hf_very_secret"};
+  Task t = Parse(
+      "name: j\n"
+      "num_nodes: 2\n"
+      "resources: {cpus: 4+, accelerators: T4:0.5, ports: 8080}\n"
+      "envs: {A: 1}\n"
+      "secrets: {WANDB: wandb_very_secret}\n"
+      "run: [echo a, echo b]\n",
+      options);
+  std::string json = ToJson(t);
+  CHECK(json.find("very_secret") == std::string::npos);
+  boost::json::value v = boost::json::parse(json);
+  CHECK(v.at("name") == "j");
+  CHECK(v.at("num_nodes") == 2);
+  CHECK(v.at("envs").at("A") == "1");
+  CHECK(v.at("secrets").at("HF_TOKEN") == "<redacted>");
+  CHECK(v.at("secrets").at("WANDB") == "<redacted>");
+  CHECK(v.at("run") == "echo a\necho b");
+  const auto& res = v.at("resources");
+  CHECK(res.at("cpus") == 4);  // whole numbers are JSON integers
+  CHECK(res.at("cpus_at_least") == true);
+  CHECK(res.at("accelerator") == "T4");
+  CHECK(res.at("accelerator_count").as_double() == 0.5);
+  CHECK(res.at("memory_gb").is_null());
+  CHECK(res.at("infra").is_null());
+  CHECK(res.at("ports").as_array().size() == 1);
+  CHECK(res.at("disk_size").is_null());
+}
+
+TEST_CASE("ResourcesSummary forms") {
+  CHECK(ResourcesSummary(Parse("run: x\n")) == "1x(cpus=0.5)");
+  CHECK(ResourcesSummary(Parse("resources: {cpus: 2}\n")) == "1x(cpus=2)");
+  CHECK(ResourcesSummary(Parse("num_nodes: 3\nresources: {accelerators: H100:8}\n")) ==
+        "3x(gpus=H100:8)");
+  CHECK(ResourcesSummary(Parse("resources: {memory: 16}\n")) == "1x(cpus=0.5, mem=16GB)");
+}
+
+TEST_CASE("ToSpec carries what the head needs") {
+  ParseOptions options = WithEnv();
+  options.secret_overrides = {"TOKEN=t0k"};
+  Task t = Parse(
+      "name: train\n"
+      "num_nodes: 2\n"
+      "workdir: ./src\n"
+      "resources: {cpus: 4+, memory: 32, accelerators: L4:4}\n"
+      "envs: {A: x}\n"
+      "setup: pip install -r r.txt\n"
+      "run: torchrun main.py\n",
+      options);
+  herd::v1::TaskSpec spec = ToSpec(t);
+  CHECK(spec.name() == "train");
+  CHECK(spec.num_nodes() == 2);
+  CHECK(spec.resources().cpus() == 4);
+  CHECK(spec.resources().cpus_at_least());
+  CHECK(spec.resources().memory_gb() == 32);
+  CHECK_FALSE(spec.resources().memory_at_least());
+  CHECK(spec.resources().accelerator() == "L4");
+  CHECK(spec.resources().accelerator_count() == 4);
+  CHECK(spec.envs().at("A") == "x");
+  CHECK(spec.secrets().at("TOKEN") == "t0k");  // nodes need the value; only printing hides it
+  CHECK(spec.setup() == "pip install -r r.txt");
+  CHECK(spec.run() == "torchrun main.py");
+  CHECK(spec.workdir() == "~/sky_workdir");
+  CHECK(ToSpec(Parse("run: x\n")).resources().cpus() == 0);  // 0: the head's default demand
+}
+
+TEST_CASE("CLI resource flags override the task and every candidate") {
+  Task t = Parse("resources:\n  any_of: [{accelerators: L4:1}, {accelerators: A100:1}]\n");
+  REQUIRE(ApplyAcceleratorFlag("H100:8", t.resources).ok());
+  REQUIRE(ApplyCpusFlag("8+", t.resources).ok());
+  REQUIRE(ApplyMemoryFlag("64", t.resources).ok());
+  for (const Resources* r : {&t.resources, &t.resources.any_of[0], &t.resources.any_of[1]}) {
+    CHECK(r->accelerator == "H100");
+    CHECK(r->accelerator_count == 8);
+    CHECK(*r->cpus == 8);
+    CHECK(r->cpus_at_least);
+    CHECK(*r->memory_gb == 64);
+    CHECK_FALSE(r->memory_at_least);
+  }
+  Resources r;
+  REQUIRE(ApplyAcceleratorFlag("T4:0.5", r).ok());
+  CHECK(r.accelerator_count == 0.5);
+  REQUIRE(ApplyAcceleratorFlag("A100", r).ok());
+  CHECK(r.accelerator_count == 1);
+
+  CHECK(ApplyAcceleratorFlag("L4:", r).message() ==
+        "--gpus 'L4:': count '' must be a positive number (e.g. L4:4 or T4:0.5)");
+  CHECK(ApplyAcceleratorFlag("", r).message() ==
+        "--gpus '': expected NAME or NAME:COUNT (e.g. L4:4, H100, T4:0.5), got ''");
+  CHECK(ApplyCpusFlag("eight", r).message() ==
+        "--cpus 'eight': expected a positive number or 'N+' (e.g. 8 or 8+)");
+  CHECK(ApplyCpusFlag("0", r).message() ==
+        "--cpus '0': expected a positive number or 'N+' (e.g. 8 or 8+)");
+  CHECK(ApplyMemoryFlag("lots+", r).message() ==
+        "--memory 'lots+': expected a positive number of GB or 'N+' (e.g. 32 or 32+)");
+  CHECK(r.accelerator == "A100");  // a failed flag changes nothing
+}
+
+TEST_CASE("RunCheck prints a summary, JSON or the error, and returns 0 or 2") {
+  std::ostringstream out, err;
+  CHECK(RunCheck(kTestdata + "/train-multinode.yaml", WithEnv(), false, out, err) == 0);
+  CHECK(err.str().empty());
+  std::string text = out.str();
+  CHECK(text.starts_with(kTestdata + "/train-multinode.yaml: valid task\n"));
+  CHECK(text.find("name:        minGPT-ddp\n") != std::string::npos);
+  CHECK(text.find("num_nodes:   2\n") != std::string::npos);
+  CHECK(text.find("resources:   2x(gpus=L4:4, cpus=4)\n") != std::string::npos);
+  CHECK(text.find("setup: (4 lines)\n  git clone --depth 1") != std::string::npos);
+  CHECK(text.find("  --node_rank=${SKYPILOT_NODE_RANK} \\\n") != std::string::npos);
+  CHECK(text.find("envs:        (none)\n") != std::string::npos);
+  CHECK(text.find("secrets:     (none)\n") != std::string::npos);
+  CHECK(text.find("export LOGLEVEL=INFO\n\n  MASTER_ADDR") !=
+        std::string::npos);  // no trailing blanks
+
+  std::ostringstream wout, werr;
+  CHECK(RunCheck(kTestdata + "/train-mounts.yaml", WithEnv(), false, wout, werr) == 0);
+  CHECK(wout.str().find("workdir:     . (synced to ~/sky_workdir)\n") != std::string::npos);
+  CHECK(wout.str().find("file_mounts:\n  ~/.netrc <- ~/.netrc\n  ~/.vimrc <- ~/.vimrc\n") !=
+        std::string::npos);
+
+  std::ostringstream jout, jerr;
+  CHECK(RunCheck(kTestdata + "/train.yaml", WithEnv(), true, jout, jerr) == 0);
+  boost::json::value v = boost::json::parse(jout.str());
+  CHECK(v.at("resources").at("accelerator") == "L4");
+
+  TempDir dir;
+  ParseOptions options = WithEnv();
+  options.secret_overrides = {"HF_TOKEN=hf_abc"};
+  std::string secret_task = dir.Write("s.yaml", "secrets: {HF_TOKEN: null}\nconfig: {}\n");
+  std::ostringstream sout, serr;
+  CHECK(RunCheck(secret_task, options, false, sout, serr) == 0);
+  CHECK(sout.str().find("HF_TOKEN=<redacted>") != std::string::npos);
+  CHECK(sout.str().find("hf_abc") == std::string::npos);
+  CHECK(serr.str() == "note: " + secret_task +
+                          ":2:1: config: accepted for SkyPilot compatibility; herd does not act "
+                          "on it\n");
+
+  std::string bad = dir.Write("bad.yaml", "nun_nodes: 2\n");
+  std::ostringstream bout, berr;
+  CHECK(RunCheck(bad, WithEnv(), false, bout, berr) == 2);
+  CHECK(bout.str().empty());
+  CHECK(berr.str() == bad + ":1:1: unknown field 'nun_nodes' (did you mean 'num_nodes'?)\n");
+
+  std::ostringstream mout, merr;
+  CHECK(RunCheck(dir.path() + "/none.yaml", WithEnv(), true, mout, merr) == 2);
+  CHECK(mout.str().empty());
+  CHECK(merr.str() == "cannot read " + dir.path() + "/none.yaml: No such file or directory\n");
+}
+
+TEST_CASE("env file parser and substitution helpers") {
+  auto pairs = ParseEnvFileText("A=1\r\nexport B = two \n#C=3\nD=\n", "x.env");
+  REQUIRE(pairs.ok());
+  CHECK(*pairs == EnvPairs{{"A", "1"}, {"B", "two"}, {"D", ""}});
+  EnvLookup lookup = [](const std::string& n) -> std::optional<std::string> {
+    if (n == "A") return "1";
+    return std::nullopt;
+  };
+  CHECK(SubstituteVars("$A${A}$ $-$", lookup).value() == "11$ $-$");
+  CHECK(SubstituteVars("${}", lookup).status().message() ==
+        "'${}' is not a valid variable reference");
+}
+
+}  // namespace
+}  // namespace herd::task
