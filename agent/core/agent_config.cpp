@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <filesystem>
 #include <set>
 
 namespace herd::agent {
@@ -19,7 +20,7 @@ Result<AgentConfig> LoadAgentConfig(const std::string& path) {
   if (!root.IsMap()) return InvalidArgument(path + ": expected a map of settings");
   static const std::set<std::string> kKnown = {
       "role",     "cluster",   "node_id", "address", "listen", "head",     "certs",
-      "state_dir", "port_file", "cpus",    "gpus",    "gpu_name", "cloud"};
+      "state_dir", "port_file", "cpus",    "gpus",    "gpu_name", "cloud", "expected_nodes"};
   AgentConfig c;
   try {
     for (const auto& kv : root) {
@@ -49,6 +50,7 @@ Result<AgentConfig> LoadAgentConfig(const std::string& path) {
     if (root["cloud"]) c.cloud = str("cloud");
     if (root["cpus"]) c.cpus = root["cpus"].as<int>();
     if (root["gpus"]) c.gpus = root["gpus"].as<int>();
+    if (root["expected_nodes"]) c.expected_nodes = root["expected_nodes"].as<int>();
     if (c.role == AgentConfig::Role::kHead) {
       HERD_ASSIGN_OR_RETURN(c.listen, ParseHostPort(str("listen"), path + ": listen"));
     } else {
@@ -57,6 +59,11 @@ Result<AgentConfig> LoadAgentConfig(const std::string& path) {
   } catch (const YAML::Exception& e) {
     return InvalidArgument(path + ":" + std::to_string(e.mark.line + 1) + ":" +
                            std::to_string(e.mark.column + 1) + ": " + e.msg);
+  }
+  // Relative paths are relative to the config file, so an installed agent dir can move.
+  std::string base = std::filesystem::path(path).parent_path().string();
+  for (std::string* p : {&c.certs_dir, &c.state_dir, &c.port_file}) {
+    if (!p->empty() && (*p)[0] != '/') *p = (base.empty() ? "." : base) + "/" + *p;
   }
   for (auto [name, value] : {std::pair{"cluster", &c.cluster}, {"node_id", &c.node_id},
                              {"address", &c.address}, {"certs", &c.certs_dir},

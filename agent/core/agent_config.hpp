@@ -13,6 +13,8 @@
 //   gpus: 2                      # optional: declared GPU count ...
 //   gpu_name: L4                 # ... and their type
 //   cloud: local                 # reported in SKYPILOT_CLUSTER_INFO
+//   expected_nodes: 3            # head only: the cluster's size
+// Relative paths (certs, state_dir, port_file) are relative to the config file's directory.
 #pragma once
 
 #include <optional>
@@ -38,6 +40,7 @@ struct AgentConfig {
   std::optional<int> gpus;
   std::string gpu_name;
   std::string cloud = "local";
+  int expected_nodes = 0;  // head: the cluster's size (jobs wait, not fail, until all registered)
 };
 
 Result<AgentConfig> LoadAgentConfig(const std::string& path);

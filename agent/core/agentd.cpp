@@ -33,6 +33,7 @@ int RunAgent(const AgentConfig& config) {
              config.certs_dir + "/agent.key"};
     o.listen_host = config.listen.host;
     o.listen_port = config.listen.port;
+    o.expected_nodes = config.expected_nodes;
     head = std::make_unique<Head>(io, o);
     if (auto s = head->Start(); !s.ok()) {
       HERD_LOG(kError) << "cannot start the head: " << s.message();

@@ -290,6 +290,12 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
       conn->Send(proto::Encode(kill));
     }
   }
+  for (const auto& [job_id, attempt] : orphaned_) {
+    HeadToAgent kill;
+    kill.mutable_kill()->set_job_id(job_id);
+    kill.mutable_kill()->set_attempt(attempt);
+    conn->Send(proto::Encode(kill));
+  }
   Schedule();
 }
 
@@ -601,6 +607,7 @@ void Head::Recover() {
     if (run.fd >= 0 && ::fstat(run.fd, &st) == 0) run.log_size = static_cast<uint64_t>(st.st_size);
     if (rec.info.state() != JOB_STATE_PENDING) {
       // This head cannot re-attach to processes started by a previous head process.
+      orphaned_.emplace_back(id, rec.info.attempt());
       Finalize(id, JOB_STATE_FAILED_DRIVER,
                "ERROR: Job " + std::to_string(id) + " failed: the head restarted while it ran");
     }

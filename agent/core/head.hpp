@@ -134,6 +134,8 @@ class Head {
   std::map<std::string, NodeEntry> nodes_;
   std::map<const transport::Connection*, std::string> agent_conns_;  // conn -> node id
   std::map<int64_t, JobRun> jobs_;                                   // active jobs by id (FIFO)
+  // Jobs a previous head process was running: every node that registers is told to kill them.
+  std::vector<std::pair<int64_t, int32_t>> orphaned_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

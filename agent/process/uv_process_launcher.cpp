@@ -111,7 +111,10 @@ struct UvProcessLauncher::Impl {
     uv_process_t process{};
     uv_pipe_t out{};
     uv_pipe_t err{};
-    int handles_open = 3;  // process + 2 pipes; the child is done when all three are closed
+    int handles_open = 3;  // process + 2 pipes (+ the drain timer); done when all are closed
+    bool out_open = true, err_open = true;
+    bool drain_timer_open = false;
+    uv_timer_t drain_timer{};
     bool spawned = false;
     std::string group;
     int pid = 0;
@@ -319,9 +322,33 @@ struct UvProcessLauncher::Impl {
     if (nread > 0) {
       c->impl->Append(c, buf->base, static_cast<size_t>(nread));
     } else if (nread < 0) {  // EOF, or an error that ends the stream just the same
-      uv_read_stop(stream);
-      uv_close(reinterpret_cast<uv_handle_t*>(stream), &Impl::OnClose);
+      ClosePipe(c, reinterpret_cast<uv_pipe_t*>(stream));
     }
+  }
+
+  static void ClosePipe(Child* c, uv_pipe_t* pipe) {
+    bool& open = pipe == &c->out ? c->out_open : c->err_open;
+    if (!open) return;
+    open = false;
+    uv_read_stop(reinterpret_cast<uv_stream_t*>(pipe));
+    uv_close(reinterpret_cast<uv_handle_t*>(pipe), &Impl::OnClose);
+    if (!c->out_open && !c->err_open && c->drain_timer_open) {
+      c->drain_timer_open = false;
+      uv_timer_stop(&c->drain_timer);
+      uv_close(reinterpret_cast<uv_handle_t*>(&c->drain_timer), &Impl::OnClose);
+    }
+  }
+
+  // The process exited but something it started still holds its stdout or stderr (a daemon that
+  // did not redirect them): stop waiting for EOF after kProcessOutputDrainAfterExit, so the job
+  // ends when its process does. Whatever was left running is swept when the job ends.
+  static void OnDrainTimeout(uv_timer_t* timer) {
+    auto* c = static_cast<Child*>(timer->data);
+    HERD_LOG(kInfo) << "pid " << c->pid << " exited but its output is still held open; closing it";
+    c->drain_timer_open = false;
+    uv_close(reinterpret_cast<uv_handle_t*>(timer), &Impl::OnClose);
+    ClosePipe(c, &c->out);
+    ClosePipe(c, &c->err);
   }
 
   // Appends to the log, then delivers the same bytes with their position in the log.
@@ -331,34 +358,34 @@ struct UvProcessLauncher::Impl {
         if (cb->on_output) cb->on_output(offset, bytes);
       });
     };
-    if (c->log_fd < 0) {
+    if (c->log_fd < 0) {  // no log: offsets count this process's bytes
       deliver(c->total_bytes, data, n);
-    } else {
-      while (n > 0) {
-        ssize_t w = ::write(c->log_fd, data, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-          if (!c->log_error_reported) {
-            c->log_error_reported = true;
-            HERD_LOG(kError) << "writing the log of pid " << c->pid << ": " << std::strerror(errno);
-          }
-          struct stat st {};
-          ::fstat(c->log_fd, &st);
-          deliver(static_cast<uint64_t>(st.st_size), data, n);
-          break;
-        }
-        // O_APPEND: after the write the position is the end of exactly these bytes, whoever else
-        // appends to the same file.
-        off_t end = ::lseek(c->log_fd, 0, SEEK_CUR);
-        deliver(static_cast<uint64_t>(end - w), data, static_cast<size_t>(w));
-        data += w;
-        n -= static_cast<size_t>(w);
-        c->total_bytes += static_cast<uint64_t>(w);
-      }
-      c->total_bytes += n;  // bytes that could not be logged were still delivered
+      c->total_bytes += n;
       return;
     }
-    c->total_bytes += n;
+    while (n > 0) {
+      ssize_t w = ::write(c->log_fd, data, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        if (!c->log_error_reported) {
+          c->log_error_reported = true;
+          HERD_LOG(kError) << "writing the log of pid " << c->pid << ": " << std::strerror(errno);
+        }
+        // The bytes still reach the callback, at the offset they would have had.
+        struct stat st {};
+        ::fstat(c->log_fd, &st);
+        deliver(static_cast<uint64_t>(st.st_size), data, n);
+        c->total_bytes += n;
+        return;
+      }
+      // O_APPEND: after the write the position is the end of exactly these bytes, whoever else
+      // appends to the same file.
+      off_t end = ::lseek(c->log_fd, 0, SEEK_CUR);
+      deliver(static_cast<uint64_t>(end - w), data, static_cast<size_t>(w));
+      data += w;
+      n -= static_cast<size_t>(w);
+      c->total_bytes += static_cast<uint64_t>(w);
+    }
   }
 
   static void OnExit(uv_process_t* process, int64_t exit_status, int term_signal) {
@@ -370,6 +397,14 @@ struct UvProcessLauncher::Impl {
       g_uv_children.erase(c->pid);
     }
     uv_close(reinterpret_cast<uv_handle_t*>(process), &Impl::OnClose);
+    if (c->out_open || c->err_open) {
+      uv_timer_init(process->loop, &c->drain_timer);
+      c->drain_timer.data = c;
+      c->drain_timer_open = true;
+      ++c->handles_open;
+      uv_timer_start(&c->drain_timer, &Impl::OnDrainTimeout,
+                     static_cast<uint64_t>(limits::kProcessOutputDrainAfterExit.count()), 0);
+    }
   }
 
   // The child is finished when its process has exited and both pipes reached EOF.
@@ -501,6 +536,10 @@ struct UvProcessLauncher::Impl {
            {reinterpret_cast<uv_handle_t*>(&c->process), reinterpret_cast<uv_handle_t*>(&c->out),
             reinterpret_cast<uv_handle_t*>(&c->err)})
         if (!uv_is_closing(h)) uv_close(h, &Impl::OnClose);
+      if (c->drain_timer_open) {
+        c->drain_timer_open = false;
+        uv_close(reinterpret_cast<uv_handle_t*>(&c->drain_timer), &Impl::OnClose);
+      }
     }
     uv_close(reinterpret_cast<uv_handle_t*>(&wake), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&sigchld), nullptr);

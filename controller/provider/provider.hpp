@@ -17,6 +17,9 @@ struct NodeHandle {
   std::string ssh_user;
   std::string netns;      // the network namespace when the node is one; "" when none
   std::string host_home;  // the node's home as a path on the controller's machine; "" when remote
+  // The private key to reach it with when the provider does not authorise the cluster key (the
+  // ssh pool's machines); "" means the cluster key. "{}" keeps initialisers that omit it valid.
+  std::string identity_file{};
 };
 
 struct ProvisionRequest {

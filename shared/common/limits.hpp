@@ -59,6 +59,9 @@ inline constexpr Duration kKillGracePeriod = 1s;
 // none is left or kKillSweepTimeout passes.
 inline constexpr Duration kKillSweepInterval = 100ms;
 inline constexpr Duration kKillSweepTimeout = 5s;
+// After a job process exits, its output pipes are read until EOF for at most this long: a daemon it
+// left behind with stdout still open must not keep the job running.
+inline constexpr Duration kProcessOutputDrainAfterExit = 2s;
 // Exit code recorded for a rank that herd killed because another rank failed (as SkyPilot).
 inline constexpr int kKilledRankExitCode = 137;
 // GPU detection runs `nvidia-smi` when NVML cannot be loaded; a hung driver must not stall the
@@ -74,6 +77,14 @@ inline constexpr int kMaxJobsListed = 1000;
 // ---- SQLite -------------------------------------------------------------------------------------
 // Wait for another process's write lock (two herd commands on one cluster) before failing.
 inline constexpr Duration kSqliteBusyTimeout = 5s;
+// A `herd` command holds its cluster's lock (controller/state/cluster_lock) for the whole command;
+// a second command on the same cluster waits this long, then fails naming the holder. Long enough
+// to sit out a status/exec/queue of another terminal, short enough that a launch stuck behind a
+// launch that is provisioning gives an answer. Far above kSqliteBusyTimeout: the store's writes are
+// single statements, the lock covers whole commands.
+inline constexpr Duration kClusterLockWait = 120s;
+// flock(2) has no timed wait: the waiter retries this often.
+inline constexpr Duration kClusterLockPollInterval = 50ms;
 
 // ---- SSH and bootstrap (controller) -------------------------------------------------------------
 inline constexpr Duration kSshConnectTimeout = 10s;
@@ -121,5 +132,7 @@ static_assert(kKillGracePeriod < 2s, "other ranks die within 2 s of the first fa
 static_assert(kReconnectBackoffMax < kClientReconnectWindow, "a client retries more than once");
 static_assert(kLocalNodeStartTimeout < kSshWaitTotal, "a local node starts long before ssh gives up");
 static_assert(kSshProbeBackoffMax < kSshWaitTotal, "readiness is probed more than once");
+static_assert(kClusterLockPollInterval * 10 < kClusterLockWait, "a lock waiter retries many times");
+static_assert(kSqliteBusyTimeout < kClusterLockWait, "store writes are short against whole commands");
 
 }  // namespace herd::limits

@@ -4,6 +4,8 @@
 //
 // Threading: every callback runs on the io_context passed in. Connection::Send and Close may be
 // called from any thread.
+// Lifetime: drop every Connection before the io_context is destroyed; a Server may outlive it
+// once Stop() was called (or it was destroyed first).
 #pragma once
 
 #include <cstdint>

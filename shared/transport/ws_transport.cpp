@@ -214,7 +214,7 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
                        InvalidArgument(Describe(peer_) + " sent no websocket upgrade"));
     }
     std::string_view want = PathForRole(peer_.role);
-    if (request_.target() != want) {
+    if (peer_.role == Role::kUnknown || request_.target() != want) {
       return do_refuse(
           http::status::forbidden,
           PermissionDenied(Describe(peer_) + " may not use path " + std::string(request_.target()) +

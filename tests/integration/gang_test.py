@@ -290,6 +290,63 @@ class GangTest(unittest.TestCase):
         # The head is still up and serving the real client.
         self.assertEqual(len(self.cluster.nodes()), 4)
 
+    def test_garbage_frame_drops_only_that_peer(self):
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.load_verify_locations(os.path.join(self.cluster.certs, "ca.crt"))
+        ctx.load_cert_chain(os.path.join(self.cluster.certs, "client.crt"),
+                            os.path.join(self.cluster.certs, "client.key"))
+        ctx.check_hostname = False
+        with socket.create_connection((ADDRS[0], self.cluster.port), timeout=10) as raw:
+            with ctx.wrap_socket(raw) as tls:
+                tls.sendall(b"GET /v1/client HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+                            b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                            b"Sec-WebSocket-Version: 13\r\n\r\n")
+                reply = b""
+                while b"\r\n\r\n" not in reply:
+                    reply += tls.recv(4096)
+                self.assertIn(b"101", reply.split(b"\r\n")[0])
+                payload = b"\xff\xfe not a protobuf envelope \x00\x01" * 3
+                mask = b"\x01\x02\x03\x04"
+                frame = bytes([0x82, 0x80 | len(payload)]) + mask + bytes(
+                    b ^ mask[i % 4] for i, b in enumerate(payload))
+                tls.sendall(frame)
+                data = b""
+                deadline = time.time() + 10
+                while time.time() < deadline:
+                    try:
+                        chunk = tls.recv(4096)
+                    except (ssl.SSLError, ConnectionResetError):
+                        break
+                    if not chunk:
+                        break
+                    data += chunk
+                # The head answers with a websocket close (opcode 8) or just drops the socket.
+                self.assertTrue(data == b"" or data[0] & 0x0F == 0x8, data)
+        self.assertIn("dropping client", self.cluster.agent_log(0))
+        self.assertEqual(len(self.cluster.nodes()), 4)  # the head serves on
+
+    def test_zz_workers_reregister_after_head_restart(self):
+        task = write_task(self.tasks, "longrun.yaml", "num_nodes: 2\nrun: |\n  sleep 1000\n")
+        p = run([HERD, "exec", *self.cluster.target(), *self.cluster.marker_env("orphan"), "-d",
+                 task])
+        job = job_id_of(p.stderr)
+        self.cluster.wait_state(job, {"RUNNING"})
+        self.cluster.restart_head()
+        self.cluster.wait_nodes(4, timeout=30)
+        # The job the old head ran is FAILED_DRIVER and nothing of it is left.
+        self.assertEqual(self.cluster.wait_state(job, {"FAILED_DRIVER"})["status"], "FAILED_DRIVER")
+        deadline = time.time() + 10
+        while self.cluster.leftovers("orphan") and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(self.cluster.leftovers("orphan"), [])
+        log = self.cluster.agent_log(1)
+        self.assertIn("connection to head lost", log)
+        self.assertIn("registered with head", log.split("connection to head lost")[-1])
+        # And the re-formed cluster runs gangs again.
+        p = self.cluster.herd("exec", "--num-nodes", "4", "--", "echo", "rank", "$SKYPILOT_NODE_RANK")
+        for r in range(4):
+            self.assertIn(b"rank %d\n" % r, p.stdout)
+
     def test_missing_job_exit_code(self):
         p = self.cluster.herd("logs", "--no-follow", "9999", check=False)
         self.assertEqual(p.returncode, 102, p.stderr)

@@ -103,6 +103,25 @@ class LoopbackCluster:
         log.close()
         self.procs.append(p)
 
+    def restart_head(self):
+        """Stops the head's herdlet and starts it again on the same port."""
+        head = self.procs[0]
+        os.killpg(head.pid, signal.SIGTERM)
+        head.wait(timeout=10)
+        ndir = os.path.join(self.dir, self.node_id(0))
+        path = os.path.join(ndir, "herdlet.yaml")
+        with open(path) as f:
+            cfg = json.load(f)
+        cfg["listen"] = f"{self.addresses[0]}:{self.port}"
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        env = dict(os.environ, HOME=os.path.join(ndir, "home"), CUDA_VISIBLE_DEVICES="0,1")
+        log = open(os.path.join(ndir, "herdlet.log"), "ab")
+        self.procs[0] = subprocess.Popen([HERDLET, "--config", path], stdout=log,
+                                         stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
+        log.close()
+
     def _wait_port(self):
         path = os.path.join(self.dir, self.node_id(0), "port")
         deadline = time.time() + 20

@@ -33,6 +33,18 @@ TEST_CASE("a worker config loads") {
   CHECK(c->head.port == 7443);
   CHECK(c->gpus == 2);
   CHECK(c->gpu_name == "L4");
+  CHECK(c->certs_dir == "/x");
+}
+
+TEST_CASE("relative paths are relative to the config file") {
+  TempFile f(
+      "role: head\ncluster: c\nnode_id: c-head\naddress: 10.0.0.1\nlisten: 10.0.0.1:46590\n"
+      "certs: certs\nstate_dir: state\nexpected_nodes: 3\n");
+  auto c = LoadAgentConfig(f.path);
+  REQUIRE(c.ok());
+  CHECK(c->certs_dir == "/tmp/certs");
+  CHECK(c->state_dir == "/tmp/state");
+  CHECK(c->expected_nodes == 3);
 }
 
 TEST_CASE("bad configs name the place") {

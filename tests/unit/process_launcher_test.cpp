@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "agent/process/uv_process_launcher.hpp"
+#include "shared/common/limits.hpp"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -291,6 +292,20 @@ TEST_CASE("exit codes and signals") {
     f.launcher.reset();
     CHECK_FALSE(fs::exists(fs::path(cgroup).parent_path().parent_path()));  // herd-test-PID
   }
+}
+
+TEST_CASE("a process ends when it exits even if a daemon it left holds its stdout") {
+  Fixture f;
+  Recorder r;
+  auto t0 = std::chrono::steady_clock::now();
+  f.Spawn(G("daemon"), Sh("sleep 30 & echo parent done; exit 4"), r);
+  REQUIRE(f.WaitExit(r));
+  auto waited = std::chrono::steady_clock::now() - t0;
+  CHECK(r.exit_code == 4);
+  CHECK(r.output.find("parent done\n") != std::string::npos);
+  CHECK(waited >= herd::limits::kProcessOutputDrainAfterExit - 100ms);
+  CHECK(waited < herd::limits::kProcessOutputDrainAfterExit + 3s);
+  f.launcher->KillGroup(G("daemon"), 100ms);
 }
 
 TEST_CASE("environment: added, replaced, unset, group marker; PATH of the child finds argv[0]") {

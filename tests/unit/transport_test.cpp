@@ -416,6 +416,48 @@ TEST_CASE("an oversized message drops only its connection") {
   CHECK(b_side.closes().empty());
 }
 
+TEST_CASE("a peer that does not read is dropped once its queue is over the limit") {
+  Certs certs;
+  Recorder client_side;
+  std::atomic<int> server_messages{0};
+  IoThread server_io, client_io;
+  // Destroyed before the io threads: wakes the blocked server even when a check fails.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+
+  ServerOptions options;
+  options.tls = certs.Agent();
+  // The server takes the first message and then stops reading (its only io thread blocks).
+  options.handlers.on_message = [released, &server_messages](const std::shared_ptr<Connection>&,
+                                                             std::string) {
+    if (server_messages.fetch_add(1) == 0) released.wait_for(kWait);
+  };
+  auto server = Listen(server_io.io(), std::move(options));
+  REQUIRE(server.ok());
+  auto conn = DialSync(client_io.io(), ToServer(*server.value(), certs.Client(), Role::kClient,
+                                                client_side.handlers()));
+  REQUIRE_MESSAGE(conn.ok(), conn.status().ToString());
+
+  const std::string chunk(limits::kMaxFrameBytes, 'q');
+  const std::size_t max_sends = 2 * limits::kMaxQueuedBytesPerPeer / chunk.size();
+  std::size_t sent = 0;
+  while (client_side.closes().empty() && sent < max_sends) {
+    conn.value()->Send(chunk);
+    ++sent;
+    std::this_thread::sleep_for(1ms);
+  }
+  REQUIRE(client_side.WaitCloses(1));
+  CHECK_MESSAGE(client_side.closes()[0].code() == Code::kUnavailable,
+                client_side.closes()[0].ToString());
+  CHECK(sent * chunk.size() > limits::kMaxQueuedBytesPerPeer);  // not dropped before the limit
+  // The queue is released with the connection.
+  for (int i = 0; i < 500 && conn.value()->queued_bytes() != 0; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  CHECK(conn.value()->queued_bytes() == 0);
+  release.set_value();
+}
+
 TEST_CASE("Server::Stop closes every connection and stops accepting") {
   Certs certs;
   Recorder server_side, a_side, b_side;

@@ -1,0 +1,214 @@
+#include "controller/state/cluster_store.hpp"
+
+#include <filesystem>
+#include <string_view>
+#include <utility>
+
+#include "controller/state/herd_home.hpp"
+#include "shared/common/limits.hpp"
+
+namespace herd::controller {
+namespace {
+
+// PRAGMA user_version of the schema below. Bump it with a migration step in Init when the schema
+// changes; a file with a bigger version was written by a newer herd and is refused.
+constexpr int kSchemaVersion = 1;
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE clusters (
+  name TEXT PRIMARY KEY,
+  status TEXT NOT NULL,      -- copy of record.status: INIT, UP, STOPPED, AUTOSTOPPING
+  record TEXT NOT NULL       -- the ClusterRecord as JSON
+);
+)sql";
+
+// Resets a statement (and drops its bindings) when a query is done, even on an early return.
+class Reset {
+ public:
+  explicit Reset(sqlite3_stmt* s) : s_(s) {}
+  ~Reset() {
+    sqlite3_reset(s_);
+    sqlite3_clear_bindings(s_);
+  }
+  Reset(const Reset&) = delete;
+  Reset& operator=(const Reset&) = delete;
+
+ private:
+  sqlite3_stmt* s_;
+};
+
+std::string_view ColumnText(sqlite3_stmt* s, int col) {
+  const unsigned char* data = sqlite3_column_text(s, col);
+  const int size = sqlite3_column_bytes(s, col);
+  if (data == nullptr || size <= 0) return {};
+  return {reinterpret_cast<const char*>(data), static_cast<std::size_t>(size)};
+}
+
+int BindText(sqlite3_stmt* s, int index, std::string_view text) {
+  return sqlite3_bind_text64(s, index, text.data(), text.size(), SQLITE_TRANSIENT, SQLITE_UTF8);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ClusterStore>> ClusterStore::Open(const std::string& path) {
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  if (!dir.empty()) {
+    if (Status s = EnsureDir(dir, 0700); !s.ok()) return s.WithContext("cluster store " + path);
+  }
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(
+      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string message = "cluster store " + path +
+                          ": open: " + (db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+    sqlite3_close(db);
+    return IoError(std::move(message));
+  }
+  std::unique_ptr<ClusterStore> store(new ClusterStore(path, db));
+  sqlite3_extended_result_codes(db, 1);
+  sqlite3_busy_timeout(db, static_cast<int>(limits::kSqliteBusyTimeout.count()));
+  HERD_RETURN_IF_ERROR(store->Init());
+  return store;
+}
+
+ClusterStore::~ClusterStore() {
+  // Statements must be finalized before the connection closes.
+  get_.reset();
+  list_.reset();
+  put_.reset();
+  remove_.reset();
+  sqlite3_close(db_);
+}
+
+Status ClusterStore::Error(std::string_view what, int rc) const {
+  std::string message =
+      "cluster store " + path_ + ": " + std::string(what) + ": " + sqlite3_errmsg(db_);
+  switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return Unavailable(message + " (another herd process held it for " +
+                         std::to_string(limits::kSqliteBusyTimeout.count()) + " ms)");
+    case SQLITE_NOTADB:
+    case SQLITE_CORRUPT:
+      return IoError(message + " (the file is damaged or is not a herd state file)");
+    default:
+      return IoError(std::move(message));
+  }
+}
+
+Status ClusterStore::Exec(const char* sql) {
+  const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, nullptr);
+  // The statement's start is enough to say which step failed.
+  if (rc != SQLITE_OK) return Error(std::string_view(sql).substr(0, 40), rc);
+  return Status::Ok();
+}
+
+Result<ClusterStore::Stmt> ClusterStore::Prepare(const char* sql) {
+  sqlite3_stmt* s = nullptr;
+  const int rc = sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, nullptr);
+  if (rc != SQLITE_OK) return Error(std::string("prepare ") + sql, rc);
+  return Stmt(s);
+}
+
+Status ClusterStore::Init() {
+  // WAL lets `herd status` read while another command writes. Switching to WAL needs a moment of
+  // exclusive access, which the busy timeout waits for.
+  HERD_RETURN_IF_ERROR(Exec("PRAGMA journal_mode=WAL"));
+  HERD_RETURN_IF_ERROR(Exec("PRAGMA synchronous=NORMAL"));
+  // Creating the schema and checking the version happen under the write lock, so two commands
+  // opening a fresh file at once do not both create it.
+  HERD_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  auto schema = [&]() -> Status {
+    HERD_ASSIGN_OR_RETURN(Stmt version, Prepare("PRAGMA user_version"));
+    int rc = sqlite3_step(version.get());
+    if (rc != SQLITE_ROW) return Error("read schema version", rc);
+    const int found = sqlite3_column_int(version.get(), 0);
+    version.reset();
+    if (found > kSchemaVersion) {
+      return FailedPrecondition("cluster store " + path_ + " has schema version " +
+                                std::to_string(found) + ", newer than this herd's " +
+                                std::to_string(kSchemaVersion) + "; upgrade herd");
+    }
+    if (found == 0) {
+      HERD_RETURN_IF_ERROR(Exec(kSchema));
+      HERD_RETURN_IF_ERROR(Exec(("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str()));
+    }
+    return Status::Ok();
+  };
+  Status status = schema();
+  if (status.ok()) status = Exec("COMMIT");
+  if (!status.ok()) {
+    if (!sqlite3_get_autocommit(db_)) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+    return status;
+  }
+  HERD_ASSIGN_OR_RETURN(get_, Prepare("SELECT name, record FROM clusters WHERE name = ?1"));
+  HERD_ASSIGN_OR_RETURN(list_, Prepare("SELECT name, record FROM clusters ORDER BY name"));
+  HERD_ASSIGN_OR_RETURN(
+      put_, Prepare("INSERT OR REPLACE INTO clusters (name, status, record) VALUES (?1, ?2, ?3)"));
+  HERD_ASSIGN_OR_RETURN(remove_, Prepare("DELETE FROM clusters WHERE name = ?1"));
+  return Status::Ok();
+}
+
+Result<ClusterRecord> ClusterStore::Decode(sqlite3_stmt* s) {
+  const std::string name(ColumnText(s, 0));
+  auto record = ClusterRecordFromJson(ColumnText(s, 1));
+  if (!record.ok()) {
+    return IoError("cluster store " + path_ + ": cluster " + name +
+                   ": damaged record: " + record.status().message());
+  }
+  // The key column is the truth; the JSON copy of the name cannot disagree with it.
+  record->name = name;
+  return record;
+}
+
+Result<std::optional<ClusterRecord>> ClusterStore::Get(const std::string& name) {
+  std::lock_guard lock(mu_);
+  Reset reset(get_.get());
+  if (int rc = BindText(get_.get(), 1, name); rc != SQLITE_OK) return Error("bind", rc);
+  const int rc = sqlite3_step(get_.get());
+  if (rc == SQLITE_DONE) return std::optional<ClusterRecord>();
+  if (rc != SQLITE_ROW) return Error("get cluster " + name, rc);
+  HERD_ASSIGN_OR_RETURN(ClusterRecord record, Decode(get_.get()));
+  return std::optional<ClusterRecord>(std::move(record));
+}
+
+Result<std::vector<ClusterRecord>> ClusterStore::List() {
+  std::lock_guard lock(mu_);
+  Reset reset(list_.get());
+  std::vector<ClusterRecord> out;
+  while (true) {
+    const int rc = sqlite3_step(list_.get());
+    if (rc == SQLITE_DONE) break;
+    if (rc != SQLITE_ROW) return Error("list clusters", rc);
+    HERD_ASSIGN_OR_RETURN(ClusterRecord record, Decode(list_.get()));
+    out.push_back(std::move(record));
+  }
+  return out;
+}
+
+Status ClusterStore::Put(const ClusterRecord& c) {
+  HERD_RETURN_IF_ERROR(ValidateClusterName(c.name));
+  const std::string json = ToJson(c);
+  std::lock_guard lock(mu_);
+  Reset reset(put_.get());
+  int rc = BindText(put_.get(), 1, c.name);
+  if (rc == SQLITE_OK) rc = BindText(put_.get(), 2, Name(c.status));
+  if (rc == SQLITE_OK) rc = BindText(put_.get(), 3, json);
+  if (rc != SQLITE_OK) return Error("bind", rc);
+  // A single statement is its own transaction; the busy timeout covers a concurrent writer.
+  rc = sqlite3_step(put_.get());
+  if (rc != SQLITE_DONE) return Error("put cluster " + c.name, rc);
+  return Status::Ok();
+}
+
+Status ClusterStore::Remove(const std::string& name) {
+  std::lock_guard lock(mu_);
+  Reset reset(remove_.get());
+  int rc = BindText(remove_.get(), 1, name);
+  if (rc != SQLITE_OK) return Error("bind", rc);
+  rc = sqlite3_step(remove_.get());
+  if (rc != SQLITE_DONE) return Error("remove cluster " + name, rc);
+  return Status::Ok();
+}
+
+}  // namespace herd::controller
