@@ -500,25 +500,32 @@ void Head::Subscribe(const ConnPtr& conn, uint64_t request_id, const herd::v1::S
     job_id = *latest;
     if (job_id == 0) return ReplyError(conn, request_id, NotFound("no job has been submitted"));
   }
-  HeadToClient status;
+  // The job's state first (the client prints its banner from it), then the log from the offset.
+  auto send_status = [&](const JobInfo& info, bool eos) {
+    HeadToClient status;
+    *status.mutable_job_status()->mutable_job() = info;
+    status.mutable_job_status()->set_end_of_stream(eos);
+    SendToClient(conn, request_id, std::move(status));
+  };
   auto active = jobs_.find(job_id);
   if (active != jobs_.end()) {
     JobRun& run = active->second;
+    send_status(run.rec.info, false);
     if (auto s = ReplayLog(conn, request_id, job_id, run.rec.info.log_path(), sub.offset(),
                            run.log_size);
         !s.ok()) {
       return ReplyError(conn, request_id, s);
     }
-    *status.mutable_job_status()->mutable_job() = run.rec.info;
     if (sub.follow()) {
       run.subs.push_back({conn, request_id});
     } else {
-      status.mutable_job_status()->set_end_of_stream(true);
+      send_status(run.rec.info, true);
     }
-    return SendToClient(conn, request_id, std::move(status));
+    return;
   }
   auto rec = store_->GetJob(job_id);
   if (!rec.ok()) return ReplyError(conn, request_id, rec.status());
+  send_status(rec->info, false);
   std::error_code ec;
   uint64_t size = fs::file_size(rec->info.log_path(), ec);
   if (ec) size = 0;
@@ -526,9 +533,7 @@ void Head::Subscribe(const ConnPtr& conn, uint64_t request_id, const herd::v1::S
       !s.ok()) {
     return ReplyError(conn, request_id, s);
   }
-  *status.mutable_job_status()->mutable_job() = rec->info;
-  status.mutable_job_status()->set_end_of_stream(true);
-  SendToClient(conn, request_id, std::move(status));
+  send_status(rec->info, true);
 }
 
 void Head::Queue(const ConnPtr& conn, uint64_t request_id, const QueueRequest& req) {

@@ -12,8 +12,11 @@
 #include <iostream>
 
 #include "controller/core/head_client.hpp"
+#include "controller/core/progress.hpp"
+#include "controller/core/sdk.hpp"
 #include "controller/core/table.hpp"
 #include "shared/common/host_port.hpp"
+#include "shared/common/log.hpp"
 #include "shared/task/task.hpp"
 #include "shared/tls/certs.hpp"
 
@@ -24,6 +27,7 @@ using namespace herd::v1;
 namespace {
 
 std::atomic<bool> g_interrupted{false};
+std::string g_cluster;  // the cluster the command is about, for hints
 
 void OnSigint(int) { g_interrupted = true; }
 
@@ -75,13 +79,21 @@ Result<HeadEndpoint> ResolveHead(const TargetFlags& t) {
   return HeadEndpoint{hp.host, hp.port, t.certs};
 }
 
-Result<std::unique_ptr<HeadClient>> ConnectHead(const TargetFlags& t) {
-  HERD_ASSIGN_OR_RETURN(auto ep, ResolveHead(t));
-  return HeadClient::Connect(ep);
+// A cluster by name (through SSH), or a head given directly with --endpoint/--certs.
+Result<std::unique_ptr<HeadClient>> ConnectTarget(const std::string& cluster,
+                                                  const TargetFlags& t) {
+  if (!t.endpoint.empty()) {
+    HERD_ASSIGN_OR_RETURN(auto ep, ResolveHead(t));
+    return HeadClient::Connect(ep);
+  }
+  if (cluster.empty()) return InvalidArgument("give a cluster name (see `herd status`)");
+  HERD_ASSIGN_OR_RETURN(auto c, sdk::GetCluster(cluster));
+  return sdk::ConnectHead(c);
 }
 
 int Fail(const Status& s, int code = 1) {
   std::cerr << "herd: " << s.message() << "\n";
+  if (s.code() == Code::kNotFound) return code == 1 ? kExitNotFound : code;
   return code;
 }
 
@@ -155,8 +167,8 @@ int FollowJob(HeadClient& client, int64_t job_id, uint64_t offset, bool follow, 
   if (!last.ok()) return FailForStatus(last.status());
   const JobInfo& j = *last;
   if (g_interrupted) {
-    std::cerr << "\nDetached from job " << j.job_id()
-              << "; it keeps running. Reattach with: herd logs ... " << j.job_id() << "\n";
+    std::cerr << "\nDetached from job " << j.job_id() << "; it keeps running. Reattach with: herd logs "
+              << (g_cluster.empty() ? "..." : g_cluster) << " " << j.job_id() << "\n";
     return kExitNotFinished;
   }
   if (IsTerminalState(j.state())) {
@@ -219,10 +231,85 @@ bool IsTerminalState(JobState s) {
          s == JOB_STATE_FAILED_DRIVER || s == JOB_STATE_CANCELLED;
 }
 
+namespace {
+
+std::string RandomClusterName() {
+  std::srand(static_cast<unsigned>(std::time(nullptr) ^ ::getpid()));
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "herd-%04x", std::rand() & 0xffff);
+  return buf;
+}
+
+void PrintUsefulCommands(const std::string& cluster, int64_t job_id, int num_workers) {
+  std::string j = job_id > 0 ? std::to_string(job_id) : "JOB_ID";
+  std::cerr << "\nCluster " << cluster << " is UP. Useful commands:\n"
+            << "  To cancel the job:        herd cancel " << cluster << " " << j << "\n"
+            << "  To stream job logs:       herd logs " << cluster << " " << j << "\n"
+            << "  To view the job queue:    herd queue " << cluster << "\n"
+            << "  To log into the head:     ssh " << cluster << "\n";
+  if (num_workers > 0) std::cerr << "  To log into worker 1:     ssh " << cluster << "-worker1\n";
+  std::cerr << "  To submit another job:    herd exec " << cluster << " TASK.yaml\n"
+            << "  To stop the cluster:      herd stop " << cluster << "\n"
+            << "  To tear down the cluster: herd down " << cluster << "\n";
+}
+
+int JobOutcome(HeadClient* client, const sdk::LaunchResult& r, bool detach, bool json,
+               int num_nodes, bool show_block) {
+  if (json) {
+    boost::json::object o;
+    o["cluster"] = r.cluster.name;
+    o["job_id"] = r.job_id;
+    const auto* head = controller::HeadNode(r.cluster);
+    o["head_ip"] = head ? head->ip : "";
+    o["agents_uploaded"] = r.agents_uploaded;
+    o["agents_restarted"] = r.agents_restarted;
+    std::cout << boost::json::serialize(o) << "\n";
+  }
+  int workers = static_cast<int>(r.cluster.nodes.size()) - 1;
+  if (r.job_id == 0 || detach) {
+    if (r.job_id > 0 && !json) std::cerr << "Job submitted, ID: " << r.job_id << "\n";
+    if (show_block) PrintUsefulCommands(r.cluster.name, r.job_id, workers);
+    return 0;
+  }
+  std::cerr << "Job submitted, ID: " << r.job_id << "\n";
+  int code = FollowJob(*client, r.job_id, 0, true, true, num_nodes);
+  if (show_block) PrintUsefulCommands(r.cluster.name, r.job_id, workers);
+  return code;
+}
+
+// [NAME] then the rest: with --endpoint there is no cluster name.
+std::pair<std::string, std::vector<std::string>> SplitCluster(const std::vector<std::string>& args,
+                                                              const TargetFlags& t) {
+  if (!t.endpoint.empty() || args.empty()) return {"", args};
+  return {args[0], std::vector<std::string>(args.begin() + 1, args.end())};
+}
+
+Result<std::vector<int64_t>> ParseJobIds(const std::vector<std::string>& args) {
+  std::vector<int64_t> ids;
+  for (const auto& a : args) {
+    char* end = nullptr;
+    long long v = std::strtoll(a.c_str(), &end, 10);
+    if (a.empty() || *end != '\0' || v <= 0) {
+      return InvalidArgument("job id: expected a positive number, got '" + a + "'");
+    }
+    ids.push_back(v);
+  }
+  return ids;
+}
+
+std::string AutostopText(const controller::ClusterRecord& c) {
+  if (c.autostop_idle_minutes < 0) return "-";
+  return std::to_string(c.autostop_idle_minutes) + "m" + (c.autostop_down ? " (down)" : "");
+}
+
+}  // namespace
+
 int RunCli(int argc, char** argv) {
   CLI::App app{"herd: launch distributed jobs on clusters of machines"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every command");
+  bool quiet = false;
+  app.add_flag("-q,--quiet", quiet, "no progress output");
 
   // herd check
   auto* check = app.add_subcommand("check", "validate a task YAML and print it normalised");
@@ -248,34 +335,60 @@ int RunCli(int argc, char** argv) {
   certs_issue->add_option("--ip", certs_ips, "node address (repeatable)");
   certs_issue->add_option("--out", certs_out, "output directory")->required();
 
+  // herd launch
+  auto* launch = app.add_subcommand("launch", "provision a cluster (or reuse it) and run a task");
+  std::string launch_cluster, launch_infra, launch_output;
+  TaskFlags launch_flags;
+  std::vector<std::string> launch_args;
+  bool launch_detach = false, launch_yes = false, launch_no_setup = false;
+  launch->add_option("-c,--cluster", launch_cluster, "cluster name (default: a new name)");
+  launch->add_option("--infra", launch_infra, "local (default) or ssh/<pool>");
+  AddTaskFlags(launch, launch_flags);
+  launch->add_flag("-d,--detach-run", launch_detach, "do not stream the job's logs");
+  launch->add_flag("-y,--yes", launch_yes, "do not ask");
+  launch->add_flag("--no-setup", launch_no_setup, "skip the task's setup");
+  launch->add_option("-o,--output", launch_output, "output format")->check(CLI::IsMember({"json"}));
+  launch->add_option("args", launch_args, "TASK.yaml, or a command after --");
+
   // herd exec
-  auto* exec = app.add_subcommand("exec", "run a task (YAML or command) on a cluster");
+  auto* exec = app.add_subcommand("exec", "run a task on an UP cluster (no provisioning or setup)");
   TargetFlags exec_target;
   TaskFlags exec_flags;
   std::vector<std::string> exec_args;
   bool exec_detach = false;
+  std::string exec_output;
   AddTargetFlags(exec, exec_target);
   AddTaskFlags(exec, exec_flags);
   exec->add_flag("-d,--detach-run", exec_detach, "submit and return without streaming logs");
-  exec->add_option("args", exec_args, "TASK.yaml, or a command after --")->required();
+  exec->add_option("-o,--output", exec_output, "output format")->check(CLI::IsMember({"json"}));
+  exec->add_option("args", exec_args, "CLUSTER, then TASK.yaml or a command after --");
+
+  // herd status
+  auto* status = app.add_subcommand("status", "list clusters");
+  std::vector<std::string> status_names;
+  std::string status_output;
+  status->add_option("clusters", status_names, "only these clusters");
+  status->add_option("-o,--output", status_output, "output format")->check(CLI::IsMember({"json"}));
 
   // herd queue
   auto* queue = app.add_subcommand("queue", "list the jobs of a cluster");
   TargetFlags queue_target;
+  std::string queue_cluster;
   bool queue_skip = false;
   std::string queue_output;
   AddTargetFlags(queue, queue_target);
+  queue->add_option("cluster", queue_cluster, "cluster name");
   queue->add_flag("-s,--skip-finished", queue_skip, "only jobs that have not finished");
   queue->add_option("-o,--output", queue_output, "output format")->check(CLI::IsMember({"json"}));
 
   // herd logs
   auto* logs = app.add_subcommand("logs", "stream a job's logs (the latest job by default)");
   TargetFlags logs_target;
-  int64_t logs_job = 0;
+  std::vector<std::string> logs_args;
   uint64_t logs_offset = 0;
   bool logs_no_follow = false, logs_status = false;
   AddTargetFlags(logs, logs_target);
-  logs->add_option("job", logs_job, "job id");
+  logs->add_option("args", logs_args, "CLUSTER [JOB]");
   logs->add_flag("--no-follow", logs_no_follow, "print what is there and exit");
   logs->add_flag("--status", logs_status, "print only the job's status; exit code tells it");
   logs->add_option("--offset", logs_offset, "start at this byte of the merged log");
@@ -283,25 +396,53 @@ int RunCli(int argc, char** argv) {
   // herd cancel
   auto* cancel = app.add_subcommand("cancel", "cancel jobs");
   TargetFlags cancel_target;
-  std::vector<int64_t> cancel_jobs;
+  std::vector<std::string> cancel_args;
   bool cancel_all = false, cancel_yes = false;
   AddTargetFlags(cancel, cancel_target);
-  cancel->add_option("jobs", cancel_jobs, "job ids");
+  cancel->add_option("args", cancel_args, "CLUSTER JOB...");
   cancel->add_flag("-a,--all", cancel_all, "every unfinished job");
   cancel->add_flag("-y,--yes", cancel_yes, "do not ask");
 
+  // herd stop | start | down
+  std::string life_cluster;
+  bool life_yes = false;
+  auto* stop = app.add_subcommand("stop", "stop a cluster's machines (they keep their files)");
+  auto* start = app.add_subcommand("start", "start a stopped cluster again");
+  auto* down = app.add_subcommand("down", "tear a cluster down: machines, agents, files");
+  for (auto* cmd : {stop, start, down}) {
+    cmd->add_option("cluster", life_cluster, "cluster name")->required();
+    cmd->add_flag("-y,--yes", life_yes, "do not ask");
+  }
+
   // herd nodes
-  auto* nodes = app.add_subcommand("nodes", "list the nodes registered with a head");
+  auto* nodes = app.add_subcommand("nodes", "list the nodes registered with a cluster's head");
   TargetFlags nodes_target;
-  std::string nodes_output;
+  std::string nodes_cluster, nodes_output;
   AddTargetFlags(nodes, nodes_target);
+  nodes->add_option("cluster", nodes_cluster, "cluster name");
   nodes->add_option("-o,--output", nodes_output, "output format")->check(CLI::IsMember({"json"}));
 
+  bool verbose = false;
+  app.add_flag("-v,--verbose", verbose, "log what herd does (to stderr)");
+  std::vector<std::string> command_after_dashes;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--") {
+      command_after_dashes.assign(argv + i + 1, argv + argc);
+      argc = i;
+      break;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  log::SetLevel(verbose ? log::Level::kDebug : log::Level::kWarn);
+  // Everything after `--` is the command to run (`herd exec demo --num-nodes 2 -- nvidia-smi`).
+  for (auto [cmd, args] : {std::pair{launch, &launch_args}, {exec, &exec_args}}) {
+    if (*cmd) args->insert(args->end(), command_after_dashes.begin(), command_after_dashes.end());
+  }
+  Progress progress(quiet);
 
   if (*check) {
     task::ParseOptions opts;
@@ -322,20 +463,109 @@ int RunCli(int argc, char** argv) {
     std::cout << "agent certificate for " << certs_node << " written to " << certs_out << "\n";
     return 0;
   }
-  if (*exec) {
-    auto t = BuildTask(exec_args, exec_flags);
+  if (*launch) {
+    auto t = launch_args.empty() ? task::ParseTaskYaml("{}", "<none>", {}) 
+                                 : BuildTask(launch_args, launch_flags);
     if (!t.ok()) return Fail(t.status(), 2);
-    auto client = ConnectHead(exec_target);
-    if (!client.ok()) return FailForStatus(client.status());
+    if (launch_args.empty() && launch_flags.num_nodes > 0) t->num_nodes = launch_flags.num_nodes;
+    sdk::LaunchOptions o;
+    o.cluster = launch_cluster.empty() ? RandomClusterName() : launch_cluster;
+    g_cluster = o.cluster;
+    o.infra = launch_infra;
+    o.num_nodes = launch_flags.num_nodes;
+    o.no_setup = launch_no_setup;
+    o.progress = progress.Callback();
     InstallSigint();
+    auto r = sdk::Launch(*t, o);
+    progress.Done();
+    if (!r.ok()) return FailForStatus(r.status());
+    std::unique_ptr<HeadClient> client;
+    if (r->job_id > 0 && !launch_detach) {
+      auto c = sdk::ConnectHead(r->cluster);
+      if (!c.ok()) return FailForStatus(c.status());
+      client = std::move(*c);
+    }
+    return JobOutcome(client.get(), *r, launch_detach, launch_output == "json", t->num_nodes,
+                      !quiet && launch_output != "json");
+  }
+  if (*exec) {
+    auto [cluster, rest] = SplitCluster(exec_args, exec_target);
+    g_cluster = cluster;
+    auto t = BuildTask(rest, exec_flags);
+    if (!t.ok()) return Fail(t.status(), 2);
+    InstallSigint();
+    if (exec_target.endpoint.empty()) {
+      if (cluster.empty()) return Fail(InvalidArgument("give a cluster name"), 2);
+      sdk::ExecOptions o;
+      o.progress = progress.Callback();
+      auto r = sdk::Exec(cluster, *t, o);
+      progress.Done();
+      if (!r.ok()) return FailForStatus(r.status());
+      std::unique_ptr<HeadClient> client;
+      if (!exec_detach) {
+        auto c = sdk::ConnectHead(r->cluster);
+        if (!c.ok()) return FailForStatus(c.status());
+        client = std::move(*c);
+      }
+      return JobOutcome(client.get(), *r, exec_detach, exec_output == "json", t->num_nodes, false);
+    }
+    auto client = ConnectTarget("", exec_target);
+    if (!client.ok()) return FailForStatus(client.status());
     auto id = (*client)->Submit(task::ToSpec(*t), CurrentUser());
     if (!id.ok()) return FailForStatus(id.status());
     std::cerr << "Job submitted, ID: " << *id << "\n";
     if (exec_detach) return 0;
     return FollowJob(**client, *id, 0, true, true, t->num_nodes);
   }
+  if (*status) {
+    auto all = sdk::Status();
+    if (!all.ok()) return FailForStatus(all.status());
+    std::vector<controller::ClusterRecord> shown;
+    for (const auto& c : *all) {
+      if (status_names.empty() ||
+          std::find(status_names.begin(), status_names.end(), c.name) != status_names.end()) {
+        shown.push_back(c);
+      }
+    }
+    if (status_output == "json") {
+      boost::json::array arr;
+      for (const auto& c : shown) {
+        boost::json::object o;
+        o["name"] = c.name;
+        o["infra"] = c.infra;
+        o["status"] = controller::Name(c.status);
+        o["resources"] = c.resources;
+        o["autostop"] = c.autostop_idle_minutes;
+        o["launched_at_ms"] = c.launched_unix_ms;
+        boost::json::array ns;
+        for (const auto& n : c.nodes) {
+          boost::json::object no;
+          no["name"] = n.name;
+          no["ip"] = n.ip;
+          no["is_head"] = n.is_head;
+          ns.push_back(std::move(no));
+        }
+        o["nodes"] = std::move(ns);
+        arr.push_back(std::move(o));
+      }
+      std::cout << boost::json::serialize(arr) << "\n";
+      return 0;
+    }
+    if (shown.empty()) {
+      std::cout << "No existing clusters.\n";
+      return 0;
+    }
+    Table table({"NAME", "INFRA", "RESOURCES", "STATUS", "AUTOSTOP", "LAUNCHED"});
+    for (const auto& c : shown) {
+      table.AddRow({c.name, c.infra, c.resources, std::string(controller::Name(c.status)),
+                    AutostopText(c), Ago(c.launched_unix_ms)});
+    }
+    std::cout << table.Render();
+    return 0;
+  }
   if (*queue) {
-    auto client = ConnectHead(queue_target);
+    g_cluster = queue_cluster;
+    auto client = ConnectTarget(queue_cluster, queue_target);
     if (!client.ok()) return FailForStatus(client.status());
     auto jobs = (*client)->Queue(queue_skip);
     if (!jobs.ok()) return FailForStatus(jobs.status());
@@ -345,6 +575,7 @@ int RunCli(int argc, char** argv) {
       std::cout << boost::json::serialize(arr) << "\n";
       return 0;
     }
+    if (!queue_cluster.empty()) std::cout << "Job queue of cluster " << queue_cluster << "\n";
     Table table({"ID", "NAME", "USER", "SUBMITTED", "STARTED", "DURATION", "RESOURCES", "STATUS",
                  "LOG"});
     for (const auto& j : *jobs) {
@@ -356,26 +587,34 @@ int RunCli(int argc, char** argv) {
     return 0;
   }
   if (*logs) {
-    auto client = ConnectHead(logs_target);
+    auto [cluster, rest] = SplitCluster(logs_args, logs_target);
+    g_cluster = cluster;
+    if (rest.size() > 1) return Fail(InvalidArgument("logs takes one job id"), 2);
+    auto ids = ParseJobIds(rest);
+    if (!ids.ok()) return Fail(ids.status(), 2);
+    int64_t job = ids->empty() ? 0 : (*ids)[0];
+    auto client = ConnectTarget(cluster, logs_target);
     if (!client.ok()) return FailForStatus(client.status());
     InstallSigint();
     if (logs_status) {
       HeadClient::StreamCallbacks none;
       // Ask for the end of the log only: the status comes with end_of_stream.
-      auto last = (*client)->Stream(logs_job, UINT64_MAX, false, none);
+      auto last = (*client)->Stream(job, UINT64_MAX, false, none);
       if (!last.ok()) return FailForStatus(last.status());
       std::cout << "Job " << last->job_id() << ": " << StateName(last->state()) << "\n";
       return ExitCodeForJob(*last);
     }
-    return FollowJob(**client, logs_job, logs_offset, !logs_no_follow, false, 0);
+    return FollowJob(**client, job, logs_offset, !logs_no_follow, false, 0);
   }
   if (*cancel) {
-    if (cancel_jobs.empty() && !cancel_all) {
-      return Fail(InvalidArgument("give job ids or -a/--all"), 2);
-    }
-    auto client = ConnectHead(cancel_target);
+    auto [cluster, rest] = SplitCluster(cancel_args, cancel_target);
+    g_cluster = cluster;
+    auto ids = ParseJobIds(rest);
+    if (!ids.ok()) return Fail(ids.status(), 2);
+    if (ids->empty() && !cancel_all) return Fail(InvalidArgument("give job ids or -a/--all"), 2);
+    auto client = ConnectTarget(cluster, cancel_target);
     if (!client.ok()) return FailForStatus(client.status());
-    auto done = (*client)->Cancel(cancel_jobs, cancel_all);
+    auto done = (*client)->Cancel(*ids, cancel_all);
     if (!done.ok()) return FailForStatus(done.status());
     if (done->empty()) {
       std::cout << "No job to cancel.\n";
@@ -386,8 +625,29 @@ int RunCli(int argc, char** argv) {
     }
     return 0;
   }
+  if (*stop) {
+    auto s = sdk::Stop(life_cluster, progress.Callback());
+    progress.Done();
+    if (!s.ok()) return FailForStatus(s);
+    std::cerr << "Cluster " << life_cluster << " stopped.\n";
+    return 0;
+  }
+  if (*start) {
+    auto r = sdk::Start(life_cluster, progress.Callback());
+    progress.Done();
+    if (!r.ok()) return FailForStatus(r.status());
+    std::cerr << "Cluster " << life_cluster << " is UP.\n";
+    return 0;
+  }
+  if (*down) {
+    auto s = sdk::Down(life_cluster, progress.Callback());
+    progress.Done();
+    if (!s.ok()) return FailForStatus(s);
+    std::cerr << "Cluster " << life_cluster << " terminated.\n";
+    return 0;
+  }
   if (*nodes) {
-    auto client = ConnectHead(nodes_target);
+    auto client = ConnectTarget(nodes_cluster, nodes_target);
     if (!client.ok()) return FailForStatus(client.status());
     auto reply = (*client)->Nodes();
     if (!reply.ok()) return FailForStatus(reply.status());

@@ -27,6 +27,7 @@ HeadClient::~HeadClient() {
   if (conn_) conn_->Close();
   io_.restart();
   io_.run_for(std::chrono::milliseconds(200));
+  if (cleanup_) cleanup_();
 }
 
 Result<std::unique_ptr<HeadClient>> HeadClient::Connect(const HeadEndpoint& endpoint) {

@@ -32,6 +32,8 @@ class HeadClient {
   Result<std::vector<herd::v1::JobInfo>> Queue(bool skip_finished);
   Result<std::vector<int64_t>> Cancel(const std::vector<int64_t>& job_ids, bool all);
   Result<herd::v1::NodesReply> Nodes();
+  // Runs when the client is destroyed (e.g. to cancel the SSH port-forward it came through).
+  void SetCleanup(std::function<void()> cleanup) { cleanup_ = std::move(cleanup); }
 
   struct StreamCallbacks {
     std::function<void(std::string_view bytes)> on_data;      // run.log bytes, in order
@@ -60,6 +62,7 @@ class HeadClient {
   bool closed_ = false;
   Status close_reason_;
   uint64_t next_request_id_ = 1;
+  std::function<void()> cleanup_;
 };
 
 // Exit codes of a followed job (REFERENCE.md): 0 succeeded, 100 failed, 101 not finished,

@@ -470,7 +470,9 @@ std::string Join(const std::set<std::string>& items) {
 
 std::string DefaultSshNodePoolsFile() {
   if (const char* h = std::getenv("HERD_HOME"); h != nullptr && *h != '\0') {
-    return std::string(h) + "/ssh_node_pools.yaml";
+    std::error_code ec;  // made absolute like the rest of herd's HERD_HOME paths
+    fs::path dir = fs::absolute(h, ec);
+    return (ec ? fs::path(h) : dir).lexically_normal().string() + "/ssh_node_pools.yaml";
   }
   return HomeDir() + "/.herd/ssh_node_pools.yaml";
 }

@@ -45,7 +45,7 @@ struct SshPool {
   std::string location;  // "file:line:col" of the pool's name
 };
 
-// $HERD_HOME/ssh_node_pools.yaml, or $HOME/.herd/ssh_node_pools.yaml without HERD_HOME.
+// $HERD_HOME/ssh_node_pools.yaml (HERD_HOME made absolute), or $HOME/.herd/ssh_node_pools.yaml.
 std::string DefaultSshNodePoolsFile();
 
 // Parses the pools file's text; `file` names it in messages ("file:line:col: my-pool.hosts[1]:

@@ -52,6 +52,14 @@ def failure(argv: Sequence[str], returncode: int, stderr: str, streamed: bool) -
     return HerdError(f"herd {verb} failed: {detail}", returncode, argv, stderr)
 
 
+class _Discard:
+    def write(self, text: str) -> None:
+        pass
+
+    def flush(self) -> None:
+        pass
+
+
 class Pump:
     """Reads a pipe to its end on a thread: keeps its bytes (all of them, or only the last
     `keep` bytes) and, once `attach`ed to a text stream, also copies them there as they come,
@@ -76,11 +84,21 @@ class Pump:
                     self._write(chunk)
 
     def _write(self, chunk: bytes) -> None:
+        """Copies chunk to the sink. Never raises: the pipe must be drained to its end, or the
+        CLI would block on a full pipe."""
         assert self._sink is not None
         text = self._decoder.decode(chunk)
-        if text:
-            self._sink.write(text)
+        if not text:
+            return
+        try:
+            try:
+                self._sink.write(text)
+            except UnicodeEncodeError:  # e.g. an ASCII-only terminal and a log with UTF-8
+                encoding = getattr(self._sink, "encoding", None) or "ascii"
+                self._sink.write(text.encode(encoding, "replace").decode(encoding))
             self._sink.flush()
+        except (OSError, ValueError):  # closed or broken (`| head`): stop copying, keep reading
+            self._sink = _Discard()
 
     def _run(self) -> None:
         fd = self._pipe.fileno()

@@ -453,6 +453,15 @@ class LogsTest(FakeHerdTest):
         self.assertIn("Job finished", err)
         self.assertEqual(self.argvs(), [["logs", "c1", "7"]])
 
+    def test_output_the_terminal_cannot_encode_is_replaced_not_fatal(self):
+        self.answer({"logs": {"stdout": "loss ✓ 2.5\n" * 20000, "rc": 100}})
+        raw = io.BytesIO()
+        ascii_out = io.TextIOWrapper(raw, encoding="ascii", write_through=True)
+        with redirect_stdout(ascii_out):
+            code = herd.tail_logs("c1", 1)
+        self.assertEqual(code, 100)
+        self.assertEqual(raw.getvalue(), b"loss ? 2.5\n" * 20000)
+
     def test_no_follow_and_latest_job(self):
         self.tail("c1", 7, follow=False)
         self.tail("c1")

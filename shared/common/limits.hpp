@@ -111,6 +111,25 @@ inline constexpr std::size_t kMaxProcessOutputBytes = 64u << 20;
 // inherited them (a process started with `&` over ssh) must not hold the caller.
 inline constexpr Duration kProcessOutputDrainGrace = 500ms;
 
+// ---- Agent install and supervision (controller/bootstrap, packaging/herdlet-supervise) ---------
+// One remote bootstrap step over ssh (probe, start, stop) must finish within this.
+inline constexpr Duration kBootstrapCommandTimeout = 60s;
+// Uploading one file to a node (the agent binary is ~20 MB stripped) must finish within this.
+inline constexpr Duration kBootstrapUploadTimeout = 300s;
+// Stopping an agent: SIGTERM to the supervisor (or herdlet), SIGKILL after this.
+inline constexpr Duration kAgentStopTimeout = 10s;
+// A (re)started herdlet must show up (pid file, or systemd's MainPID) within this ...
+inline constexpr Duration kAgentStartTimeout = 20s;
+// ... and still run this long after: a herdlet that exits at once (bad config) is reported with
+// the tail of its log instead of being left to the supervisor's backoff. Shorter than the
+// supervisor's first restart delay, so the dead process is seen before it is replaced.
+inline constexpr Duration kAgentStartSettle = 500ms;
+// The supervisor (and systemd's RestartSec) restarts a herdlet that exited non-zero after a delay
+// that starts here and doubles up to the max; it is reset once herdlet ran for kAgentStableAfter.
+inline constexpr Duration kAgentRestartBackoffInitial = 1s;
+inline constexpr Duration kAgentRestartBackoffMax = 30s;
+inline constexpr Duration kAgentStableAfter = 60s;
+
 // ---- Local provider (network namespaces as nodes) ----------------------------------------------
 // A local `ip`/`ssh-keygen` helper command must finish within this.
 inline constexpr Duration kLocalCommandTimeout = 30s;
@@ -132,6 +151,13 @@ static_assert(kKillGracePeriod < 2s, "other ranks die within 2 s of the first fa
 static_assert(kReconnectBackoffMax < kClientReconnectWindow, "a client retries more than once");
 static_assert(kLocalNodeStartTimeout < kSshWaitTotal, "a local node starts long before ssh gives up");
 static_assert(kSshProbeBackoffMax < kSshWaitTotal, "readiness is probed more than once");
+static_assert(kAgentStopTimeout + kAgentStartTimeout + kAgentStartSettle < kBootstrapCommandTimeout,
+              "a restart (stop, start, settle) fits in one bootstrap command");
+static_assert(kAgentStartSettle < kAgentRestartBackoffInitial,
+              "a herdlet that dies at start is seen dead before the supervisor replaces it");
+static_assert(kAgentRestartBackoffMax < kAgentRegisterTimeout,
+              "a crashed agent is back well within the time the head waits for it");
+static_assert(kAgentRestartBackoffMax < kAgentStableAfter, "backoff resets only after a calm run");
 static_assert(kClusterLockPollInterval * 10 < kClusterLockWait, "a lock waiter retries many times");
 static_assert(kSqliteBusyTimeout < kClusterLockWait, "store writes are short against whole commands");
 

@@ -4,6 +4,7 @@
 // One Session per connection, on its own strand: every do_X starts one asynchronous step and its
 // on_X handles the result; every failure goes through fail(), and finish() runs once, reporting the
 // end to the user (on_close, or done() of a Dial that did not get through).
+#include <fcntl.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
@@ -30,6 +31,17 @@
 #include "shared/transport/transport.hpp"
 
 namespace herd::transport {
+
+namespace {
+// Job processes are spawned by the agent: they must not inherit its sockets (a listening socket
+// held by a job would keep a restarted head from binding its port). Asio does not set
+// close-on-exec itself.
+void SetCloseOnExec(int fd) {
+  int flags = ::fcntl(fd, F_GETFD);
+  if (flags >= 0) ::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+}
+}  // namespace
+
 namespace {
 
 namespace beast = boost::beast;
@@ -292,6 +304,7 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
       beast::error_code ec;
       stream.socket().close(ec);
       stream.socket().open(endpoint.protocol(), ec);
+      if (!ec) SetCloseOnExec(stream.socket().native_handle());
       if (!ec && bind_address_) stream.socket().bind(tcp::endpoint(*bind_address_, 0), ec);
       if (ec) {
         last_error_ = ec;
@@ -568,6 +581,7 @@ class Listener : public std::enable_shared_from_this<Listener> {
     tcp::endpoint endpoint(address, options_.port);
     std::string where = options_.host + ":" + std::to_string(options_.port);
     acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) SetCloseOnExec(acceptor_.native_handle());
     if (!ec) acceptor_.set_option(net::socket_base::reuse_address(true), ec);
     if (!ec) acceptor_.bind(endpoint, ec);
     if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
@@ -611,6 +625,7 @@ class Listener : public std::enable_shared_from_this<Listener> {
 
   void on_accept(beast::error_code ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted) return;
+    if (!ec) SetCloseOnExec(socket.native_handle());
     if (ec) {
       // E.g. out of file descriptors: wait instead of spinning.
       HERD_LOG(kWarn) << "transport: accept on port " << port_ << ": " << ec.message();

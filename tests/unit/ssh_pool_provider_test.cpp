@@ -193,6 +193,11 @@ TEST_CASE("ssh node pools file: where it is, a missing file, a missing pool") {
     CHECK(SshPoolProvider("p").pools_file() == tmp.path + "/hh/ssh_node_pools.yaml");
   }
   {
+    ScopedEnv herd_home("HERD_HOME", "rel/hh");
+    CHECK(DefaultSshNodePoolsFile() ==
+          (fs::current_path() / "rel/hh/ssh_node_pools.yaml").lexically_normal().string());
+  }
+  {
     ScopedEnv herd_home("HERD_HOME", nullptr);
     ScopedEnv home("HOME", "/home/tester");
     CHECK(DefaultSshNodePoolsFile() == "/home/tester/.herd/ssh_node_pools.yaml");
@@ -594,7 +599,8 @@ TEST_CASE("ssh pool provider: existing machines reached with the pool's keys") {
   auto took = Clock::now() - start;
   CHECK_FALSE(w.ok());
   CHECK(w.message().starts_with("gone-head (" + dead_ip + ":22): "));
-  MESSAGE("unreachable pool host: " << w.ToString() << " after "
+  MESSAGE("unreachable pool host: "
+          << w.ToString() << " after "
           << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms");
   CHECK(took < 8s);
 

@@ -1,0 +1,241 @@
+#include "controller/bootstrap/agent_bootstrap.hpp"
+
+#include <string_view>
+
+#include "controller/bootstrap/agent_files.hpp"
+#include "controller/bootstrap/remote_scripts.hpp"
+#include "controller/bootstrap/sha256.hpp"
+#include "controller/ssh/parallel.hpp"
+#include "shared/common/limits.hpp"
+#include "shared/common/log.hpp"
+#include "shared/tls/certs.hpp"
+
+namespace herd::controller {
+namespace {
+
+using std::chrono::milliseconds;
+
+// One file as it must be on the node.
+struct WantedFile {
+  std::string key;        // the probe's name for it (RemoteHashedFiles)
+  std::string path;       // where it goes: relative to the agent dir, or absolute
+  std::string_view data;  // owned by the caller
+  std::string sha;
+  std::string_view mode;
+  milliseconds timeout = limits::kBootstrapCommandTimeout;
+};
+
+struct NodeOutcome {
+  bool uploaded = false;
+  bool restarted = false;
+  int pid = 0;
+};
+
+SshTarget Named(SshTarget t, const std::string& fallback) {
+  if (t.name.empty()) t.name = fallback;
+  return t;
+}
+
+// The ssh layer's errors already start with "<node> (<ip>:<port>): "; ours put a verb between.
+std::string WithoutTarget(const SshTarget& t, const std::string& message) {
+  std::string prefix = DescribeTarget(t) + ": ";
+  return message.starts_with(prefix) ? message.substr(prefix.size()) : message;
+}
+
+Status NodeError(const SshTarget& t, std::string_view verb, const Status& s) {
+  return Status(s.code(), DescribeTarget(t) + ": " + std::string(verb) + ": " +
+                              WithoutTarget(t, s.message()));
+}
+
+std::string Trimmed(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
+  return s;
+}
+
+// Runs a script; a timeout or non-zero exit is an error carrying the script's stderr.
+Result<std::string> RunScript(SshRunner& ssh, const SshTarget& t, const std::string& script,
+                              std::string_view what, milliseconds timeout,
+                              std::string_view stdin_data = {}) {
+  HERD_ASSIGN_OR_RETURN(ProcResult r, ssh.Run(t, script, timeout, stdin_data));
+  if (r.timed_out) {
+    return DeadlineExceeded(std::string(what) + ": timed out after " + FormatSeconds(timeout));
+  }
+  if (r.exit_code != 0) {
+    std::string err = Trimmed(r.err.empty() ? r.out : r.err);
+    return Internal(std::string(what) + " failed (exit " + std::to_string(r.exit_code) + ")" +
+                    (err.empty() ? "" : ": " + err));
+  }
+  return r.out;
+}
+
+// OK, the one failure as it is, or "k of n nodes failed: ..." with the first failure's code.
+Status Combine(const std::vector<Status>& per_node) {
+  std::vector<const Status*> failed;
+  for (const auto& s : per_node) {
+    if (!s.ok()) failed.push_back(&s);
+  }
+  if (failed.empty()) return Status::Ok();
+  if (failed.size() == 1) return *failed[0];
+  std::string joined;
+  for (const Status* s : failed) joined += (joined.empty() ? "" : "; ") + s->message();
+  return Status(failed[0]->code(), std::to_string(failed.size()) + " of " +
+                                       std::to_string(per_node.size()) +
+                                       " nodes failed: " + joined);
+}
+
+// Runs fn for every node in parallel and combines the failures.
+template <typename Fn>
+Status ForEachNode(size_t n, Fn fn) {
+  std::vector<Status> per_node(n);
+  Status s = ForEachParallel(n, [&](size_t i) {
+    per_node[i] = fn(i);
+    return Status::Ok();
+  });
+  HERD_RETURN_IF_ERROR(s);  // only an exception thrown by fn
+  return Combine(per_node);
+}
+
+struct NodeCerts {
+  std::string ca, cert, key;
+};
+
+Result<NodeCerts> ReadCerts(const std::string& dir) {
+  NodeCerts c;
+  HERD_ASSIGN_OR_RETURN(c.ca, tls::ReadFile(dir + "/" + std::string(tls::kCaCertFile)));
+  HERD_ASSIGN_OR_RETURN(c.cert, tls::ReadFile(dir + "/" + std::string(tls::kAgentCertFile)));
+  HERD_ASSIGN_OR_RETURN(c.key, tls::ReadFile(dir + "/" + std::string(tls::kAgentKeyFile)));
+  return c;
+}
+
+Result<NodeOutcome> InstallOne(SshRunner& ssh, const SshTarget& t, const AgentInstall& node,
+                               const NodeCerts& certs, std::string_view herdlet,
+                               const std::string& herdlet_sha, const BootstrapOptions& o) {
+  const std::string& dir = o.remote_dir;
+  HERD_ASSIGN_OR_RETURN(
+      std::string probe_out,
+      RunScript(ssh, t, ProbeScript(dir), "probing the node", limits::kBootstrapCommandTimeout));
+  HERD_ASSIGN_OR_RETURN(NodeProbe probe, ParseProbe(probe_out));
+
+  std::vector<WantedFile> files;
+  auto want = [&](std::string key, std::string path, std::string_view data, std::string_view mode) {
+    files.push_back({std::move(key), std::move(path), data, Sha256Hex(data), mode,
+                     limits::kBootstrapCommandTimeout});
+  };
+  files.push_back({std::string(kRemoteHerdlet), std::string(kRemoteHerdlet), herdlet, herdlet_sha,
+                   "0755", limits::kBootstrapUploadTimeout});
+  want("certs/ca.crt", "certs/ca.crt", certs.ca, "0644");
+  want("certs/agent.crt", "certs/agent.crt", certs.cert, "0644");
+  want("certs/agent.key", "certs/agent.key", certs.key, "0600");
+  want(std::string(kRemoteConfig), std::string(kRemoteConfig), node.agent_config_yaml, "0600");
+  std::string unit;
+  if (probe.mode == AgentMode::kSupervise) {
+    want(std::string(kRemoteSupervise), std::string(kRemoteSupervise), SuperviseScript(), "0755");
+  } else {
+    UnitPaths paths{probe.dir + "/" + std::string(kRemoteHerdlet),
+                    probe.dir + "/" + std::string(kRemoteConfig), probe.dir, probe.home};
+    HERD_ASSIGN_OR_RETURN(unit,
+                          RenderUnit(probe.mode == AgentMode::kSystemdSystem ? SystemUnitTemplate()
+                                                                             : UserUnitTemplate(),
+                                     paths));
+    want(std::string(kRemoteUnitKey), probe.unit_path, unit, "0644");
+  }
+
+  NodeOutcome out;
+  for (const auto& f : files) {
+    if (probe.sha[f.key] == f.sha) continue;
+    HERD_RETURN_IF_ERROR(RunScript(ssh, t, UploadScript(dir, f.path, f.mode), "uploading " + f.path,
+                                   f.timeout, f.data)
+                             .status());
+    HERD_LOG(kDebug) << DescribeTarget(t) << ": uploaded " << f.path;
+    out.uploaded = true;
+  }
+  if (!out.uploaded && probe.up && probe.pid > 0) {
+    out.pid = probe.pid;
+    return out;
+  }
+  HERD_ASSIGN_OR_RETURN(std::string started,
+                        RunScript(ssh, t, StartScript(dir, probe.mode), "starting herdlet",
+                                  limits::kBootstrapCommandTimeout));
+  HERD_ASSIGN_OR_RETURN(out.pid, ParsePid(started));
+  out.restarted = true;
+  HERD_LOG(kInfo) << DescribeTarget(t) << ": herdlet " << (probe.pid > 0 ? "restarted" : "started")
+                  << " (pid " << out.pid << ")";
+  return out;
+}
+
+Status CheckOptions(const BootstrapOptions& o) {
+  if (o.remote_dir.empty()) return InvalidArgument("bootstrap: empty remote agent directory");
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<BootstrapResult> BootstrapAgents(SshRunner& ssh, const std::vector<AgentInstall>& nodes,
+                                        const BootstrapOptions& options) {
+  HERD_RETURN_IF_ERROR(CheckOptions(options));
+  if (options.herdlet_path.empty()) return InvalidArgument("bootstrap: no herdlet binary given");
+  // Read and hashed once for all nodes.
+  auto herdlet = tls::ReadFile(options.herdlet_path);
+  if (!herdlet.ok()) {
+    return Status(herdlet.status().code(), "cannot install herdlet: " + herdlet.status().message());
+  }
+  const std::string herdlet_sha = Sha256Hex(*herdlet);
+
+  std::vector<SshTarget> targets;
+  std::vector<Result<NodeCerts>> certs;
+  for (const auto& n : nodes) {
+    targets.push_back(Named(n.target, n.node_name));
+    certs.push_back(ReadCerts(n.certs_dir));
+  }
+  std::vector<NodeOutcome> outcomes(nodes.size());
+  Status s = ForEachNode(nodes.size(), [&](size_t i) -> Status {
+    const SshTarget& t = targets[i];
+    if (!certs[i].ok()) return NodeError(t, "cannot install herdlet", certs[i].status());
+    auto r = InstallOne(ssh, t, nodes[i], *certs[i], *herdlet, herdlet_sha, options);
+    if (!r.ok()) return NodeError(t, "cannot install herdlet", r.status());
+    outcomes[i] = *r;
+    return Status::Ok();
+  });
+  HERD_RETURN_IF_ERROR(s);
+  BootstrapResult result;
+  for (const auto& o : outcomes) {
+    result.uploaded += o.uploaded;
+    result.restarted += o.restarted;
+    result.unchanged += !o.uploaded && !o.restarted;
+    result.agent_pids.push_back(o.pid);
+  }
+  return result;
+}
+
+Status StopAgents(SshRunner& ssh, const std::vector<SshTarget>& nodes,
+                  const BootstrapOptions& options) {
+  HERD_RETURN_IF_ERROR(CheckOptions(options));
+  return ForEachNode(nodes.size(), [&](size_t i) -> Status {
+    auto r = RunScript(ssh, nodes[i], StopScript(options.remote_dir), "stopping herdlet",
+                       limits::kBootstrapCommandTimeout);
+    if (!r.ok()) return NodeError(nodes[i], "cannot stop herdlet", r.status());
+    return Status::Ok();
+  });
+}
+
+Result<std::vector<int>> AgentPids(SshRunner& ssh, const std::vector<SshTarget>& nodes,
+                                   const BootstrapOptions& options) {
+  HERD_RETURN_IF_ERROR(CheckOptions(options));
+  std::vector<int> pids(nodes.size(), 0);
+  HERD_RETURN_IF_ERROR(ForEachNode(nodes.size(), [&](size_t i) -> Status {
+    auto out = RunScript(ssh, nodes[i], PidScript(options.remote_dir), "reading herdlet's pid",
+                         limits::kBootstrapCommandTimeout);
+    if (out.ok()) {
+      auto pid = ParsePid(*out);
+      if (pid.ok()) {
+        pids[i] = *pid;
+        return Status::Ok();
+      }
+      return NodeError(nodes[i], "cannot check herdlet", pid.status());
+    }
+    return NodeError(nodes[i], "cannot check herdlet", out.status());
+  }));
+  return pids;
+}
+
+}  // namespace herd::controller

@@ -1,0 +1,58 @@
+// Installing, starting and stopping herdlet on a cluster's nodes over SSH. Idempotent: a node
+// whose binary, certificates and config are already in place and whose agent runs is left alone,
+// so `herd launch` on an existing cluster uploads and restarts nothing.
+//
+// Per node, under <remote_dir> (layout in remote_scripts.hpp): files are compared by SHA-256 with
+// what the node has and only differing ones are sent; the agent is (re)started when one of them
+// changed or it does not run. Where systemd is PID 1 it is a unit (herdlet.service as root,
+// herdlet-user.service as a user unit otherwise); elsewhere packaging/herdlet-supervise keeps it
+// running (restart with backoff on a non-zero exit), started with setsid + nohup. herdlet runs with
+// HOME = the login user's home and its working directory = <remote_dir>, so relative paths in the
+// config (certs: certs, state_dir: state) point into it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "controller/ssh/ssh_runner.hpp"
+#include "controller/ssh/ssh_target.hpp"
+#include "shared/common/status.hpp"
+
+namespace herd::controller {
+
+struct AgentInstall {
+  SshTarget target;               // how to reach the node
+  std::string node_name;          // "demo-head"; names the node in errors when target.name is ""
+  std::string agent_config_yaml;  // the whole herdlet.yaml for this node
+  std::string certs_dir;          // local dir with ca.crt, agent.crt, agent.key for this node
+};
+
+struct BootstrapOptions {
+  std::string herdlet_path;                // local binary to install (the build's herdlet.upload)
+  std::string remote_dir = ".herd/agent";  // relative to the node user's home, or absolute
+};
+
+struct BootstrapResult {
+  int uploaded = 0;             // nodes that were sent at least one file
+  int restarted = 0;            // nodes whose agent was (re)started
+  int unchanged = 0;            // nodes with nothing sent and nothing restarted
+  std::vector<int> agent_pids;  // herdlet's pid per node, in the order of the input
+};
+
+// Installs and (re)starts the agent on every node in parallel (ForEachParallel). Errors name the
+// node: "demo-worker1 (10.213.4.2:22): cannot install herdlet: ..."; with several failing nodes
+// "2 of 5 nodes failed: <each message>", the code of the first.
+Result<BootstrapResult> BootstrapAgents(SshRunner& ssh, const std::vector<AgentInstall>& nodes,
+                                        const BootstrapOptions& options);
+
+// Stops the supervisor or unit and herdlet on every node (SIGKILL after
+// limits::kAgentStopTimeout); jobs' processes are left to the caller. OK for a node without an
+// agent.
+Status StopAgents(SshRunner& ssh, const std::vector<SshTarget>& nodes,
+                  const BootstrapOptions& options);
+
+// herdlet's pid on every node, 0 where it does not run.
+Result<std::vector<int>> AgentPids(SshRunner& ssh, const std::vector<SshTarget>& nodes,
+                                   const BootstrapOptions& options);
+
+}  // namespace herd::controller

@@ -1,0 +1,66 @@
+// The shell commands bootstrap runs on a node, and the reading of their output. Pure functions:
+// the scripts are POSIX sh, tested locally in tests/unit/bootstrap_test.cpp.
+//
+// Node layout, under the agent directory D (relative to the login user's home, or absolute):
+//   D/bin/herdlet, D/bin/herdlet-supervise, D/certs/{ca.crt,agent.crt,agent.key}, D/herdlet.yaml,
+//   D/state/, and without systemd: D/supervise.pid, D/herdlet.pid, D/herdlet.log.
+// herdlet runs in D, so relative paths in herdlet.yaml (certs: certs) are relative to D.
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shared/common/status.hpp"
+
+namespace herd::controller {
+
+// Files compared by hash, as paths relative to D ("unit" stands for the systemd unit's path).
+inline constexpr std::string_view kRemoteHerdlet = "bin/herdlet";
+inline constexpr std::string_view kRemoteSupervise = "bin/herdlet-supervise";
+inline constexpr std::string_view kRemoteConfig = "herdlet.yaml";
+inline constexpr std::string_view kRemoteUnitKey = "unit";
+std::vector<std::string> RemoteHashedFiles();  // the above plus certs/ca.crt, agent.crt, agent.key
+
+// How the agent is kept running on a node.
+enum class AgentMode { kSupervise, kSystemdSystem, kSystemdUser };
+
+// What the probe found on a node.
+struct NodeProbe {
+  std::string dir;   // D, absolute
+  std::string home;  // the login user's $HOME
+  AgentMode mode = AgentMode::kSupervise;
+  std::string unit_path;                   // where the unit file goes in a systemd mode
+  std::map<std::string, std::string> sha;  // RemoteHashedFiles() -> hex, "" when missing
+  int pid = 0;                             // herdlet's pid, 0 when it does not run
+  bool up = false;                         // it runs under its supervisor (or as the active unit)
+};
+
+// 'it'\''s' quoting for sh.
+std::string ShellQuote(std::string_view s);
+
+// Makes D/{bin,certs,state} (certs 0700) and prints the probe; see ParseProbe.
+std::string ProbeScript(const std::string& remote_dir);
+Result<NodeProbe> ParseProbe(const std::string& out);
+
+// Writes stdin to `path` (relative to D, or absolute) through a temporary file and rename, with
+// `mode` (octal, "0600"), creating the parent directory.
+std::string UploadScript(const std::string& remote_dir, const std::string& path,
+                         std::string_view mode);
+
+// Stops whatever agent runs (supervised or the unit), starts it in `mode`, waits until herdlet
+// runs and still runs kAgentStartSettle later, and prints "pid N". On failure: a message and the
+// end of the agent's log on stderr, non-zero exit, nothing left running.
+std::string StartScript(const std::string& remote_dir, AgentMode mode);
+
+// Stops the supervisor or unit and herdlet (SIGKILL after kAgentStopTimeout); jobs stay.
+std::string StopScript(const std::string& remote_dir);
+
+// Prints "pid N" (0 when herdlet does not run).
+std::string PidScript(const std::string& remote_dir);
+
+// The "pid N" line of a start or pid script.
+Result<int> ParsePid(const std::string& out);
+
+}  // namespace herd::controller

@@ -1,0 +1,31 @@
+// Stage progress on the terminal: one updating spinner line on a TTY (unless NO_COLOR or TERM=dumb
+// ask for plain output), plain lines otherwise, nothing with --quiet. Safe to call from the
+// parallel fan-out threads.
+#pragma once
+
+#include <mutex>
+#include <string>
+
+#include "controller/core/sdk.hpp"
+
+namespace herd::controller {
+
+class Progress {
+ public:
+  explicit Progress(bool quiet);
+  sdk::ProgressFn Callback();
+  // Ends an open spinner line.
+  void Done();
+
+ private:
+  void Report(const std::string& stage, int done, int total);
+
+  bool quiet_;
+  bool live_;
+  std::mutex mu_;
+  std::string last_;
+  int frame_ = 0;
+  bool open_line_ = false;
+};
+
+}  // namespace herd::controller

@@ -1,0 +1,518 @@
+#include "controller/core/sdk.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "agent/sched/scheduler.hpp"
+#include "controller/bootstrap/agent_bootstrap.hpp"
+#include "controller/provider/local_provider.hpp"
+#include "controller/provider/ssh_pool_provider.hpp"
+#include "controller/ssh/parallel.hpp"
+#include "controller/ssh/ssh_command.hpp"
+#include "controller/ssh/ssh_runner.hpp"
+#include "controller/ssh/subprocess.hpp"
+#include "controller/state/cluster_lock.hpp"
+#include "controller/state/cluster_store.hpp"
+#include "controller/state/herd_home.hpp"
+#include "controller/state/ssh_config.hpp"
+#include "shared/common/limits.hpp"
+#include "shared/tls/certs.hpp"
+
+namespace herd::sdk {
+
+namespace fs = std::filesystem;
+using namespace herd::controller;
+using herd::v1::JobInfo;
+
+namespace {
+
+// The head listens here on its node. Nodes are separate machines (or namespaces), so one fixed
+// port serves every cluster; the controller reaches it through an SSH forward, never directly.
+constexpr int kHeadPort = 46590;
+
+std::string CurrentUser() {
+  if (const char* u = ::getenv("USER"); u && *u) return u;
+  return "root";
+}
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+void Report(const ProgressFn& p, const std::string& stage, int done, int total) {
+  if (p) p(stage, done, total);
+}
+
+Result<std::unique_ptr<ClusterStore>> OpenStore() { return ClusterStore::Open(StateDbPath()); }
+
+Result<ClusterRecord> Lookup(ClusterStore& store, const std::string& name) {
+  HERD_RETURN_IF_ERROR(ValidateClusterName(name));
+  HERD_ASSIGN_OR_RETURN(auto rec, store.Get(name));
+  if (!rec) {
+    return NotFound("cluster " + name + " does not exist (see `herd status`; create it with " +
+                    "`herd launch -c " + name + " TASK.yaml`)");
+  }
+  return *rec;
+}
+
+Result<std::unique_ptr<Provider>> MakeProvider(const std::string& infra) {
+  if (infra.empty() || infra == "local") return std::unique_ptr<Provider>(new LocalProvider());
+  if (infra.rfind("ssh/", 0) == 0 && infra.size() > 4) {
+    return std::unique_ptr<Provider>(new SshPoolProvider(infra.substr(4)));
+  }
+  return InvalidArgument("infra '" + infra +
+                         "' is not available: herd provides 'local' and 'ssh/<pool>'");
+}
+
+SshTarget TargetOf(const ClusterRecord& c, const NodeRecord& n) {
+  SshTarget t;
+  t.host = n.ip;
+  t.port = n.ssh_port;
+  t.user = n.ssh_user;
+  t.identity_file = n.identity_file.empty() ? c.ssh_key_path : n.identity_file;
+  t.known_hosts_file = c.known_hosts_path;
+  t.control_dir = c.control_dir;
+  t.name = n.name;
+  return t;
+}
+
+std::vector<SshTarget> TargetsOf(const ClusterRecord& c) {
+  std::vector<SshTarget> out;
+  for (const auto& n : c.nodes) out.push_back(TargetOf(c, n));
+  return out;
+}
+
+// ControlPath sockets must fit sun_path: keep the directory short and per cluster.
+std::string ControlDirFor(const std::string& state_dir) {
+  std::size_t h = std::hash<std::string>{}(state_dir);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "/tmp/herd-cm-%u-%08zx", static_cast<unsigned>(::getuid()),
+                h & 0xffffffffu);
+  return buf;
+}
+
+herd::Status MakeClusterKey(const std::string& key_path) {
+  if (fs::exists(key_path)) return herd::Status::Ok();
+  HERD_RETURN_IF_ERROR(EnsureDir(fs::path(key_path).parent_path().string()));
+  HERD_ASSIGN_OR_RETURN(auto r, RunProcess({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
+                                            "herd-cluster", "-f", key_path},
+                                           {}, limits::kSshConnectTimeout));
+  if (r.exit_code != 0) return Internal("ssh-keygen failed: " + r.err);
+  return herd::Status::Ok();
+}
+
+std::string AgentConfigYaml(const ClusterRecord& c, std::size_t i) {
+  const NodeRecord& n = c.nodes[i];
+  const NodeRecord* head = HeadNode(c);
+  std::string y;
+  y += "role: " + std::string(n.is_head ? "head" : "worker") + "\n";
+  y += "cluster: " + c.name + "\n";
+  y += "node_id: " + n.name + "\n";
+  y += "address: " + n.ip + "\n";
+  if (n.is_head) {
+    y += "listen: " + n.ip + ":" + std::to_string(c.head_port) + "\n";
+    y += "expected_nodes: " + std::to_string(c.nodes.size()) + "\n";
+  } else {
+    y += "head: " + head->ip + ":" + std::to_string(c.head_port) + "\n";
+  }
+  y += "certs: certs\nstate_dir: state\ncloud: " + c.provider + "\n";
+  return y;
+}
+
+// Issues missing agent certificates (the CA key stays here) and installs/starts the agents.
+Result<BootstrapResult> BootstrapCluster(SshRunner& ssh, const ClusterRecord& c,
+                                         const ProgressFn& progress) {
+  HERD_ASSIGN_OR_RETURN(std::string herdlet, HerdletBinary());
+  std::vector<AgentInstall> installs;
+  for (std::size_t i = 0; i < c.nodes.size(); ++i) {
+    const NodeRecord& n = c.nodes[i];
+    std::string dir = c.state_dir + "/nodes/" + n.name + "/certs";
+    if (!fs::exists(dir + "/agent.crt")) {
+      HERD_RETURN_IF_ERROR(tls::IssueAgentCerts(c.certs_dir, n.name, {n.ip}, dir));
+    }
+    AgentInstall a;
+    a.target = TargetOf(c, n);
+    a.node_name = n.name;
+    a.agent_config_yaml = AgentConfigYaml(c, i);
+    a.certs_dir = dir;
+    installs.push_back(std::move(a));
+  }
+  Report(progress, "Bootstrapping agents", 0, static_cast<int>(c.nodes.size()));
+  BootstrapOptions opts;
+  opts.herdlet_path = herdlet;
+  HERD_ASSIGN_OR_RETURN(auto result, BootstrapAgents(ssh, installs, opts));
+  Report(progress, "Bootstrapping agents", static_cast<int>(c.nodes.size()),
+         static_cast<int>(c.nodes.size()));
+  return result;
+}
+
+herd::Status WaitSsh(SshRunner& ssh, const ClusterRecord& c, const ProgressFn& progress) {
+  auto targets = TargetsOf(c);
+  std::atomic<int> ready{0};
+  int total = static_cast<int>(targets.size());
+  Report(progress, "Waiting for SSH", 0, total);
+  return ForEachParallel(
+      targets.size(),
+      [&](std::size_t i) -> herd::Status {
+        HERD_RETURN_IF_ERROR(ssh.WaitReady(targets[i], limits::kSshWaitTotal));
+        Report(progress, "Waiting for SSH", ++ready, total);
+        return herd::Status::Ok();
+      },
+      [&](std::size_t i) { return DescribeTarget(targets[i]); });
+}
+
+herd::Status WaitAgents(const ClusterRecord& c, const ProgressFn& progress) {
+  auto deadline = std::chrono::steady_clock::now() + limits::kAgentRegisterTimeout;
+  int total = static_cast<int>(c.nodes.size());
+  herd::Status last = Unavailable("no answer yet");
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto client = ConnectHead(c);
+    if (client.ok()) {
+      auto nodes = (*client)->Nodes();
+      if (nodes.ok()) {
+        int alive = 0;
+        for (bool a : nodes->alive()) alive += a;
+        Report(progress, "Agents registered", alive, total);
+        if (alive >= total) return herd::Status::Ok();
+        last = Unavailable(std::to_string(alive) + " of " + std::to_string(total) +
+                           " agents registered");
+      } else {
+        last = nodes.status();
+      }
+    } else {
+      last = client.status();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return last.WithContext("cluster " + c.name + ": agents did not come up within " +
+                          FormatSeconds(limits::kAgentRegisterTimeout));
+}
+
+// workdir -> ~/sky_workdir on every node (honouring .gitignore), and, on launch, file_mounts.
+herd::Status SyncFiles(SshRunner& ssh, const ClusterRecord& c, const Task& task, bool mounts,
+                 const ProgressFn& progress) {
+  auto targets = TargetsOf(c);
+  if (!task.workdir.empty()) {
+    if (!fs::is_directory(task.workdir)) {
+      return InvalidArgument("workdir: " + task.workdir + " is not a directory");
+    }
+    Report(progress, "Syncing workdir " + task.workdir, 0, static_cast<int>(targets.size()));
+    std::string src = fs::absolute(task.workdir).string() + "/";
+    HERD_RETURN_IF_ERROR(ForEachParallel(
+        targets.size(),
+        [&](std::size_t i) {
+          return ssh.Rsync(targets[i], src, "sky_workdir/", true, limits::kSshWaitTotal);
+        },
+        [&](std::size_t i) { return DescribeTarget(targets[i]); }));
+  }
+  if (mounts) {
+    for (const auto& [remote, local] : task.file_mounts) {
+      if (!fs::exists(local)) return InvalidArgument("file_mounts." + remote + ": " + local +
+                                                     " does not exist");
+      std::string dst = remote.rfind("~/", 0) == 0 ? remote.substr(2) : remote;
+      bool dir = fs::is_directory(local);
+      std::string src = fs::absolute(local).string() + (dir ? "/" : "");
+      std::string parent = dir ? dst : fs::path(dst).parent_path().string();
+      HERD_RETURN_IF_ERROR(ForEachParallel(
+          targets.size(),
+          [&](std::size_t i) -> herd::Status {
+            if (!parent.empty()) {
+              HERD_ASSIGN_OR_RETURN(auto r, ssh.Run(targets[i], "mkdir -p '" + parent + "'",
+                                                    limits::kSshConnectTimeout));
+              if (r.exit_code != 0) return IoError("mkdir " + parent + ": " + r.err);
+            }
+            return ssh.Rsync(targets[i], src, dir ? dst + "/" : dst, false, limits::kSshWaitTotal);
+          },
+          [&](std::size_t i) { return DescribeTarget(targets[i]); }));
+    }
+  }
+  return herd::Status::Ok();
+}
+
+// Fails before anything runs when no set of the cluster's nodes could ever hold the task.
+herd::Status CheckFeasible(const herd::v1::NodesReply& nodes, const herd::v1::TaskSpec& spec) {
+  std::vector<agent::NodeState> idle;
+  for (const auto& n : nodes.nodes()) {
+    agent::NodeState s;
+    s.info = n;
+    idle.push_back(s);
+  }
+  auto result = agent::Schedule({agent::DemandOf(1, spec)}, idle);
+  if (!result.infeasible.empty()) {
+    return FailedPrecondition("the task cannot run on this cluster: " +
+                              result.infeasible[0].reason);
+  }
+  return herd::Status::Ok();
+}
+
+Result<int64_t> Submit(const ClusterRecord& c, herd::v1::TaskSpec spec) {
+  HERD_ASSIGN_OR_RETURN(auto client, ConnectHead(c));
+  HERD_ASSIGN_OR_RETURN(auto nodes, client->Nodes());
+  HERD_RETURN_IF_ERROR(CheckFeasible(nodes, spec));
+  return client->Submit(spec, CurrentUser());
+}
+
+}  // namespace
+
+Result<std::string> HerdletBinary() {
+  if (const char* env = ::getenv("HERDLET_BINARY"); env && *env) return std::string(env);
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (const fs::path& p : {self.parent_path() / "herdlet",
+                              self.parent_path().parent_path() / "agent" / "herdlet"}) {
+      if (fs::exists(p)) return p.string();
+    }
+  }
+  return NotFound("cannot find the herdlet binary next to " + self.string() +
+                  "; set HERDLET_BINARY");
+}
+
+Result<std::unique_ptr<HeadClient>> ConnectHead(const ClusterRecord& c) {
+  const NodeRecord* head = HeadNode(c);
+  if (!head) return FailedPrecondition("cluster " + c.name + " has no nodes");
+  if (c.status == ClusterStatus::kStopped) {
+    return FailedPrecondition("cluster " + c.name + " is STOPPED; start it with `herd start " +
+                              c.name + "`");
+  }
+  OpenSshRunner ssh;
+  SshTarget target = TargetOf(c, *head);
+  HERD_ASSIGN_OR_RETURN(int port, ssh.ForwardLocalPort(target, head->ip, c.head_port));
+  auto client = HeadClient::Connect({"127.0.0.1", static_cast<uint16_t>(port), c.certs_dir});
+  // The forward lives on the shared ControlMaster; drop it when this client goes away.
+  auto cancel = [target, port, ip = head->ip, hp = c.head_port] {
+    (void)RunProcess(BuildControlArgv(target, "cancel", {"-L", LocalForwardSpec(port, ip, hp)}),
+                     {}, limits::kSshConnectTimeout);
+  };
+  if (!client.ok()) {
+    cancel();
+    return client.status();
+  }
+  (*client)->SetCleanup(cancel);
+  return client;
+}
+
+Result<ClusterRecord> GetCluster(const std::string& cluster) {
+  HERD_ASSIGN_OR_RETURN(auto store, OpenStore());
+  return Lookup(*store, cluster);
+}
+
+Result<LaunchResult> Launch(const Task& task, const LaunchOptions& o) {
+  HERD_RETURN_IF_ERROR(ValidateClusterName(o.cluster));
+  HERD_ASSIGN_OR_RETURN(auto lock,
+                        ClusterLock::Acquire(o.cluster, limits::kClusterLockWait, "herd launch"));
+  HERD_ASSIGN_OR_RETURN(auto store, OpenStore());
+  HERD_ASSIGN_OR_RETURN(auto existing, store->Get(o.cluster));
+  const Resources& res = task::PrimaryResources(task);
+  std::string infra = !o.infra.empty() ? o.infra : !res.infra.empty() ? res.infra : "";
+  int n = o.num_nodes > 0 ? o.num_nodes : task.num_nodes;
+  OpenSshRunner ssh;
+
+  ClusterRecord c;
+  bool fresh = !existing.has_value();
+  if (existing) {
+    c = *existing;
+    if (!infra.empty() && infra != c.infra) {
+      return FailedPrecondition("cluster " + c.name + " runs on " + c.infra + ", not " + infra +
+                                "; use another name or `herd down " + c.name + "` first");
+    }
+    if (n > static_cast<int>(c.nodes.size()) && !c.nodes.empty()) {
+      return FailedPrecondition("cluster " + c.name + " has " + std::to_string(c.nodes.size()) +
+                                " node(s); the task needs " + std::to_string(n));
+    }
+  } else {
+    c.name = o.cluster;
+    c.infra = infra.empty() ? "local" : infra;
+    c.provider = c.infra == "local" ? "local" : "ssh";
+    c.state_dir = ClusterDir(c.name);
+    c.certs_dir = c.state_dir + "/certs";
+    c.ssh_key_path = c.state_dir + "/ssh/id_ed25519";
+    c.known_hosts_path = c.state_dir + "/ssh/known_hosts";
+    c.control_dir = ControlDirFor(c.state_dir);
+    c.head_port = kHeadPort;
+    c.launched_unix_ms = NowMs();
+    c.resources = task::ResourcesSummary(task);
+    if (o.num_nodes > 0) {
+      c.resources = std::to_string(n) + c.resources.substr(c.resources.find('x'));
+    }
+    HERD_RETURN_IF_ERROR(EnsureDir(c.state_dir));
+    HERD_RETURN_IF_ERROR(tls::InitClusterCerts(c.certs_dir, c.name));
+    HERD_RETURN_IF_ERROR(MakeClusterKey(c.ssh_key_path));
+    HERD_RETURN_IF_ERROR(store->Put(c));
+  }
+
+  if (fresh || c.status != ClusterStatus::kUp) {
+    HERD_ASSIGN_OR_RETURN(auto provider, MakeProvider(c.infra));
+    Report(o.progress, "Provisioning " + std::to_string(n) + " node(s) on " + c.infra, 0, n);
+    std::vector<NodeHandle> handles;
+    if (!fresh && c.status == ClusterStatus::kStopped) {
+      HERD_ASSIGN_OR_RETURN(handles, provider->Start(c.name, c.state_dir + "/provider"));
+    } else {
+      std::string pub;
+      {
+        std::ifstream in(c.ssh_key_path + ".pub");
+        std::getline(in, pub);
+      }
+      ProvisionRequest req{c.name, n, c.state_dir + "/provider", pub};
+      HERD_ASSIGN_OR_RETURN(handles, provider->Provision(req));
+    }
+    c.nodes.clear();
+    for (std::size_t i = 0; i < handles.size(); ++i) {
+      NodeRecord r;
+      r.name = handles[i].name;
+      r.ip = handles[i].ip;
+      r.ssh_port = handles[i].ssh_port;
+      r.ssh_user = handles[i].ssh_user;
+      r.identity_file = handles[i].identity_file;
+      r.netns = handles[i].netns;
+      r.host_home = handles[i].host_home;
+      r.is_head = i == 0;
+      c.nodes.push_back(r);
+    }
+    HERD_RETURN_IF_ERROR(store->Put(c));
+    Report(o.progress, "Provisioning " + std::to_string(n) + " node(s) on " + c.infra, n, n);
+  }
+  HERD_RETURN_IF_ERROR(WriteSshConfig(c));
+  HERD_RETURN_IF_ERROR(WaitSsh(ssh, c, o.progress));
+  HERD_ASSIGN_OR_RETURN(auto boot, BootstrapCluster(ssh, c, o.progress));
+  c.status = ClusterStatus::kUp;
+  c.agent_version = "0.1.0";
+  HERD_RETURN_IF_ERROR(store->Put(c));
+  HERD_RETURN_IF_ERROR(WaitAgents(c, o.progress));
+  HERD_RETURN_IF_ERROR(SyncFiles(ssh, c, task, true, o.progress));
+
+  LaunchResult result;
+  result.cluster = c;
+  result.agents_uploaded = boot.uploaded;
+  result.agents_restarted = boot.restarted;
+  herd::v1::TaskSpec spec = task::ToSpec(task);
+  spec.set_num_nodes(task.num_nodes);
+  if (o.no_setup) spec.clear_setup();
+  if (!spec.run().empty() || !spec.setup().empty()) {
+    HERD_ASSIGN_OR_RETURN(result.job_id, Submit(c, spec));
+  }
+  return result;
+}
+
+Result<LaunchResult> Exec(const std::string& cluster, const Task& task, const ExecOptions& o) {
+  HERD_ASSIGN_OR_RETURN(auto store, OpenStore());
+  HERD_ASSIGN_OR_RETURN(ClusterRecord c, Lookup(*store, cluster));
+  if (c.status != ClusterStatus::kUp) {
+    return FailedPrecondition("cluster " + c.name + " is " + std::string(Name(c.status)) +
+                              "; start it with `herd start " + c.name + "`");
+  }
+  OpenSshRunner ssh;
+  HERD_RETURN_IF_ERROR(SyncFiles(ssh, c, task, false, o.progress));
+  herd::v1::TaskSpec spec = task::ToSpec(task);
+  spec.clear_setup();  // exec skips setup (SkyPilot)
+  LaunchResult result;
+  result.cluster = c;
+  HERD_ASSIGN_OR_RETURN(result.job_id, Submit(c, spec));
+  return result;
+}
+
+Result<JobInfo> TailLogs(const std::string& cluster, int64_t job_id, const TailOptions& o) {
+  HERD_ASSIGN_OR_RETURN(ClusterRecord c, GetCluster(cluster));
+  HERD_ASSIGN_OR_RETURN(auto client, ConnectHead(c));
+  auto cb = o.callbacks;
+  if (!cb.on_data) {
+    cb.on_data = [](std::string_view b) {
+      std::fwrite(b.data(), 1, b.size(), stdout);
+      std::fflush(stdout);
+    };
+  }
+  return client->Stream(job_id, o.offset, o.follow, cb);
+}
+
+Result<std::vector<JobInfo>> Queue(const std::string& cluster, bool skip_finished) {
+  HERD_ASSIGN_OR_RETURN(ClusterRecord c, GetCluster(cluster));
+  HERD_ASSIGN_OR_RETURN(auto client, ConnectHead(c));
+  return client->Queue(skip_finished);
+}
+
+Result<std::vector<int64_t>> Cancel(const std::string& cluster, const std::vector<int64_t>& jobs,
+                                    bool all) {
+  HERD_ASSIGN_OR_RETURN(ClusterRecord c, GetCluster(cluster));
+  HERD_ASSIGN_OR_RETURN(auto client, ConnectHead(c));
+  return client->Cancel(jobs, all);
+}
+
+Result<herd::v1::NodesReply> Nodes(const std::string& cluster) {
+  HERD_ASSIGN_OR_RETURN(ClusterRecord c, GetCluster(cluster));
+  HERD_ASSIGN_OR_RETURN(auto client, ConnectHead(c));
+  return client->Nodes();
+}
+
+herd::Status Stop(const std::string& cluster, ProgressFn progress) {
+  HERD_ASSIGN_OR_RETURN(auto lock, ClusterLock::Acquire(cluster, limits::kClusterLockWait,
+                                                        "herd stop"));
+  HERD_ASSIGN_OR_RETURN(auto store, OpenStore());
+  HERD_ASSIGN_OR_RETURN(ClusterRecord c, Lookup(*store, cluster));
+  if (c.status == ClusterStatus::kStopped) return herd::Status::Ok();
+  if (auto client = ConnectHead(c); client.ok()) (void)(*client)->Cancel({}, true);
+  OpenSshRunner ssh;
+  Report(progress, "Stopping " + std::to_string(c.nodes.size()) + " node(s)", 0,
+         static_cast<int>(c.nodes.size()));
+  BootstrapOptions bo;
+  HERD_RETURN_IF_ERROR(StopAgents(ssh, TargetsOf(c), bo));
+  HERD_ASSIGN_OR_RETURN(auto provider, MakeProvider(c.infra));
+  HERD_RETURN_IF_ERROR(provider->Stop(c.name, c.state_dir + "/provider"));
+  for (const auto& t : TargetsOf(c)) (void)ssh.CloseMaster(t);
+  c.status = ClusterStatus::kStopped;
+  return store->Put(c);
+}
+
+Result<ClusterRecord> Start(const std::string& cluster, ProgressFn progress) {
+  HERD_ASSIGN_OR_RETURN(ClusterRecord c, GetCluster(cluster));
+  Task empty;
+  LaunchOptions o;
+  o.cluster = cluster;
+  o.progress = progress;
+  empty.num_nodes = static_cast<int>(c.nodes.size());
+  HERD_ASSIGN_OR_RETURN(auto r, Launch(empty, o));
+  return r.cluster;
+}
+
+herd::Status Down(const std::string& cluster, ProgressFn progress) {
+  HERD_ASSIGN_OR_RETURN(auto lock, ClusterLock::Acquire(cluster, limits::kClusterLockWait,
+                                                        "herd down"));
+  HERD_ASSIGN_OR_RETURN(auto store, OpenStore());
+  HERD_ASSIGN_OR_RETURN(ClusterRecord c, Lookup(*store, cluster));
+  OpenSshRunner ssh;
+  Report(progress, "Tearing down " + std::to_string(c.nodes.size()) + " node(s)", 0,
+         static_cast<int>(c.nodes.size()));
+  if (c.status == ClusterStatus::kUp && c.provider != "local") {
+    // Machines that are not ours: cancel the jobs, stop the agents, remove what herd installed.
+    if (auto client = ConnectHead(c); client.ok()) (void)(*client)->Cancel({}, true);
+    BootstrapOptions bo;
+    HERD_RETURN_IF_ERROR(StopAgents(ssh, TargetsOf(c), bo));
+    for (const auto& t : TargetsOf(c)) {
+      (void)ssh.Run(t, "rm -rf '" + bo.remote_dir + "'", limits::kSshConnectTimeout);
+    }
+  }
+  for (const auto& t : TargetsOf(c)) (void)ssh.CloseMaster(t);
+  HERD_ASSIGN_OR_RETURN(auto provider, MakeProvider(c.infra));
+  HERD_RETURN_IF_ERROR(provider->Teardown(c.name, c.state_dir + "/provider"));
+  HERD_RETURN_IF_ERROR(RemoveSshConfig(c.name));
+  HERD_RETURN_IF_ERROR(store->Remove(c.name));
+  std::error_code ec;
+  fs::remove_all(c.state_dir, ec);
+  fs::remove_all(c.control_dir, ec);
+  Report(progress, "Tearing down " + std::to_string(c.nodes.size()) + " node(s)",
+         static_cast<int>(c.nodes.size()), static_cast<int>(c.nodes.size()));
+  return herd::Status::Ok();
+}
+
+Result<std::vector<ClusterRecord>> Status() {
+  HERD_ASSIGN_OR_RETURN(auto store, OpenStore());
+  return store->List();
+}
+
+}  // namespace herd::sdk

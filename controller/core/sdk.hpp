@@ -1,0 +1,83 @@
+// The C++ SDK: clusters by name. The CLI (cli.cpp) is a thin layer over these calls, and the
+// Python SDK (python/herd) drives the CLI's JSON output.
+//
+//   herd::task::Task t = ...;                      // shared/task/task.hpp
+//   auto r = herd::sdk::Launch(t, {.cluster = "demo"});
+//   int code = herd::sdk::TailLogs("demo", r->job_id, {.follow = true});
+//   herd::sdk::Down("demo");
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "controller/core/head_client.hpp"
+#include "controller/state/cluster_record.hpp"
+#include "herd/v1/common.pb.h"
+#include "shared/common/status.hpp"
+#include "shared/task/task.hpp"
+
+namespace herd::sdk {
+
+using controller::ClusterRecord;
+using Task = task::Task;
+using Resources = task::Resources;
+
+// Stage reports of long operations ("Provisioning 3 node(s)", "Agents 2/3 ready").
+using ProgressFn = std::function<void(const std::string& stage, int done, int total)>;
+
+struct LaunchOptions {
+  std::string cluster;
+  std::string infra;   // "" (the task's resources.infra, else "local"), "local", "ssh/<pool>"
+  int num_nodes = 0;   // 0: the task's num_nodes
+  bool no_setup = false;
+  ProgressFn progress;
+};
+
+struct LaunchResult {
+  int64_t job_id = 0;  // 0 when the task has nothing to run
+  ClusterRecord cluster;
+  int agents_uploaded = 0;   // nodes whose herdlet binary was (re)uploaded
+  int agents_restarted = 0;  // nodes whose agent was (re)started
+};
+
+// Provisions (or reuses) the cluster, bootstraps the agents over SSH, syncs workdir and
+// file_mounts, runs setup and submits the task. Returns once the job is submitted.
+Result<LaunchResult> Launch(const Task& task, const LaunchOptions& options);
+
+struct ExecOptions {
+  ProgressFn progress;
+};
+// Syncs workdir and submits the task's run on an UP cluster (no provisioning, setup or mounts).
+Result<LaunchResult> Exec(const std::string& cluster, const Task& task, const ExecOptions& options);
+
+struct TailOptions {
+  bool follow = true;
+  uint64_t offset = 0;
+  controller::HeadClient::StreamCallbacks callbacks;  // on_data defaults to stdout
+};
+// Streams the job's merged log; returns the last JobInfo seen (ExitCodeForJob gives the code).
+Result<herd::v1::JobInfo> TailLogs(const std::string& cluster, int64_t job_id,
+                                   const TailOptions& options);
+
+Result<std::vector<herd::v1::JobInfo>> Queue(const std::string& cluster, bool skip_finished);
+Result<std::vector<int64_t>> Cancel(const std::string& cluster, const std::vector<int64_t>& jobs,
+                                    bool all);
+Result<herd::v1::NodesReply> Nodes(const std::string& cluster);
+
+Status Stop(const std::string& cluster, ProgressFn progress = {});
+Result<ClusterRecord> Start(const std::string& cluster, ProgressFn progress = {});
+Status Down(const std::string& cluster, ProgressFn progress = {});
+
+Result<std::vector<ClusterRecord>> Status();
+Result<ClusterRecord> GetCluster(const std::string& cluster);
+
+// A client connected to the cluster's head through an SSH port-forward (the ControlMaster of the
+// head node), mutual TLS inside it.
+Result<std::unique_ptr<controller::HeadClient>> ConnectHead(const ClusterRecord& cluster);
+
+// Where the herdlet binary to install comes from: $HERDLET_BINARY, else next to this executable
+// (installed layout), else ../agent/herdlet (build tree).
+Result<std::string> HerdletBinary();
+
+}  // namespace herd::sdk
