@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "agent/core/head.hpp"
+#include "agent/core/node_probe.hpp"
 #include "agent/core/worker.hpp"
 #include "agent/gpu/system_gpu_probe.hpp"
 #include "agent/process/uv_process_launcher.hpp"
@@ -17,9 +18,14 @@ namespace herd::agent {
 int RunAgent(const AgentConfig& config) {
   log::SetTag(config.node_id);
   boost::asio::io_context io;
+  auto instance = AgentInstanceId(config.state_dir);
+  if (!instance.ok()) {
+    HERD_LOG(kError) << instance.status().message();
+    return 1;
+  }
   UvProcessLauncher launcher(
       [&io](std::function<void()> fn) { boost::asio::post(io, std::move(fn)); },
-      "herd/" + config.node_id);
+      "herd/" + config.node_id + "-" + *instance);
   SystemGpuProbe gpus;
 
   AgentConfig worker_config = config;

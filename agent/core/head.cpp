@@ -729,6 +729,9 @@ void Head::StartPhase(JobRun& run, bool setup) {
 void Head::ProcessExit(JobRun& run, ProcEntry& proc) {
   proc.exited = true;
   proc.exit_code = proc.exit.exit_code();
+  HERD_LOG(kInfo) << "job " << run.rec.info.job_id() << " " << (proc.label.setup ? "setup" : "run")
+                  << " rank " << proc.label.rank << " on " << proc.node_id << " exited "
+                  << proc.exit_code << (run.killing ? " (after kill)" : "");
   if (proc.prefixer) {
     std::string tail;
     proc.prefixer->Flush(tail);

@@ -53,4 +53,29 @@ Result<uint64_t> NextIncarnation(const std::string& state_dir) {
   return n;
 }
 
+Result<std::string> AgentInstanceId(const std::string& state_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir, ec);
+  std::string path = state_dir + "/agent-id";
+  {
+    std::ifstream in(path);
+    std::string id;
+    if (in >> id && !id.empty()) return id;
+  }
+  std::ifstream urandom("/dev/urandom", std::ios::binary);
+  unsigned char bytes[6] = {0};
+  urandom.read(reinterpret_cast<char*>(bytes), sizeof bytes);
+  if (!urandom) return IoError("cannot read /dev/urandom");
+  static const char* kHex = "0123456789abcdef";
+  std::string id;
+  for (unsigned char b : bytes) {
+    id += kHex[b >> 4];
+    id += kHex[b & 15];
+  }
+  std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << id << "\n";
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("cannot write " + path, errno);
+  return id;
+}
+
 }  // namespace herd::agent

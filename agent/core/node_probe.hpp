@@ -17,4 +17,9 @@ herd::v1::NodeInfo ProbeNode(const AgentConfig& config, GpuProbe& gpus, bool is_
 // higher number than the last and the head can fence out a stale agent.
 Result<uint64_t> NextIncarnation(const std::string& state_dir);
 
+// A random id made on the node's first start and kept in state_dir/agent-id. Processes of all
+// agents on one machine share /proc; the id keeps each agent's kill sweeps to its own jobs, even
+// for two clusters of the same name.
+Result<std::string> AgentInstanceId(const std::string& state_dir);
+
 }  // namespace herd::agent

@@ -141,10 +141,19 @@ struct UvProcessLauncher::Impl {
 
   Impl(std::function<void(std::function<void()>)> post_fn, std::string scope)
       : post(std::move(post_fn)),
-        cgroups(scope.empty() ? std::nullopt : DetectCgroupHierarchy(), scope) {}
+        cgroups(scope.empty() ? std::nullopt : DetectCgroupHierarchy(), scope),
+        scope_(scope) {}
+
+  // The environment marker of a group. /proc is shared by every agent on the machine (test nodes
+  // are namespaces of one kernel), so the marker names this launcher's scope too: a sweep for
+  // "job1-a1" must never reach another agent's job 1.
+  std::string Marker(const std::string& group) const {
+    return scope_.empty() ? group : scope_ + "/" + group;
+  }
 
   std::function<void(std::function<void()>)> post;
   CgroupTree cgroups;
+  std::string scope_;
   uv_loop_t loop{};
   uv_async_t wake{};
   uv_signal_t sigchld{};
@@ -204,7 +213,7 @@ struct UvProcessLauncher::Impl {
     }
     for (const auto& key : req.unset_env) env.erase(key);
     for (const auto& [key, value] : req.env) env[key] = value;
-    env[kGroupEnvVar] = req.group;
+    env[kGroupEnvVar] = Marker(req.group);
 
     if (!req.cwd.empty()) {
       struct stat st {};
@@ -444,7 +453,7 @@ struct UvProcessLauncher::Impl {
 
   std::vector<int> GroupPids(const std::string& group) const {
     std::vector<int> pids = cgroups.LivePids(group);
-    for (int pid : procfs::FindLiveByEnvEntry(std::string(kGroupEnvVar) + "=" + group))
+    for (int pid : procfs::FindLiveByEnvEntry(std::string(kGroupEnvVar) + "=" + Marker(group)))
       if (std::find(pids.begin(), pids.end(), pid) == pids.end()) pids.push_back(pid);
     return pids;
   }

@@ -276,7 +276,7 @@ fi
 n=0
 while :; do
   HP=$(current_pid)
-  if is_proc "$HP" "$NEEDLE"; then break; fi
+  if [ "$HP" != 0 ]; then break; fi
   n=$((n + 1))
 )sh"
     << "  if [ \"$n\" -gt " << start_ticks << " ]; then fail_start \"herdlet did not start within "

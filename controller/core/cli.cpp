@@ -186,9 +186,12 @@ struct TaskFlags {
 };
 
 void AddTaskFlags(CLI::App* cmd, TaskFlags& f) {
-  cmd->add_option("--env", f.envs, "K=V, or K to take the value from the local environment");
-  cmd->add_option("--env-file", f.env_files, "a dotenv file of K=V lines");
-  cmd->add_option("--secret", f.secrets, "K=V, or K: like --env but never shown");
+  // One value per flag: `--env A=1 task.yaml` must not take the YAML as a second value.
+  cmd->add_option("--env", f.envs, "K=V, or K to take the value from the local environment")
+      ->allow_extra_args(false);
+  cmd->add_option("--env-file", f.env_files, "a dotenv file of K=V lines")->allow_extra_args(false);
+  cmd->add_option("--secret", f.secrets, "K=V, or K: like --env but never shown")
+      ->allow_extra_args(false);
   cmd->add_option("--num-nodes", f.num_nodes, "number of nodes to run on")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--gpus", f.gpus, "accelerators per node, e.g. L4:4 (overrides the task)");
@@ -316,9 +319,9 @@ int RunCli(int argc, char** argv) {
   std::string check_file, check_output;
   TaskFlags check_flags;
   check->add_option("task", check_file, "task YAML")->required();
-  check->add_option("--env", check_flags.envs, "K=V or K");
-  check->add_option("--env-file", check_flags.env_files, "dotenv file");
-  check->add_option("--secret", check_flags.secrets, "K=V or K");
+  check->add_option("--env", check_flags.envs, "K=V or K")->allow_extra_args(false);
+  check->add_option("--env-file", check_flags.env_files, "dotenv file")->allow_extra_args(false);
+  check->add_option("--secret", check_flags.secrets, "K=V or K")->allow_extra_args(false);
   check->add_option("-o,--output", check_output, "output format")->check(CLI::IsMember({"json"}));
 
   // herd certs init|issue
@@ -332,7 +335,7 @@ int RunCli(int argc, char** argv) {
   auto* certs_issue = certs->add_subcommand("issue", "an agent certificate signed by DIR's CA");
   certs_issue->add_option("dir", certs_dir, "directory holding ca.crt and ca.key")->required();
   certs_issue->add_option("--node", certs_node, "node name")->required();
-  certs_issue->add_option("--ip", certs_ips, "node address (repeatable)");
+  certs_issue->add_option("--ip", certs_ips, "node address (repeatable)")->allow_extra_args(false);
   certs_issue->add_option("--out", certs_out, "output directory")->required();
 
   // herd launch

@@ -325,9 +325,10 @@ TEST_CASE("bootstrap errors name the node; a herdlet that dies at start is repor
   auto r = BootstrapAgents(c.ssh, c.nodes, c.options);
   REQUIRE_FALSE(r.ok());
   std::string m = r.status().message();
-  CHECK(
+  CHECK_MESSAGE(
       m.starts_with("n1 (10.9.9.2:22): cannot install herdlet: starting herdlet failed (exit 3): "
-                    "herdlet exited right after it started; the end of its log:"));
+                    "herdlet exited right after it started; the end of its log:"),
+      m);
   CHECK(m.find("fake herdlet: refusing config") != std::string::npos);
   // The good node runs; the bad one has nothing left running.
   auto pids = c.Pids();
@@ -590,6 +591,17 @@ TEST_CASE("bootstrap the real herdlet on two namespace nodes over ssh") {
       20s));
 
   // herdlet killed -9 on the worker: the supervisor restarts it and it registers again.
+  std::string worker_log = c.nodes[1].host_home + "/.herd/agent/herdlet.log";
+  auto registrations = [&] {
+    std::string log = ReadAll(worker_log);
+    int n = 0;
+    for (size_t at = log.find("registered with head"); at != std::string::npos;
+         at = log.find("registered with head", at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  REQUIRE(WaitFor([&] { return registrations() == 2; }, 10s));  // first start, config change
   int killed = changed->agent_pids[1];
   auto kill = c.ssh.Run(c.Target(1), "kill -9 " + std::to_string(killed), 10s);
   REQUIRE(kill.ok());
@@ -601,6 +613,8 @@ TEST_CASE("bootstrap the real herdlet on two namespace nodes over ssh") {
         return replacement > 0 && replacement != killed;
       },
       8s));
+  CHECK(WaitFor([&] { return registrations() == 3; }, 20s));
+  CHECK(ReadAll(worker_log).find("herdlet-supervise") != std::string::npos);
   CHECK(WaitFor([&] { return c.AliveNodes() == 2; }, 20s));
 
   Status stopped = StopAgents(c.ssh, c.Targets(), options);

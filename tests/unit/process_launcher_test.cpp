@@ -135,7 +135,13 @@ std::vector<int> MarkedPids(const std::string& group) {
     while (pos < env.size()) {
       size_t end = env.find('\0', pos);
       if (end == std::string::npos) end = env.size();
-      if (env.compare(pos, end - pos, marker) == 0 && Alive(pid)) pids.push_back(pid);
+      // The value is the group, behind the launcher's scope when it has one ("scope/group").
+      std::string_view entry_text(env.data() + pos, end - pos);
+      bool match = entry_text == marker ||
+                   (entry_text.rfind("HERD_PROCESS_GROUP=", 0) == 0 &&
+                    entry_text.size() > group.size() + 1 &&
+                    entry_text.substr(entry_text.size() - group.size() - 1) == "/" + group);
+      if (match && Alive(pid)) pids.push_back(pid);
       pos = end + 1;
     }
   }
@@ -329,7 +335,8 @@ TEST_CASE("environment: added, replaced, unset, group marker; PATH of the child 
   REQUIRE(f.WaitExit(rec));
   ::unsetenv("HERD_TEST_DROP");
   ::unsetenv("HERD_TEST_KEEP");
-  CHECK(rec.output == "added|unset|/replaced|kept|" + G("env-group"));
+  CHECK(rec.output ==
+        "added|unset|/replaced|kept|" + (f.scope.empty() ? "" : f.scope + "/") + G("env-group"));
   CHECK(rec.exit_code == 0);
 }
 
@@ -438,6 +445,28 @@ TEST_CASE("a process that ignores SIGTERM is SIGKILLed after the grace period") 
   CHECK(rec.exit_code == 137);
   CHECK(rec.term_signal == SIGKILL);
   CHECK(f.queue.RunUntil([&] { return !Alive(sleeper) && MarkedPids(G("stubborn")).empty(); }, 1s));
+}
+
+TEST_CASE("two agents on one machine: a group name in one scope never kills the other's") {
+  // Test nodes are namespaces of one kernel: every agent sees every process in /proc.
+  Fixture f(true);
+  std::string other_scope = "herd-test-" + std::to_string(::getpid()) + "/node-2";
+  UvProcessLauncher other(f.queue.Poster(), other_scope);
+  Recorder mine, theirs;
+  f.Spawn(G("job1-a1"), Sh("sleep 1000 & echo $!; wait"), mine);
+  SpawnRequest req;
+  req.group = G("job1-a1");
+  req.argv = Sh("sleep 1000 & echo $!; wait");
+  req.log_path = (f.dir / "other.log").string();
+  REQUIRE(other.Spawn(req, theirs.Callbacks()).ok());
+  REQUIRE(f.queue.RunUntil([&] { return mine.Pids().size() == 1 && theirs.Pids().size() == 1; },
+                           5s));
+  other.KillGroup(G("job1-a1"), 500ms);
+  REQUIRE(f.WaitExit(theirs, 3s));
+  f.queue.RunFor(300ms);
+  CHECK_FALSE(Alive(theirs.Pids()[0]));
+  CHECK_FALSE(mine.exited);
+  CHECK(Alive(mine.Pids()[0]));
 }
 
 TEST_CASE("killing one group leaves another alone") {
