@@ -56,7 +56,9 @@ std::string Trimmed(std::string s) {
 Result<std::string> RunScript(SshRunner& ssh, const SshTarget& t, const std::string& script,
                               std::string_view what, milliseconds timeout,
                               std::string_view stdin_data = {}) {
-  HERD_ASSIGN_OR_RETURN(ProcResult r, ssh.Run(t, script, timeout, stdin_data));
+  // The login shell may be zsh or fish: the scripts are POSIX sh and run as such.
+  HERD_ASSIGN_OR_RETURN(ProcResult r,
+                        ssh.Run(t, "/bin/sh -c " + ShellQuote(script), timeout, stdin_data));
   if (r.timed_out) {
     return DeadlineExceeded(std::string(what) + ": timed out after " + FormatSeconds(timeout));
   }

@@ -83,7 +83,10 @@ def make_task(args):
 
 def copy_snapshot(cluster, dest):
     """scp through the ssh config herd generated for the cluster (`ssh CLUSTER` is its head)."""
-    cmd = ["scp", "-q", "-o", "BatchMode=yes", f"{cluster}:sky_workdir/{SNAPSHOT}", dest]
+    # -F: the config herd wrote the Include into ($HOME's; ssh alone reads the passwd home's).
+    config = os.path.expanduser("~/.ssh/config")
+    cmd = ["scp", "-q", "-F", config, "-o", "BatchMode=yes",
+           f"{cluster}:sky_workdir/{SNAPSHOT}", dest]
     print("+ " + " ".join(cmd), flush=True)
     return subprocess.run(cmd, stdin=subprocess.DEVNULL).returncode == 0
 

@@ -86,7 +86,14 @@ bool WaitFor(Pred pred, std::chrono::milliseconds timeout) {
 TEST_CASE("sha256 matches sha256sum") {
   CHECK(Sha256Hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   CHECK(Sha256Hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  std::string dir = MakeTempDir("herd-sha");
+  struct TempDir {
+    std::string path = MakeTempDir("herd-sha");
+    ~TempDir() {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  } tmp;
+  const std::string& dir = tmp.path;
   std::string big(3 << 20, 'x');  // more than one read buffer
   big += "tail";
   WriteAll(dir + "/f", big, fs::perms::owner_read | fs::perms::owner_write);
@@ -97,7 +104,6 @@ TEST_CASE("sha256 matches sha256sum") {
   REQUIRE(sum.ok());
   CHECK(sum->out.substr(0, 64) == *file);
   CHECK(Sha256FileHex(dir + "/missing").status().code() == Code::kNotFound);
-  fs::remove_all(dir);
 }
 
 TEST_CASE("unit templates are rendered with the node's paths") {

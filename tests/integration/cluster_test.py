@@ -1,0 +1,190 @@
+"""The controller end to end through the `local` provider, as a user drives it: launch a 3-node
+cluster, exec on it again and again, queue, logs after Ctrl-C, cancel, stop/start, down; and the
+bad inputs a user makes."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from herd_env import HerdEnv, namespaces_of, netns_available  # noqa: E402
+
+CLUSTER = "ctest"
+
+
+@unittest.skipUnless(netns_available(), "needs root and ip netns")
+class ClusterTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.h = HerdEnv("cluster")
+        cls.work = os.path.join(cls.h.dir, "work")
+        os.makedirs(cls.work)
+        with open(os.path.join(cls.work, "train.py"), "w") as f:
+            f.write("print('code from the workdir')\n")
+        with open(os.path.join(cls.work, ".gitignore"), "w") as f:
+            f.write("big.bin\n")
+        with open(os.path.join(cls.work, "big.bin"), "w") as f:
+            f.write("ignored\n")
+        cls.mount = os.path.join(cls.h.dir, "data.txt")
+        with open(cls.mount, "w") as f:
+            f.write("mounted data\n")
+        cls.task = os.path.join(cls.h.dir, "task.yaml")
+        with open(cls.task, "w") as f:
+            f.write(f"name: first\nnum_nodes: 3\nworkdir: {cls.work}\n"
+                    f"file_mounts:\n  ~/data/data.txt: {cls.mount}\n"
+                    "setup: |\n  echo setup on $(hostname)\n"
+                    "run: |\n  echo \"$(hostname) rank $SKYPILOT_NODE_RANK: $(/usr/bin/python3 train.py)"
+                    " $(cat ~/data/data.txt) $(ls big.bin 2>&1 | wc -l)$(test -e big.bin && echo "
+                    "present || echo absent)\"\n")
+        try:
+            t0 = time.time()
+            cls.launch = cls.h.herd("launch", "-c", CLUSTER, "-y", cls.task)
+            cls.launch_seconds = time.time() - t0
+        except BaseException:
+            cls.h.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.h.close()
+        # `down` left nothing of the cluster behind.
+        assert namespaces_of(CLUSTER) == [], namespaces_of(CLUSTER)
+
+    def agent_pids(self):
+        pids = {}
+        for alias in (CLUSTER, f"{CLUSTER}-worker1", f"{CLUSTER}-worker2"):
+            p = self.h.ssh(alias, "cat .herd/agent/herdlet.pid")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            pids[alias] = int(p.stdout.strip())
+        return pids
+
+    def test_a_launch_ran_setup_and_run_on_three_nodes(self):
+        out = self.launch.stdout.decode()
+        err = self.launch.stderr.decode()
+        for i, name in enumerate([f"{CLUSTER}-head", f"{CLUSTER}-worker1", f"{CLUSTER}-worker2"]):
+            self.assertRegex(out, rf"{name} rank {i}: code from the workdir mounted data 1absent")
+            self.assertIn(f"setup on {name}", out)
+        self.assertIn("(head, rank=0, pid=", out)
+        self.assertIn("(worker2, rank=2, pid=", out)
+        self.assertIn("Job finished (status: SUCCEEDED).", err)
+        self.assertIn(f"herd logs {CLUSTER} 1", err)  # the block of useful commands
+        self.assertIn(f"ssh {CLUSTER}-worker1", err)
+        c = self.h.clusters()[CLUSTER]
+        self.assertEqual(c["status"], "UP")
+        self.assertEqual(len(c["nodes"]), 3)
+        self.assertEqual(len(namespaces_of(CLUSTER)), 4)  # 3 nodes + the bridge's namespace
+        # ssh access through the generated config.
+        p = self.h.ssh(f"{CLUSTER}-worker2", "hostname")
+        self.assertEqual(p.stdout.decode().strip(), f"{CLUSTER}-worker2")
+
+    def test_b_exec_reuses_agents_and_relaunch_uploads_nothing(self):
+        before = self.agent_pids()
+        for _ in range(2):
+            p = self.h.herd("exec", CLUSTER, "--num-nodes", "3", "--", "echo", "again",
+                            "$SKYPILOT_NODE_RANK")
+            for r in range(3):
+                self.assertIn(b"again %d\n" % r, p.stdout)
+        self.assertEqual(self.agent_pids(), before)
+        relaunch = json.loads(self.h.herd("launch", "-c", CLUSTER, "-y", "-d", "-o", "json",
+                                          self.task).stdout)
+        self.assertEqual(relaunch["agents_uploaded"], 0)
+        self.assertEqual(relaunch["agents_restarted"], 0)
+        self.assertEqual(self.agent_pids(), before)
+
+    def test_c_queue_logs_after_ctrl_c_and_cancel(self):
+        task = os.path.join(self.h.dir, "ticks.yaml")
+        with open(task, "w") as f:
+            f.write("name: ticks\nrun: |\n  for i in $(seq 1 15); do echo tick $i; sleep 0.2; done\n")
+        proc = self.h.popen("exec", CLUSTER, task)
+        first = b""
+        while b"tick 3\n" not in first:
+            chunk = proc.stdout.read1(4096)
+            if not chunk:
+                break
+            first += chunk
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+        self.assertEqual(proc.returncode, 101, err)
+        self.assertIn(b"Detached from job", err)
+        job = int(re.search(rb"Job submitted, ID: (\d+)", err).group(1))
+        # The job kept running; logs reattaches and sees it to the end.
+        logs = self.h.herd("logs", CLUSTER, str(job))
+        self.assertIn(b"tick 15\n", logs.stdout)
+        self.assertIn(b"tick 1\n", logs.stdout)
+        self.assertEqual(logs.returncode, 0)
+        queue = {j["id"]: j for j in json.loads(self.h.herd("queue", CLUSTER, "-o", "json").stdout)}
+        self.assertEqual(queue[job]["status"], "SUCCEEDED")
+        self.assertEqual(queue[job]["name"], "ticks")
+        table = self.h.herd("queue", CLUSTER).stdout.decode()
+        self.assertRegex(table, r"ID\s+NAME\s+USER\s+SUBMITTED\s+STARTED\s+DURATION\s+RESOURCES"
+                                r"\s+STATUS\s+LOG")
+        # cancel
+        p = self.h.herd("exec", CLUSTER, "-d", "--", "sleep", "300")
+        job = int(re.search(rb"Job submitted, ID: (\d+)", p.stderr).group(1))
+        self.h.herd("cancel", CLUSTER, str(job), "-y")
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            st = self.h.herd("logs", CLUSTER, str(job), "--status", check=False)
+            if st.returncode == 103:
+                break
+            time.sleep(0.2)
+        self.assertEqual(st.returncode, 103, st.stdout)
+
+    def test_d_stop_then_start(self):
+        self.h.herd("stop", CLUSTER, "-y")
+        self.assertEqual(self.h.clusters()[CLUSTER]["status"], "STOPPED")
+        p = self.h.herd("exec", CLUSTER, "--", "true", check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn(b"STOPPED", p.stderr)
+        self.h.herd("start", CLUSTER, "-y")
+        self.assertEqual(self.h.clusters()[CLUSTER]["status"], "UP")
+        p = self.h.herd("exec", CLUSTER, "--num-nodes", "3", "--", "cat", "~/data/data.txt")
+        self.assertEqual(p.stdout.count(b"mounted data"), 3)  # node files survived the stop
+
+    def test_e_bad_input(self):
+        p = self.h.herd("exec", "nosuch", "--", "true", check=False)
+        self.assertEqual(p.returncode, 102)
+        self.assertIn(b"cluster nosuch does not exist", p.stderr)
+        p = self.h.herd("launch", "-c", "poolless", "--infra", "ssh/nopool", "-y", "--", "true",
+                        check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn(b"ssh_node_pools.yaml", p.stderr)
+        p = self.h.herd("launch", "-c", "Bad_Name", "-y", "--", "true", check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn(b"Bad_Name", p.stderr)
+        p = self.h.herd("exec", CLUSTER, "--gpus", "H100:8", "--", "true", check=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn(b"8 GPU(s) of type H100", p.stderr)
+        self.assertIn(b"gpus=0", p.stderr)  # what the nodes have
+
+    def test_f_two_launches_of_one_name_at_once(self):
+        results = {}
+
+        def go(i):
+            results[i] = self.h.herd("launch", "-c", "twin", "-y", "--", "echo", "twin", str(i),
+                                     check=False)
+        threads = [threading.Thread(target=go, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        try:
+            for i in range(2):
+                self.assertEqual(results[i].returncode, 0, results[i].stderr)
+                self.assertIn(b"twin %d\n" % i, results[i].stdout)
+            self.assertEqual(len(namespaces_of("twin")), 2)  # one node + bridge: one cluster
+        finally:
+            self.h.herd("down", "twin", "-y")
+        self.assertEqual(namespaces_of("twin"), [])
+        self.assertNotIn("twin", self.h.clusters())
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

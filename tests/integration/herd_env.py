@@ -1,0 +1,63 @@
+"""A private HERD_HOME and HOME for a test that drives `herd` by cluster name, and a cleanup that
+tears down every cluster made there (also when the test failed) and checks nothing is left."""
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+
+HERD = os.environ.get("HERD", "herd")
+
+
+class HerdEnv:
+    def __init__(self, prefix):
+        self.dir = tempfile.mkdtemp(prefix=f"herd-{prefix}-")
+        os.chmod(self.dir, 0o700)
+        self.home = os.path.join(self.dir, "home")
+        os.makedirs(self.home)
+        self.env = dict(os.environ, HERD_HOME=os.path.join(self.dir, "herd"), HOME=self.home)
+        self.env.pop("NO_COLOR", None)
+
+    def herd(self, *args, timeout=300, check=True, input=None):
+        p = subprocess.run([HERD, *args], capture_output=True, timeout=timeout, env=self.env,
+                           input=input)
+        if check and p.returncode != 0:
+            raise AssertionError(f"herd {' '.join(args)} exited {p.returncode}\n"
+                                 f"stdout:\n{p.stdout.decode(errors='replace')[-4000:]}\n"
+                                 f"stderr:\n{p.stderr.decode(errors='replace')[-4000:]}")
+        return p
+
+    def popen(self, *args):
+        return subprocess.Popen([HERD, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=self.env)
+
+    def ssh(self, alias, command, tool="ssh", timeout=60):
+        """ssh/scp through the generated config (ssh reads ~/.ssh/config of the passwd home, so
+        the test's HOME is passed with -F)."""
+        cfg = os.path.join(self.home, ".ssh", "config")
+        argv = [tool, "-F", cfg, "-o", "BatchMode=yes"]
+        argv += [alias, command] if tool == "ssh" else command
+        return subprocess.run(argv, capture_output=True, timeout=timeout, env=self.env)
+
+    def clusters(self):
+        return {c["name"]: c for c in json.loads(self.herd("status", "-o", "json").stdout)}
+
+    def close(self):
+        try:
+            for name in list(self.clusters()):
+                self.herd("down", name, "-y", check=False)
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def netns_available():
+    if os.geteuid() != 0:
+        return False
+    return subprocess.run(["ip", "netns", "list"], capture_output=True).returncode == 0
+
+
+def namespaces_of(cluster):
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines()
+            if line.startswith(f"herd-{cluster}-")]
