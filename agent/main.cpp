@@ -4,20 +4,36 @@
 
 #include "agent/core/agentd.hpp"
 #include "agent/core/node_probe.hpp"
+#include "agent/gpu/system_gpu_probe.hpp"
 #include "shared/common/log.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"herdlet: the herd node agent (head or worker role, from its config)"};
   std::string config_path;
   std::string level = "info";
-  bool version = false;
+  bool version = false, probe_gpus = false;
+  std::string nvml_library = "libnvidia-ml.so.1";
   app.add_option("-c,--config", config_path, "agent config file (YAML)");
   app.add_option("--log-level", level, "debug, info, warn or error")
       ->check(CLI::IsMember({"debug", "info", "warn", "error"}));
   app.add_flag("--version", version, "print the version and exit");
+  app.add_flag("--probe-gpus", probe_gpus,
+               "print the GPUs this node reports (NVML, else nvidia-smi, else procfs) and exit");
+  app.add_option("--nvml-library", nvml_library, "with --probe-gpus: the NVML library to dlopen");
   CLI11_PARSE(app, argc, argv);
   if (version) {
     std::cout << herd::agent::kAgentVersion << "\n";
+    return 0;
+  }
+  if (probe_gpus) {
+    herd::agent::SystemGpuProbe::Options options;
+    options.nvml_library = nvml_library;
+    herd::agent::SystemGpuProbe probe(options);
+    herd::agent::GpuInventory inv = probe.Probe();
+    std::cout << "{\"source\":\"" << inv.source << "\",\"count\":" << inv.count() << ",\"names\":[";
+    for (int i = 0; i < inv.count(); ++i)
+      std::cout << (i ? "," : "") << "\"" << inv.names[i] << "\"";
+    std::cout << "]}\n";
     return 0;
   }
   if (config_path.empty()) {
@@ -25,8 +41,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   using herd::log::Level;
-  herd::log::SetLevel(level == "debug"  ? Level::kDebug
-                      : level == "warn" ? Level::kWarn
+  herd::log::SetLevel(level == "debug"   ? Level::kDebug
+                      : level == "warn"  ? Level::kWarn
                       : level == "error" ? Level::kError
                                          : Level::kInfo);
   auto config = herd::agent::LoadAgentConfig(config_path);

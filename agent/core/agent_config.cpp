@@ -19,7 +19,7 @@ Result<AgentConfig> LoadAgentConfig(const std::string& path) {
   }
   if (!root.IsMap()) return InvalidArgument(path + ": expected a map of settings");
   static const std::set<std::string> kKnown = {
-      "role",     "cluster",   "node_id", "address", "listen", "head",     "certs",
+      "role",      "cluster",   "node_id", "address", "listen",   "head",  "certs",
       "state_dir", "port_file", "cpus",    "gpus",    "gpu_name", "cloud", "expected_nodes"};
   AgentConfig c;
   try {
@@ -65,8 +65,10 @@ Result<AgentConfig> LoadAgentConfig(const std::string& path) {
   for (std::string* p : {&c.certs_dir, &c.state_dir, &c.port_file}) {
     if (!p->empty() && (*p)[0] != '/') *p = (base.empty() ? "." : base) + "/" + *p;
   }
-  for (auto [name, value] : {std::pair{"cluster", &c.cluster}, {"node_id", &c.node_id},
-                             {"address", &c.address}, {"certs", &c.certs_dir},
+  for (auto [name, value] : {std::pair{"cluster", &c.cluster},
+                             {"node_id", &c.node_id},
+                             {"address", &c.address},
+                             {"certs", &c.certs_dir},
                              {"state_dir", &c.state_dir}}) {
     if (value->empty()) return InvalidArgument(path + ": " + name + " is required");
   }

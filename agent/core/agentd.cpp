@@ -1,6 +1,5 @@
 #include "agent/core/agentd.hpp"
 
-
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>

@@ -5,12 +5,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <boost/asio/post.hpp>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <set>
 #include <filesystem>
+#include <set>
 #include <sstream>
 
 #include "agent/core/worker.hpp"
@@ -42,7 +42,9 @@ std::string FormatNumber(double v) {
 
 std::string SafeName(const std::string& name) {
   std::string out;
-  for (char c : name) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
+  for (char c : name)
+    out +=
+        (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
   return out.empty() ? "task" : out;
 }
 
@@ -56,16 +58,26 @@ bool IsTerminal(JobState state) {
 
 std::string_view JobStateName(JobState state) {
   switch (state) {
-    case JOB_STATE_INIT: return "INIT";
-    case JOB_STATE_PENDING: return "PENDING";
-    case JOB_STATE_SETTING_UP: return "SETTING_UP";
-    case JOB_STATE_RUNNING: return "RUNNING";
-    case JOB_STATE_SUCCEEDED: return "SUCCEEDED";
-    case JOB_STATE_FAILED: return "FAILED";
-    case JOB_STATE_FAILED_SETUP: return "FAILED_SETUP";
-    case JOB_STATE_FAILED_DRIVER: return "FAILED_DRIVER";
-    case JOB_STATE_CANCELLED: return "CANCELLED";
-    default: return "UNKNOWN";
+    case JOB_STATE_INIT:
+      return "INIT";
+    case JOB_STATE_PENDING:
+      return "PENDING";
+    case JOB_STATE_SETTING_UP:
+      return "SETTING_UP";
+    case JOB_STATE_RUNNING:
+      return "RUNNING";
+    case JOB_STATE_SUCCEEDED:
+      return "SUCCEEDED";
+    case JOB_STATE_FAILED:
+      return "FAILED";
+    case JOB_STATE_FAILED_SETUP:
+      return "FAILED_SETUP";
+    case JOB_STATE_FAILED_DRIVER:
+      return "FAILED_DRIVER";
+    case JOB_STATE_CANCELLED:
+      return "CANCELLED";
+    default:
+      return "UNKNOWN";
   }
 }
 
@@ -217,11 +229,19 @@ void Head::HandleAgent(const ConnPtr& conn, const AgentToHead& msg) {
   if (node == nodes_.end() || node->second.conn != conn) return;  // fenced: a stale connection
   node->second.last_seen = Clock::now();
   switch (msg.msg_case()) {
-    case AgentToHead::kHeartbeat: break;
-    case AgentToHead::kStarted: HandleStarted(msg.started()); break;
-    case AgentToHead::kOutput: HandleOutput(msg.output()); break;
-    case AgentToHead::kExited: HandleExited(msg.exited()); break;
-    default: HERD_LOG(kWarn) << "ignoring unknown agent message";
+    case AgentToHead::kHeartbeat:
+      break;
+    case AgentToHead::kStarted:
+      HandleStarted(msg.started());
+      break;
+    case AgentToHead::kOutput:
+      HandleOutput(msg.output());
+      break;
+    case AgentToHead::kExited:
+      HandleExited(msg.exited());
+      break;
+    default:
+      HERD_LOG(kWarn) << "ignoring unknown agent message";
   }
 }
 
@@ -421,12 +441,23 @@ void Head::NodeLost(const std::string& node_id) {
 
 void Head::HandleClient(const ConnPtr& conn, const ClientToHead& msg) {
   switch (msg.msg_case()) {
-    case ClientToHead::kSubmit: Submit(conn, msg.request_id(), msg.submit()); break;
-    case ClientToHead::kSubscribe: Subscribe(conn, msg.request_id(), msg.subscribe()); break;
-    case ClientToHead::kQueue: Queue(conn, msg.request_id(), msg.queue()); break;
-    case ClientToHead::kCancel: Cancel(conn, msg.request_id(), msg.cancel()); break;
-    case ClientToHead::kNodes: Nodes(conn, msg.request_id()); break;
-    default: ReplyError(conn, msg.request_id(), InvalidArgument("unknown request"));
+    case ClientToHead::kSubmit:
+      Submit(conn, msg.request_id(), msg.submit());
+      break;
+    case ClientToHead::kSubscribe:
+      Subscribe(conn, msg.request_id(), msg.subscribe());
+      break;
+    case ClientToHead::kQueue:
+      Queue(conn, msg.request_id(), msg.queue());
+      break;
+    case ClientToHead::kCancel:
+      Cancel(conn, msg.request_id(), msg.cancel());
+      break;
+    case ClientToHead::kNodes:
+      Nodes(conn, msg.request_id());
+      break;
+    default:
+      ReplyError(conn, msg.request_id(), InvalidArgument("unknown request"));
   }
 }
 
@@ -448,7 +479,8 @@ void Head::Submit(const ConnPtr& conn, uint64_t request_id, const SubmitJob& sub
   auto id = store_->AddJob(rec);
   if (!id.ok()) return ReplyError(conn, request_id, id.status());
   rec.info.set_job_id(*id);
-  std::string dir = options_.state_dir + "/logs/" + std::to_string(*id) + "-" + SafeName(spec.name());
+  std::string dir =
+      options_.state_dir + "/logs/" + std::to_string(*id) + "-" + SafeName(spec.name());
   std::error_code ec;
   fs::create_directories(dir, ec);
   rec.info.set_log_path(dir + "/run.log");
@@ -640,7 +672,8 @@ void Head::Schedule() {
     for (const auto& n : run.gang) {
       auto it = index.find(n);
       if (it == index.end()) continue;
-      states[it->second].cpus_used += d.cpus_per_node > 0 ? d.cpus_per_node : limits::kDefaultTaskCpus;
+      states[it->second].cpus_used +=
+          d.cpus_per_node > 0 ? d.cpus_per_node : limits::kDefaultTaskCpus;
       states[it->second].gpus_used += d.gpus_per_node;
     }
   }
@@ -663,8 +696,7 @@ void Head::StartJob(JobRun& run, const std::vector<std::string>& gang) {
   run.rec.info.clear_node_ids();
   for (const auto& n : gang) run.rec.info.add_node_ids(n);
   run.rec.info.set_started_unix_ms(NowMs());
-  HERD_LOG(kInfo) << "job " << run.rec.info.job_id() << " placed on " << gang.size()
-                  << " node(s)";
+  HERD_LOG(kInfo) << "job " << run.rec.info.job_id() << " placed on " << gang.size() << " node(s)";
   StartPhase(run, !run.rec.spec.setup().empty());
 }
 
@@ -736,7 +768,8 @@ void Head::ProcessExit(JobRun& run, ProcEntry& proc) {
     std::string tail;
     proc.prefixer->Flush(tail);
     if (!proc.exit.spawn_error().empty()) {
-      tail += PrefixFor(proc.label) + "herd: cannot start process: " + proc.exit.spawn_error() + "\n";
+      tail +=
+          PrefixFor(proc.label) + "herd: cannot start process: " + proc.exit.spawn_error() + "\n";
     }
     if (!tail.empty()) AppendLog(run, tail);
   }
@@ -777,21 +810,21 @@ void Head::MaybeAdvance(JobRun& run) {
   if (run.cancel_requested) return Finalize(id, JOB_STATE_CANCELLED, "");
   if (run.in_setup) {
     if (!all_ok) {
-      return Finalize(id, JOB_STATE_FAILED_SETUP,
-                      "ERROR: Job " + std::to_string(id) + "'s setup failed with return code list: " +
-                          list);
+      return Finalize(
+          id, JOB_STATE_FAILED_SETUP,
+          "ERROR: Job " + std::to_string(id) + "'s setup failed with return code list: " + list);
     }
     return StartPhase(run, false);
   }
   if (!all_ok) {
     std::string first;
     if (run.rec.info.first_failed_rank() >= 0) {
-      first = " (first failure: rank " + std::to_string(run.rec.info.first_failed_rank()) +
-              " on " + run.rec.info.first_failed_node() + ")";
+      first = " (first failure: rank " + std::to_string(run.rec.info.first_failed_rank()) + " on " +
+              run.rec.info.first_failed_node() + ")";
     }
-    return Finalize(id, JOB_STATE_FAILED,
-                    "ERROR: Job " + std::to_string(id) + " failed with return code list: " + list +
-                        first);
+    return Finalize(
+        id, JOB_STATE_FAILED,
+        "ERROR: Job " + std::to_string(id) + " failed with return code list: " + list + first);
   }
   Finalize(id, JOB_STATE_SUCCEEDED, "");
 }

@@ -3,7 +3,8 @@
 // Everything runs on one io_context thread, so the state below needs no locks.
 //
 // A job's path (docs/ARCHITECTURE.md): SubmitJob -> PENDING (SQLite) -> the scheduler places it on
-// num_nodes distinct nodes -> SETTING_UP (setup on every node of the cluster, in parallel) -> barrier
+// num_nodes distinct nodes -> SETTING_UP (setup on every node of the cluster, in parallel) ->
+// barrier
 // -> RUNNING (run on each node of the gang, ranks in cluster order) -> SUCCEEDED | FAILED |
 // FAILED_SETUP | FAILED_DRIVER | CANCELLED. Output of every process is prefixed line by line,
 // appended to the merged run.log and fanned out to subscribed clients from their offsets.

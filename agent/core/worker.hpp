@@ -26,8 +26,8 @@ class Worker {
  public:
   enum class State { kDisconnected, kRegistering, kRunning, kTerminating };
 
-  Worker(boost::asio::io_context& io, AgentConfig config, ProcessLauncher& launcher,
-         GpuProbe& gpus, bool is_head);
+  Worker(boost::asio::io_context& io, AgentConfig config, ProcessLauncher& launcher, GpuProbe& gpus,
+         bool is_head);
   ~Worker();
 
   // Reads/bumps the incarnation, probes the node and starts dialing the head.

@@ -48,16 +48,26 @@ std::string CurrentUser() {
 
 std::string_view StateName(JobState s) {
   switch (s) {
-    case JOB_STATE_INIT: return "INIT";
-    case JOB_STATE_PENDING: return "PENDING";
-    case JOB_STATE_SETTING_UP: return "SETTING_UP";
-    case JOB_STATE_RUNNING: return "RUNNING";
-    case JOB_STATE_SUCCEEDED: return "SUCCEEDED";
-    case JOB_STATE_FAILED: return "FAILED";
-    case JOB_STATE_FAILED_SETUP: return "FAILED_SETUP";
-    case JOB_STATE_FAILED_DRIVER: return "FAILED_DRIVER";
-    case JOB_STATE_CANCELLED: return "CANCELLED";
-    default: return "UNKNOWN";
+    case JOB_STATE_INIT:
+      return "INIT";
+    case JOB_STATE_PENDING:
+      return "PENDING";
+    case JOB_STATE_SETTING_UP:
+      return "SETTING_UP";
+    case JOB_STATE_RUNNING:
+      return "RUNNING";
+    case JOB_STATE_SUCCEEDED:
+      return "SUCCEEDED";
+    case JOB_STATE_FAILED:
+      return "FAILED";
+    case JOB_STATE_FAILED_SETUP:
+      return "FAILED_SETUP";
+    case JOB_STATE_FAILED_DRIVER:
+      return "FAILED_DRIVER";
+    case JOB_STATE_CANCELLED:
+      return "CANCELLED";
+    default:
+      return "UNKNOWN";
   }
 }
 
@@ -167,7 +177,8 @@ int FollowJob(HeadClient& client, int64_t job_id, uint64_t offset, bool follow, 
   if (!last.ok()) return FailForStatus(last.status());
   const JobInfo& j = *last;
   if (g_interrupted) {
-    std::cerr << "\nDetached from job " << j.job_id() << "; it keeps running. Reattach with: herd logs "
+    std::cerr << "\nDetached from job " << j.job_id()
+              << "; it keeps running. Reattach with: herd logs "
               << (g_cluster.empty() ? "..." : g_cluster) << " " << j.job_id() << "\n";
     return kExitNotFinished;
   }
@@ -467,7 +478,7 @@ int RunCli(int argc, char** argv) {
     return 0;
   }
   if (*launch) {
-    auto t = launch_args.empty() ? task::ParseTaskYaml("{}", "<none>", {}) 
+    auto t = launch_args.empty() ? task::ParseTaskYaml("{}", "<none>", {})
                                  : BuildTask(launch_args, launch_flags);
     if (!t.ok()) return Fail(t.status(), 2);
     if (launch_args.empty() && launch_flags.num_nodes > 0) t->num_nodes = launch_flags.num_nodes;
@@ -579,8 +590,8 @@ int RunCli(int argc, char** argv) {
       return 0;
     }
     if (!queue_cluster.empty()) std::cout << "Job queue of cluster " << queue_cluster << "\n";
-    Table table({"ID", "NAME", "USER", "SUBMITTED", "STARTED", "DURATION", "RESOURCES", "STATUS",
-                 "LOG"});
+    Table table(
+        {"ID", "NAME", "USER", "SUBMITTED", "STARTED", "DURATION", "RESOURCES", "STATUS", "LOG"});
     for (const auto& j : *jobs) {
       table.AddRow({std::to_string(j.job_id()), j.name().empty() ? "-" : j.name(), j.user(),
                     Ago(j.submitted_unix_ms()), Ago(j.started_unix_ms()), Duration(j),

@@ -12,12 +12,16 @@ using namespace herd::v1;
 
 int ExitCodeForJob(const JobInfo& job) {
   switch (job.state()) {
-    case JOB_STATE_SUCCEEDED: return 0;
+    case JOB_STATE_SUCCEEDED:
+      return 0;
     case JOB_STATE_FAILED:
     case JOB_STATE_FAILED_SETUP:
-    case JOB_STATE_FAILED_DRIVER: return kExitFailed;
-    case JOB_STATE_CANCELLED: return kExitCancelled;
-    default: return kExitNotFinished;
+    case JOB_STATE_FAILED_DRIVER:
+      return kExitFailed;
+    case JOB_STATE_CANCELLED:
+      return kExitCancelled;
+    default:
+      return kExitNotFinished;
   }
 }
 

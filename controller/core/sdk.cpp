@@ -197,7 +197,7 @@ herd::Status WaitAgents(const ClusterRecord& c, const ProgressFn& progress) {
 
 // workdir -> ~/sky_workdir on every node (honouring .gitignore), and, on launch, file_mounts.
 herd::Status SyncFiles(SshRunner& ssh, const ClusterRecord& c, const Task& task, bool mounts,
-                 const ProgressFn& progress) {
+                       const ProgressFn& progress) {
   auto targets = TargetsOf(c);
   if (!task.workdir.empty()) {
     if (!fs::is_directory(task.workdir)) {
@@ -214,8 +214,8 @@ herd::Status SyncFiles(SshRunner& ssh, const ClusterRecord& c, const Task& task,
   }
   if (mounts) {
     for (const auto& [remote, local] : task.file_mounts) {
-      if (!fs::exists(local)) return InvalidArgument("file_mounts." + remote + ": " + local +
-                                                     " does not exist");
+      if (!fs::exists(local))
+        return InvalidArgument("file_mounts." + remote + ": " + local + " does not exist");
       std::string dst = remote.rfind("~/", 0) == 0 ? remote.substr(2) : remote;
       bool dir = fs::is_directory(local);
       std::string src = fs::absolute(local).string() + (dir ? "/" : "");
@@ -266,8 +266,8 @@ Result<std::string> HerdletBinary() {
   std::error_code ec;
   fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
-    for (const fs::path& p : {self.parent_path() / "herdlet",
-                              self.parent_path().parent_path() / "agent" / "herdlet"}) {
+    for (const fs::path& p :
+         {self.parent_path() / "herdlet", self.parent_path().parent_path() / "agent" / "herdlet"}) {
       if (fs::exists(p)) return p.string();
     }
   }
@@ -288,8 +288,8 @@ Result<std::unique_ptr<HeadClient>> ConnectHead(const ClusterRecord& c) {
   auto client = HeadClient::Connect({"127.0.0.1", static_cast<uint16_t>(port), c.certs_dir});
   // The forward lives on the shared ControlMaster; drop it when this client goes away.
   auto cancel = [target, port, ip = head->ip, hp = c.head_port] {
-    (void)RunProcess(BuildControlArgv(target, "cancel", {"-L", LocalForwardSpec(port, ip, hp)}),
-                     {}, limits::kSshConnectTimeout);
+    (void)RunProcess(BuildControlArgv(target, "cancel", {"-L", LocalForwardSpec(port, ip, hp)}), {},
+                     limits::kSshConnectTimeout);
   };
   if (!client.ok()) {
     cancel();
@@ -451,8 +451,8 @@ Result<herd::v1::NodesReply> Nodes(const std::string& cluster) {
 }
 
 herd::Status Stop(const std::string& cluster, ProgressFn progress) {
-  HERD_ASSIGN_OR_RETURN(auto lock, ClusterLock::Acquire(cluster, limits::kClusterLockWait,
-                                                        "herd stop"));
+  HERD_ASSIGN_OR_RETURN(auto lock,
+                        ClusterLock::Acquire(cluster, limits::kClusterLockWait, "herd stop"));
   HERD_ASSIGN_OR_RETURN(auto store, OpenStore());
   HERD_ASSIGN_OR_RETURN(ClusterRecord c, Lookup(*store, cluster));
   if (c.status == ClusterStatus::kStopped) return herd::Status::Ok();
@@ -481,8 +481,8 @@ Result<ClusterRecord> Start(const std::string& cluster, ProgressFn progress) {
 }
 
 herd::Status Down(const std::string& cluster, ProgressFn progress) {
-  HERD_ASSIGN_OR_RETURN(auto lock, ClusterLock::Acquire(cluster, limits::kClusterLockWait,
-                                                        "herd down"));
+  HERD_ASSIGN_OR_RETURN(auto lock,
+                        ClusterLock::Acquire(cluster, limits::kClusterLockWait, "herd down"));
   HERD_ASSIGN_OR_RETURN(auto store, OpenStore());
   HERD_ASSIGN_OR_RETURN(ClusterRecord c, Lookup(*store, cluster));
   OpenSshRunner ssh;

@@ -28,8 +28,8 @@ using ProgressFn = std::function<void(const std::string& stage, int done, int to
 
 struct LaunchOptions {
   std::string cluster;
-  std::string infra;   // "" (the task's resources.infra, else "local"), "local", "ssh/<pool>"
-  int num_nodes = 0;   // 0: the task's num_nodes
+  std::string infra;  // "" (the task's resources.infra, else "local"), "local", "ssh/<pool>"
+  int num_nodes = 0;  // 0: the task's num_nodes
   bool no_setup = false;
   ProgressFn progress;
 };

@@ -570,8 +570,8 @@ class SdkTrainScriptTest(FakeHerdTest):
         self.assertEqual(calls[2]["argv"], ["down", "m", "-y"])
         with open(self.scp_log) as f:
             self.assertEqual(f.read().split(),
-                             ["-q", "-o", "BatchMode=yes", "m:sky_workdir/gpt_snapshot.pt",
-                              "out.pt"])
+                             ["-q", "-F", os.path.expanduser("~/.ssh/config"), "-o",
+                              "BatchMode=yes", "m:sky_workdir/gpt_snapshot.pt", "out.pt"])
         task = calls[0]["task"]
         here = os.path.dirname(SDK_TRAIN)
         self.assertIn("num_nodes: 2\n", task)

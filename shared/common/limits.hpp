@@ -88,7 +88,7 @@ inline constexpr Duration kClusterLockPollInterval = 50ms;
 
 // ---- SSH and bootstrap (controller) -------------------------------------------------------------
 inline constexpr Duration kSshConnectTimeout = 10s;
-inline constexpr int kSshServerAliveInterval = 5;   // seconds, ssh -o ServerAliveInterval
+inline constexpr int kSshServerAliveInterval = 5;  // seconds, ssh -o ServerAliveInterval
 inline constexpr int kSshServerAliveCountMax = 3;
 inline constexpr int kSshControlPersistSeconds = 300;
 // Waiting for a new machine: probe the SSH banner, then `ssh true`, with backoff, for at most this.
@@ -149,7 +149,8 @@ static_assert(kReconnectBackoffMax < kNodeLostAfter,
               "an agent retries several times before the head gives up on it");
 static_assert(kKillGracePeriod < 2s, "other ranks die within 2 s of the first failure");
 static_assert(kReconnectBackoffMax < kClientReconnectWindow, "a client retries more than once");
-static_assert(kLocalNodeStartTimeout < kSshWaitTotal, "a local node starts long before ssh gives up");
+static_assert(kLocalNodeStartTimeout < kSshWaitTotal,
+              "a local node starts long before ssh gives up");
 static_assert(kSshProbeBackoffMax < kSshWaitTotal, "readiness is probed more than once");
 static_assert(kAgentStopTimeout + kAgentStartTimeout + kAgentStartSettle < kBootstrapCommandTimeout,
               "a restart (stop, start, settle) fits in one bootstrap command");
@@ -159,6 +160,7 @@ static_assert(kAgentRestartBackoffMax < kAgentRegisterTimeout,
               "a crashed agent is back well within the time the head waits for it");
 static_assert(kAgentRestartBackoffMax < kAgentStableAfter, "backoff resets only after a calm run");
 static_assert(kClusterLockPollInterval * 10 < kClusterLockWait, "a lock waiter retries many times");
-static_assert(kSqliteBusyTimeout < kClusterLockWait, "store writes are short against whole commands");
+static_assert(kSqliteBusyTimeout < kClusterLockWait,
+              "store writes are short against whole commands");
 
 }  // namespace herd::limits

@@ -18,10 +18,14 @@ std::string g_tag;  // guarded by g_mu
 
 const char* LevelName(Level l) {
   switch (l) {
-    case Level::kDebug: return "D";
-    case Level::kInfo: return "I";
-    case Level::kWarn: return "W";
-    case Level::kError: return "E";
+    case Level::kDebug:
+      return "D";
+    case Level::kInfo:
+      return "I";
+    case Level::kWarn:
+      return "W";
+    case Level::kError:
+      return "E";
   }
   return "?";
 }

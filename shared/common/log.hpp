@@ -30,7 +30,7 @@ class Line {
 
 }  // namespace herd::log
 
-#define HERD_LOG(level)                                                       \
-  if (::herd::log::Level::level < ::herd::log::GetLevel()) {                 \
-  } else                                                                      \
+#define HERD_LOG(level)                                      \
+  if (::herd::log::Level::level < ::herd::log::GetLevel()) { \
+  } else                                                     \
     ::herd::log::Line(::herd::log::Level::level, __FILE__, __LINE__)

@@ -6,17 +6,28 @@ namespace herd {
 
 std::string_view CodeName(Code code) {
   switch (code) {
-    case Code::kOk: return "OK";
-    case Code::kInvalidArgument: return "INVALID_ARGUMENT";
-    case Code::kNotFound: return "NOT_FOUND";
-    case Code::kAlreadyExists: return "ALREADY_EXISTS";
-    case Code::kPermissionDenied: return "PERMISSION_DENIED";
-    case Code::kUnavailable: return "UNAVAILABLE";
-    case Code::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
-    case Code::kFailedPrecondition: return "FAILED_PRECONDITION";
-    case Code::kCancelled: return "CANCELLED";
-    case Code::kIo: return "IO";
-    case Code::kInternal: return "INTERNAL";
+    case Code::kOk:
+      return "OK";
+    case Code::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case Code::kNotFound:
+      return "NOT_FOUND";
+    case Code::kAlreadyExists:
+      return "ALREADY_EXISTS";
+    case Code::kPermissionDenied:
+      return "PERMISSION_DENIED";
+    case Code::kUnavailable:
+      return "UNAVAILABLE";
+    case Code::kDeadlineExceeded:
+      return "DEADLINE_EXCEEDED";
+    case Code::kFailedPrecondition:
+      return "FAILED_PRECONDITION";
+    case Code::kCancelled:
+      return "CANCELLED";
+    case Code::kIo:
+      return "IO";
+    case Code::kInternal:
+      return "INTERNAL";
   }
   return "UNKNOWN";
 }

@@ -12,16 +12,16 @@ namespace herd {
 
 enum class Code {
   kOk = 0,
-  kInvalidArgument,    // bad input from a user: YAML, flags, frames
-  kNotFound,           // a job, cluster, node or file that does not exist
-  kAlreadyExists,      // a name taken
-  kPermissionDenied,   // a peer whose certificate role does not allow the request
-  kUnavailable,        // a peer or host that cannot be reached now
-  kDeadlineExceeded,   // a bounded wait ran out
-  kFailedPrecondition, // the request is valid but the state does not allow it
-  kCancelled,          // stopped on purpose
-  kIo,                 // a file or socket operation failed
-  kInternal,           // a bug: an invariant did not hold
+  kInvalidArgument,     // bad input from a user: YAML, flags, frames
+  kNotFound,            // a job, cluster, node or file that does not exist
+  kAlreadyExists,       // a name taken
+  kPermissionDenied,    // a peer whose certificate role does not allow the request
+  kUnavailable,         // a peer or host that cannot be reached now
+  kDeadlineExceeded,    // a bounded wait ran out
+  kFailedPrecondition,  // the request is valid but the state does not allow it
+  kCancelled,           // stopped on purpose
+  kIo,                  // a file or socket operation failed
+  kInternal,            // a bug: an invariant did not hold
 };
 
 std::string_view CodeName(Code code);
@@ -50,7 +50,9 @@ inline Status AlreadyExists(std::string m) { return {Code::kAlreadyExists, std::
 inline Status PermissionDenied(std::string m) { return {Code::kPermissionDenied, std::move(m)}; }
 inline Status Unavailable(std::string m) { return {Code::kUnavailable, std::move(m)}; }
 inline Status DeadlineExceeded(std::string m) { return {Code::kDeadlineExceeded, std::move(m)}; }
-inline Status FailedPrecondition(std::string m) { return {Code::kFailedPrecondition, std::move(m)}; }
+inline Status FailedPrecondition(std::string m) {
+  return {Code::kFailedPrecondition, std::move(m)};
+}
 inline Status Cancelled(std::string m) { return {Code::kCancelled, std::move(m)}; }
 inline Status IoError(std::string m) { return {Code::kIo, std::move(m)}; }
 inline Status Internal(std::string m) { return {Code::kInternal, std::move(m)}; }
@@ -61,7 +63,7 @@ Status ErrnoError(std::string_view what, int err);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!std::get<Status>(v_).ok() && "Result constructed from an OK status");
   }
@@ -88,9 +90,9 @@ class [[nodiscard]] Result {
 #define HERD_CONCAT_INNER(a, b) a##b
 #define HERD_CONCAT(a, b) HERD_CONCAT_INNER(a, b)
 
-#define HERD_RETURN_IF_ERROR(expr)           \
-  do {                                       \
-    ::herd::Status herd_status_ = (expr);    \
+#define HERD_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::herd::Status herd_status_ = (expr);        \
     if (!herd_status_.ok()) return herd_status_; \
   } while (0)
 

@@ -347,6 +347,14 @@ class GangTest(unittest.TestCase):
         for r in range(4):
             self.assertIn(b"rank %d\n" % r, p.stdout)
 
+    @unittest.skipUnless(os.environ.get("FAKE_NVML"), "FAKE_NVML not set")
+    def test_herdlet_probe_gpus_through_nvml(self):
+        env = dict(os.environ, FAKE_NVML_GPUS="NVIDIA H200,NVIDIA H200")
+        p = run([os.environ.get("HERDLET", "herdlet"), "--probe-gpus", "--nvml-library",
+                 os.environ["FAKE_NVML"]], env=env)
+        self.assertEqual(json.loads(p.stdout), {"source": "nvml", "count": 2,
+                                                "names": ["NVIDIA H200", "NVIDIA H200"]})
+
     def test_missing_job_exit_code(self):
         p = self.cluster.herd("logs", "--no-follow", "9999", check=False)
         self.assertEqual(p.returncode, 102, p.stderr)

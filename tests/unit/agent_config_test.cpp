@@ -53,8 +53,9 @@ TEST_CASE("bad configs name the place") {
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().message() == unknown.path + ":3:1: unknown setting 'node'");
 
-  TempFile port("role: worker\ncluster: c\nnode_id: n\naddress: a\ncerts: c\nstate_dir: s\n"
-                "head: host:99999\n");
+  TempFile port(
+      "role: worker\ncluster: c\nnode_id: n\naddress: a\ncerts: c\nstate_dir: s\n"
+      "head: host:99999\n");
   r = LoadAgentConfig(port.path);
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().message().find("head: bad port '99999'") != std::string::npos);

@@ -459,8 +459,8 @@ TEST_CASE("two agents on one machine: a group name in one scope never kills the 
   req.argv = Sh("sleep 1000 & echo $!; wait");
   req.log_path = (f.dir / "other.log").string();
   REQUIRE(other.Spawn(req, theirs.Callbacks()).ok());
-  REQUIRE(f.queue.RunUntil([&] { return mine.Pids().size() == 1 && theirs.Pids().size() == 1; },
-                           5s));
+  REQUIRE(
+      f.queue.RunUntil([&] { return mine.Pids().size() == 1 && theirs.Pids().size() == 1; }, 5s));
   other.KillGroup(G("job1-a1"), 500ms);
   REQUIRE(f.WaitExit(theirs, 3s));
   f.queue.RunFor(300ms);
