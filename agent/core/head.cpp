@@ -1,6 +1,7 @@
 #include "agent/core/head.hpp"
 
 #include <fcntl.h>
+#include <spawn.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <sstream>
 
@@ -119,6 +121,12 @@ Status Head::Start() {
     nodes_[node.node_id()].info = node;  // known, not alive until it registers again
   }
   Recover();
+  autostop_.set_idle_minutes(-1);
+  {
+    std::ifstream in(options_.state_dir + "/autostop.pb", std::ios::binary);
+    herd::v1::SetAutostop saved;
+    if (in && saved.ParseFromIstream(&in)) autostop_ = saved;
+  }
 
   transport::ServerOptions so;
   so.host = options_.listen_host;
@@ -401,6 +409,7 @@ void Head::CheckNodes() {
     }
   }
   for (const auto& id : lost) NodeLost(id);
+  CheckAutostop();
   check_timer_.expires_after(limits::kHeartbeatInterval);
   auto alive = alive_;
   check_timer_.async_wait([this, alive](boost::system::error_code ec) {
@@ -455,6 +464,9 @@ void Head::HandleClient(const ConnPtr& conn, const ClientToHead& msg) {
       break;
     case ClientToHead::kNodes:
       Nodes(conn, msg.request_id());
+      break;
+    case ClientToHead::kSetAutostop:
+      SetAutostop(conn, msg.request_id(), msg.set_autostop());
       break;
     default:
       ReplyError(conn, msg.request_id(), InvalidArgument("unknown request"));
@@ -624,6 +636,62 @@ void Head::Nodes(const ConnPtr& conn, uint64_t request_id) {
     reply.mutable_nodes_reply()->add_alive(e.alive && e.conn != nullptr);
   }
   SendToClient(conn, request_id, std::move(reply));
+}
+
+void Head::SetAutostop(const ConnPtr& conn, uint64_t request_id, const herd::v1::SetAutostop& req) {
+  if (req.idle_minutes() >= 0 && req.command().empty()) {
+    return ReplyError(conn, request_id, InvalidArgument("autostop needs a command"));
+  }
+  std::string path = options_.state_dir + "/autostop.pb";
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out || !req.SerializeToOstream(&out)) {
+      return ReplyError(conn, request_id, IoError("cannot write " + tmp));
+    }
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    return ReplyError(conn, request_id, ErrnoError("cannot write " + path, errno));
+  }
+  autostop_ = req;
+  autostop_fired_ = false;
+  last_busy_ = Clock::now();  // the idle time counts from now
+  HERD_LOG(kInfo) << "autostop "
+                  << (req.idle_minutes() < 0
+                          ? "off"
+                          : "after " + std::to_string(req.idle_minutes()) + " idle minute(s)" +
+                                (req.down() ? " (down)" : ""));
+  HeadToClient reply;
+  reply.mutable_autostop_reply()->set_idle_minutes(req.idle_minutes());
+  SendToClient(conn, request_id, std::move(reply));
+}
+
+void Head::CheckAutostop() {
+  if (!jobs_.empty()) last_busy_ = Clock::now();
+  if (autostop_.idle_minutes() < 0 || autostop_fired_) return;
+  if (Clock::now() - last_busy_ < std::chrono::minutes(autostop_.idle_minutes())) return;
+  autostop_fired_ = true;
+  HERD_LOG(kInfo) << "idle for " << autostop_.idle_minutes()
+                  << " minute(s): running autostop: " << autostop_.command();
+  // In a session of its own: stopping the cluster stops this agent too.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  std::string log = options_.state_dir + "/autostop.log";
+  posix_spawn_file_actions_addopen(&files, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&files, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&files, 1, 2);
+  std::string cmd = autostop_.command();
+  char* argv[] = {const_cast<char*>("/bin/sh"), const_cast<char*>("-c"), cmd.data(), nullptr};
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, "/bin/sh", &files, &attr, argv, environ);
+  posix_spawn_file_actions_destroy(&files);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) {
+    HERD_LOG(kError) << "autostop: cannot run /bin/sh: " << std::strerror(rc);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -895,11 +963,15 @@ void Head::AppendLog(JobRun& run, std::string_view bytes) {
       sub = run.subs.erase(sub);
       continue;
     }
-    HeadToClient msg;
-    msg.mutable_log_data()->set_job_id(run.rec.info.job_id());
-    msg.mutable_log_data()->set_offset(run.log_size);
-    msg.mutable_log_data()->set_data(bytes.data(), bytes.size());
-    SendToClient(conn, sub->request_id, std::move(msg));
+    // Prefixing can make a chunk much longer than the output it came from: keep frames small.
+    for (std::size_t done = 0; done < bytes.size(); done += limits::kLogReplayChunkBytes) {
+      std::size_t n = std::min(bytes.size() - done, limits::kLogReplayChunkBytes);
+      HeadToClient msg;
+      msg.mutable_log_data()->set_job_id(run.rec.info.job_id());
+      msg.mutable_log_data()->set_offset(run.log_size + done);
+      msg.mutable_log_data()->set_data(bytes.data() + done, n);
+      SendToClient(conn, sub->request_id, std::move(msg));
+    }
     ++sub;
   }
   run.log_size += bytes.size();

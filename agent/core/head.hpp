@@ -110,6 +110,8 @@ class Head {
   void Queue(const ConnPtr& conn, uint64_t request_id, const herd::v1::QueueRequest& req);
   void Cancel(const ConnPtr& conn, uint64_t request_id, const herd::v1::CancelRequest& req);
   void Nodes(const ConnPtr& conn, uint64_t request_id);
+  void SetAutostop(const ConnPtr& conn, uint64_t request_id, const herd::v1::SetAutostop& req);
+  void CheckAutostop();
 
   // Jobs.
   void Recover();
@@ -137,6 +139,9 @@ class Head {
   std::map<int64_t, JobRun> jobs_;                                   // active jobs by id (FIFO)
   // Jobs a previous head process was running: every node that registers is told to kill them.
   std::vector<std::pair<int64_t, int32_t>> orphaned_;
+  herd::v1::SetAutostop autostop_;  // idle_minutes < 0: off
+  Clock::time_point last_busy_ = Clock::now();
+  bool autostop_fired_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -186,7 +186,11 @@ void Worker::SendHeartbeat() {
 }
 
 void Worker::Send(const AgentToHead& msg) {
-  if (conn_ && state_ == State::kRunning) conn_->Send(proto::Encode(msg));
+  // Also while registering: the head reads Register first on this connection, so output and
+  // exits sent before its ack are not lost (the Register's progress list was taken earlier).
+  if (conn_ && (state_ == State::kRunning || state_ == State::kRegistering)) {
+    conn_->Send(proto::Encode(msg));
+  }
 }
 
 namespace {

@@ -361,6 +361,13 @@ int RunCli(int argc, char** argv) {
   launch->add_flag("-d,--detach-run", launch_detach, "do not stream the job's logs");
   launch->add_flag("-y,--yes", launch_yes, "do not ask");
   launch->add_flag("--no-setup", launch_no_setup, "skip the task's setup");
+  int launch_idle = -1;
+  bool launch_down = false;
+  launch
+      ->add_option("-i,--idle-minutes-to-autostop", launch_idle,
+                   "stop the cluster after this many idle minutes")
+      ->check(CLI::NonNegativeNumber);
+  launch->add_flag("--down", launch_down, "with -i: tear the cluster down instead of stopping it");
   launch->add_option("-o,--output", launch_output, "output format")->check(CLI::IsMember({"json"}));
   launch->add_option("args", launch_args, "TASK.yaml, or a command after --");
 
@@ -428,6 +435,17 @@ int RunCli(int argc, char** argv) {
     cmd->add_flag("-y,--yes", life_yes, "do not ask");
   }
 
+  // herd autostop
+  auto* autostop = app.add_subcommand("autostop", "stop or tear down a cluster when it is idle");
+  std::string autostop_cluster;
+  int autostop_idle = -1;
+  bool autostop_down = false, autostop_cancel = false;
+  autostop->add_option("cluster", autostop_cluster, "cluster name")->required();
+  autostop->add_option("-i,--idle-minutes", autostop_idle, "idle minutes before stopping")
+      ->check(CLI::NonNegativeNumber);
+  autostop->add_flag("--down", autostop_down, "tear down instead of stopping");
+  autostop->add_flag("--cancel", autostop_cancel, "turn autostop off");
+
   // herd nodes
   auto* nodes = app.add_subcommand("nodes", "list the nodes registered with a cluster's head");
   TargetFlags nodes_target;
@@ -493,6 +511,11 @@ int RunCli(int argc, char** argv) {
     auto r = sdk::Launch(*t, o);
     progress.Done();
     if (!r.ok()) return FailForStatus(r.status());
+    if (launch_idle >= 0) {
+      if (auto s = sdk::SetAutostop(o.cluster, launch_idle, launch_down); !s.ok()) {
+        return FailForStatus(s);
+      }
+    }
     std::unique_ptr<HeadClient> client;
     if (r->job_id > 0 && !launch_detach) {
       auto c = sdk::ConnectHead(r->cluster);
@@ -658,6 +681,22 @@ int RunCli(int argc, char** argv) {
     progress.Done();
     if (!s.ok()) return FailForStatus(s);
     std::cerr << "Cluster " << life_cluster << " terminated.\n";
+    return 0;
+  }
+  if (*autostop) {
+    if (!autostop_cancel && autostop_idle < 0) {
+      return Fail(InvalidArgument("autostop: give -i MINUTES or --cancel"), 2);
+    }
+    int minutes = autostop_cancel ? -1 : autostop_idle;
+    auto s = sdk::SetAutostop(autostop_cluster, minutes, autostop_down);
+    if (!s.ok()) return FailForStatus(s);
+    if (minutes < 0) {
+      std::cerr << "Autostop of cluster " << autostop_cluster << " cancelled.\n";
+    } else {
+      std::cerr << "Cluster " << autostop_cluster << " will be "
+                << (autostop_down ? "torn down" : "stopped") << " after " << minutes
+                << " idle minute(s).\n";
+    }
     return 0;
   }
   if (*nodes) {

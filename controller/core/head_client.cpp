@@ -140,6 +140,16 @@ Result<NodesReply> HeadClient::Nodes() {
   return reply.nodes_reply();
 }
 
+Status HeadClient::SetAutostop(int idle_minutes, bool down, const std::string& command) {
+  ClientToHead req;
+  req.mutable_set_autostop()->set_idle_minutes(idle_minutes);
+  req.mutable_set_autostop()->set_down(down);
+  req.mutable_set_autostop()->set_command(command);
+  HERD_ASSIGN_OR_RETURN(HeadToClient reply, RoundTrip(std::move(req)));
+  (void)reply;
+  return Status::Ok();
+}
+
 Result<JobInfo> HeadClient::Stream(int64_t job_id, uint64_t offset, bool follow,
                                    const StreamCallbacks& cb) {
   JobInfo last;

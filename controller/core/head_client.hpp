@@ -32,6 +32,7 @@ class HeadClient {
   Result<std::vector<herd::v1::JobInfo>> Queue(bool skip_finished);
   Result<std::vector<int64_t>> Cancel(const std::vector<int64_t>& job_ids, bool all);
   Result<herd::v1::NodesReply> Nodes();
+  Status SetAutostop(int idle_minutes, bool down, const std::string& command);
   // Runs when the client is destroyed (e.g. to cancel the SSH port-forward it came through).
   void SetCleanup(std::function<void()> cleanup) { cleanup_ = std::move(cleanup); }
 

@@ -1,5 +1,6 @@
 #include "controller/core/sdk.hpp"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -252,6 +253,36 @@ herd::Status CheckFeasible(const herd::v1::NodesReply& nodes, const herd::v1::Ta
   return herd::Status::Ok();
 }
 
+std::string AnchorPidFile(const ClusterRecord& c) { return c.state_dir + "/ns-anchor.pid"; }
+
+bool AnchorAlive(int pid) {
+  if (pid <= 0) return false;
+  std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline");
+  std::string argv0;
+  std::getline(cmd, argv0, '\0');
+  return argv0 == "sleep";
+}
+
+// A `sleep infinity` in this process's namespaces that outlives the command; its pid is how a
+// node's head can enter them (nsenter --target PID). Killed by Down.
+Result<int> EnsureNamespaceAnchor(const ClusterRecord& c) {
+  int pid = 0;
+  {
+    std::ifstream in(AnchorPidFile(c));
+    in >> pid;
+  }
+  if (AnchorAlive(pid)) return pid;
+  HERD_ASSIGN_OR_RETURN(pid_t p, SpawnDetached({"sleep", "infinity"}, "/dev/null"));
+  std::ofstream(AnchorPidFile(c)) << p << "\n";
+  return static_cast<int>(p);
+}
+
+void KillNamespaceAnchor(const ClusterRecord& c) {
+  int pid = 0;
+  std::ifstream in(AnchorPidFile(c));
+  if (in >> pid && AnchorAlive(pid)) ::kill(pid, SIGKILL);
+}
+
 Result<int64_t> Submit(const ClusterRecord& c, herd::v1::TaskSpec spec) {
   HERD_ASSIGN_OR_RETURN(auto client, ConnectHead(c));
   HERD_ASSIGN_OR_RETURN(auto nodes, client->Nodes());
@@ -384,10 +415,14 @@ Result<LaunchResult> Launch(const Task& task, const LaunchOptions& o) {
   HERD_RETURN_IF_ERROR(WriteSshConfig(c));
   HERD_RETURN_IF_ERROR(WaitSsh(ssh, c, o.progress));
   HERD_ASSIGN_OR_RETURN(auto boot, BootstrapCluster(ssh, c, o.progress));
-  c.status = ClusterStatus::kUp;
+  c.status = ClusterStatus::kUp;  // ConnectHead needs it; only kept once the agents are up
   c.agent_version = "0.1.0";
+  if (auto s = WaitAgents(c, o.progress); !s.ok()) {
+    c.status = ClusterStatus::kInit;
+    (void)store->Put(c);
+    return s;
+  }
   HERD_RETURN_IF_ERROR(store->Put(c));
-  HERD_RETURN_IF_ERROR(WaitAgents(c, o.progress));
   HERD_RETURN_IF_ERROR(SyncFiles(ssh, c, task, true, o.progress));
 
   LaunchResult result;
@@ -504,12 +539,44 @@ herd::Status Down(const std::string& cluster, ProgressFn progress) {
   HERD_RETURN_IF_ERROR(provider->Teardown(c.name, c.state_dir + "/provider"));
   HERD_RETURN_IF_ERROR(RemoveSshConfig(c.name));
   HERD_RETURN_IF_ERROR(store->Remove(c.name));
+  KillNamespaceAnchor(c);
   std::error_code ec;
   fs::remove_all(c.state_dir, ec);
   fs::remove_all(c.control_dir, ec);
   Report(progress, "Tearing down " + std::to_string(c.nodes.size()) + " node(s)",
          static_cast<int>(c.nodes.size()), static_cast<int>(c.nodes.size()));
   return herd::Status::Ok();
+}
+
+herd::Status SetAutostop(const std::string& cluster, int idle_minutes, bool down) {
+  HERD_ASSIGN_OR_RETURN(auto lock,
+                        ClusterLock::Acquire(cluster, limits::kClusterLockWait, "herd autostop"));
+  HERD_ASSIGN_OR_RETURN(auto store, OpenStore());
+  HERD_ASSIGN_OR_RETURN(ClusterRecord c, Lookup(*store, cluster));
+  std::string command;
+  if (idle_minutes >= 0) {
+    if (c.provider != "local") {
+      return FailedPrecondition("autostop needs machines the head can stop; cluster " + c.name +
+                                " is on " + c.infra +
+                                " (existing machines are not stopped by herd)");
+    }
+    // The local provider's "cloud API" is this machine: the head node enters the controller's
+    // network and mount namespaces and runs this same herd with this controller's state. PID 1's
+    // namespaces may be out of reach (a sandboxed init), so a process of ours pins them.
+    std::error_code ec;
+    std::string self = fs::read_symlink("/proc/self/exe", ec).string();
+    if (ec) return IoError("cannot find the herd binary: " + ec.message());
+    HERD_ASSIGN_OR_RETURN(int anchor, EnsureNamespaceAnchor(c));
+    auto q = [](const std::string& s) { return "'" + s + "'"; };
+    command = "exec nsenter --target " + std::to_string(anchor) +
+              " --mount --net -- env HERD_HOME=" + q(HerdHome()) + " HOME=" + q(UserHome()) + " " +
+              q(self) + (down ? " down " : " stop ") + c.name + " -y";
+  }
+  HERD_ASSIGN_OR_RETURN(auto client, ConnectHead(c));
+  HERD_RETURN_IF_ERROR(client->SetAutostop(idle_minutes, down, command));
+  c.autostop_idle_minutes = idle_minutes < 0 ? -1 : idle_minutes;
+  c.autostop_down = idle_minutes >= 0 && down;
+  return store->Put(c);
 }
 
 Result<std::vector<ClusterRecord>> Status() {

@@ -68,6 +68,9 @@ Result<herd::v1::NodesReply> Nodes(const std::string& cluster);
 Status Stop(const std::string& cluster, ProgressFn progress = {});
 Result<ClusterRecord> Start(const std::string& cluster, ProgressFn progress = {});
 Status Down(const std::string& cluster, ProgressFn progress = {});
+// After idle_minutes without an active job the head stops (or, with down, tears down) the cluster
+// by itself; idle_minutes < 0 cancels. Needs a provider the head node can drive: `local`.
+Status SetAutostop(const std::string& cluster, int idle_minutes, bool down);
 
 Result<std::vector<ClusterRecord>> Status();
 Result<ClusterRecord> GetCluster(const std::string& cluster);

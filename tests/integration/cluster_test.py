@@ -164,6 +164,31 @@ class ClusterTest(unittest.TestCase):
         self.assertIn(b"8 GPU(s) of type H100", p.stderr)
         self.assertIn(b"gpus=0", p.stderr)  # what the nodes have
 
+    def test_g_autostop_stops_or_tears_down_an_idle_cluster(self):
+        def wait_for(pred, what, timeout=45):
+            deadline = time.time() + timeout
+            while time.time() < deadline:
+                if pred():
+                    return
+                time.sleep(0.5)
+            self.fail(what)
+
+        try:
+            self.h.herd("launch", "-c", "autos", "-y", "--", "echo", "hi")
+            self.h.herd("autostop", "autos", "-i", "0")
+            self.assertEqual(self.h.clusters()["autos"]["autostop"], 0)
+            wait_for(lambda: self.h.clusters()["autos"]["status"] == "STOPPED",
+                     "idle cluster was not stopped")
+            self.assertEqual(len(namespaces_of("autos")), 2)  # stopped: machines stay
+            # Launched with -i 0 --down: the head tears its own cluster down when idle.
+            self.h.herd("launch", "-c", "autod", "-y", "-i", "0", "--down", "--", "echo", "hi")
+            wait_for(lambda: "autod" not in self.h.clusters(), "idle cluster was not torn down")
+            self.assertEqual(namespaces_of("autod"), [])
+        finally:
+            for name in ("autos", "autod"):
+                self.h.herd("down", name, "-y", check=False)
+        self.assertEqual(namespaces_of("autos"), [])
+
     def test_f_two_launches_of_one_name_at_once(self):
         results = {}
 
