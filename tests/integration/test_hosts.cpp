@@ -1,0 +1,39 @@
+// herd_test_hosts: "existing machines" for tests of the ssh provider — network-namespace hosts
+// with sshd, made by the local provider, with no herd agent on them.
+//   herd_test_hosts up NAME N STATE_DIR PUBKEY_FILE   -> one "ip" line per host
+//   herd_test_hosts down NAME STATE_DIR
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+
+#include "controller/provider/local_provider.hpp"
+
+int main(int argc, char** argv) {
+  using herd::controller::LocalProvider;
+  std::string verb = argc > 1 ? argv[1] : "";
+  LocalProvider provider;
+  if (verb == "up" && argc == 6) {
+    std::ifstream in(argv[5]);
+    std::stringstream key;
+    key << in.rdbuf();
+    herd::controller::ProvisionRequest req{argv[2], std::stoi(argv[3]), argv[4], key.str()};
+    auto nodes = provider.Provision(req);
+    if (!nodes.ok()) {
+      std::cerr << nodes.status().message() << "\n";
+      return 1;
+    }
+    for (const auto& n : *nodes) std::cout << n.ip << "\n";
+    return 0;
+  }
+  if (verb == "down" && argc == 4) {
+    auto s = provider.Teardown(argv[2], argv[3]);
+    if (!s.ok()) {
+      std::cerr << s.message() << "\n";
+      return 1;
+    }
+    return 0;
+  }
+  std::cerr << "usage: herd_test_hosts up NAME N STATE_DIR PUBKEY_FILE | down NAME STATE_DIR\n";
+  return 2;
+}
