@@ -276,6 +276,8 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
     node.conn->Close();
   }
   bool was_alive = node.alive;
+  // A higher incarnation is a new agent process: what the old one supervised is not its to report.
+  bool agent_restarted = node.incarnation != 0 && reg.incarnation() > node.incarnation;
   node.info = reg.node();
   node.incarnation = reg.incarnation();
   node.conn = conn;
@@ -296,12 +298,18 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
   // Catch up on what the agent did while it was away, and re-send what it never got.
   std::map<std::string, const ProcessProgress*> progress;
   for (const auto& p : reg.running()) progress[ProcessKeyString(p.key())] = &p;
+  std::vector<int64_t> lost_jobs;
   for (auto& [job_id, run] : jobs_) {
     for (auto& [name, proc] : run.procs) {
       if (proc.node_id != id || proc.exited) continue;
       auto p = progress.find(name);
       HeadToAgent m;
-      if (p == progress.end()) {
+      if (p == progress.end() && agent_restarted) {
+        // Started (or about to be) by the previous agent: starting it again would run it twice.
+        lost_jobs.push_back(job_id);
+        break;
+      }
+      if (p == progress.end()) {  // the StartProcess was lost with the old connection
         *m.mutable_start() = proc.start;
       } else if (p->second->exited() || p->second->output_bytes() > proc.received) {
         *m.mutable_resend()->mutable_key() = proc.start.key();
@@ -323,6 +331,20 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
     kill.mutable_kill()->set_job_id(job_id);
     kill.mutable_kill()->set_attempt(attempt);
     conn->Send(proto::Encode(kill));
+  }
+  for (int64_t job_id : lost_jobs) {
+    JobRun& run = jobs_.at(job_id);
+    for (auto& [name, proc] : run.procs) {
+      if (proc.node_id == id && !proc.exited) {
+        proc.exited = true;
+        proc.exit_code = limits::kKilledRankExitCode;
+      }
+    }
+    // The new agent finds the old processes by their group marker and kills them.
+    KillJobProcesses(run);
+    Finalize(job_id, JOB_STATE_FAILED_DRIVER,
+             "ERROR: Job " + std::to_string(job_id) + " failed: the agent on " + id +
+                 " restarted while the job ran");
   }
   Schedule();
 }

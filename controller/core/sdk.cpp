@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <thread>
 
 #include "agent/sched/scheduler.hpp"
@@ -179,11 +180,23 @@ herd::Status WaitAgents(const ClusterRecord& c, const ProgressFn& progress) {
       auto nodes = (*client)->Nodes();
       if (nodes.ok()) {
         int alive = 0;
-        for (bool a : nodes->alive()) alive += a;
+        std::set<std::string> up;
+        for (int i = 0; i < nodes->nodes_size(); ++i) {
+          if (nodes->alive(i)) {
+            ++alive;
+            up.insert(nodes->nodes(i).node_id());
+          }
+        }
         Report(progress, "Agents registered", alive, total);
         if (alive >= total) return herd::Status::Ok();
+        std::string missing;
+        for (const auto& n : c.nodes) {
+          if (!up.count(n.name))
+            missing += (missing.empty() ? "" : ", ") + n.name + " (" + n.ip + ")";
+        }
         last = Unavailable(std::to_string(alive) + " of " + std::to_string(total) +
-                           " agents registered");
+                           " agents registered; not registered: " + missing +
+                           " (its log: ~/.herd/agent/herdlet.log on the node)");
       } else {
         last = nodes.status();
       }

@@ -327,6 +327,24 @@ class GangTest(unittest.TestCase):
         self.assertIn("dropping client", self.cluster.agent_log(0))
         self.assertEqual(len(self.cluster.nodes()), 4)  # the head serves on
 
+    def test_restarted_worker_agent_does_not_run_a_job_twice(self):
+        task = write_task(self.tasks, "twice.yaml",
+                          "num_nodes: 2\nrun: |\n  echo started $SKYPILOT_NODE_RANK; sleep 1000\n")
+        p = run([HERD, "exec", *self.cluster.target(), *self.cluster.marker_env("twice"), "-d",
+                 task])
+        job = job_id_of(p.stderr)
+        self.cluster.wait_state(job, {"RUNNING"})
+        self.cluster.restart_agent(1)  # rank 1 runs on worker 1
+        self.cluster.wait_nodes(4, timeout=30)
+        self.assertEqual(self.cluster.wait_state(job, {"FAILED_DRIVER"})["status"], "FAILED_DRIVER")
+        deadline = time.time() + 10
+        while self.cluster.leftovers("twice") and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(self.cluster.leftovers("twice"), [])
+        log = self.cluster.herd("logs", "--no-follow", str(job), check=False).stdout.decode()
+        self.assertEqual(log.count("started 1"), 1, log)  # never started a second time
+        self.assertIn("restarted while the job ran", log)
+
     def test_zz_workers_reregister_after_head_restart(self):
         task = write_task(self.tasks, "longrun.yaml", "num_nodes: 2\nrun: |\n  sleep 1000\n")
         p = run([HERD, "exec", *self.cluster.target(), *self.cluster.marker_env("orphan"), "-d",

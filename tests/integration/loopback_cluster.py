@@ -103,6 +103,19 @@ class LoopbackCluster:
         log.close()
         self.procs.append(p)
 
+    def restart_agent(self, i):
+        """Stops worker i's herdlet and starts it again (a new incarnation)."""
+        proc = self.procs[i]
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+        ndir = os.path.join(self.dir, self.node_id(i))
+        env = dict(os.environ, HOME=os.path.join(ndir, "home"), CUDA_VISIBLE_DEVICES="0,1")
+        log = open(os.path.join(ndir, "herdlet.log"), "ab")
+        self.procs[i] = subprocess.Popen([HERDLET, "--config", os.path.join(ndir, "herdlet.yaml")],
+                                         stdout=log, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True)
+        log.close()
+
     def restart_head(self):
         """Stops the head's herdlet and starts it again on the same port."""
         head = self.procs[0]
