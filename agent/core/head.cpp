@@ -22,6 +22,7 @@
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 #include "shared/proto/frame.hpp"
+#include "shared/proto/job_state.hpp"
 
 namespace herd::agent {
 
@@ -51,37 +52,6 @@ std::string SafeName(const std::string& name) {
 }
 
 }  // namespace
-
-bool IsTerminal(JobState state) {
-  return state == JOB_STATE_SUCCEEDED || state == JOB_STATE_FAILED ||
-         state == JOB_STATE_FAILED_SETUP || state == JOB_STATE_FAILED_DRIVER ||
-         state == JOB_STATE_CANCELLED;
-}
-
-std::string_view JobStateName(JobState state) {
-  switch (state) {
-    case JOB_STATE_INIT:
-      return "INIT";
-    case JOB_STATE_PENDING:
-      return "PENDING";
-    case JOB_STATE_SETTING_UP:
-      return "SETTING_UP";
-    case JOB_STATE_RUNNING:
-      return "RUNNING";
-    case JOB_STATE_SUCCEEDED:
-      return "SUCCEEDED";
-    case JOB_STATE_FAILED:
-      return "FAILED";
-    case JOB_STATE_FAILED_SETUP:
-      return "FAILED_SETUP";
-    case JOB_STATE_FAILED_DRIVER:
-      return "FAILED_DRIVER";
-    case JOB_STATE_CANCELLED:
-      return "CANCELLED";
-    default:
-      return "UNKNOWN";
-  }
-}
 
 std::string ResourcesString(const TaskSpec& spec) {
   std::vector<std::string> parts;
@@ -954,7 +924,7 @@ void Head::Finalize(int64_t job_id, JobState state, const std::string& error_lin
   if (!error_line.empty()) run.rec.info.set_message(error_line);
   // Leftovers of a finished job (daemons it started, children that escaped) are swept too.
   if (!run.procs.empty() && !run.killing) KillJobProcesses(run);
-  HERD_LOG(kInfo) << "job " << job_id << " " << JobStateName(state);
+  HERD_LOG(kInfo) << "job " << job_id << " " << proto::JobStateName(state);
   PersistAndNotify(run, true);
   if (run.fd >= 0) ::close(run.fd);
   jobs_.erase(it);

@@ -147,7 +147,5 @@ class Head {
 
 // "2x(gpus=L4:4, cpus=4+)".
 std::string ResourcesString(const herd::v1::TaskSpec& spec);
-bool IsTerminal(herd::v1::JobState state);
-std::string_view JobStateName(herd::v1::JobState state);
 
 }  // namespace herd::agent

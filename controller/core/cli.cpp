@@ -17,6 +17,7 @@
 #include "controller/core/table.hpp"
 #include "shared/common/host_port.hpp"
 #include "shared/common/log.hpp"
+#include "shared/proto/job_state.hpp"
 #include "shared/task/task.hpp"
 #include "shared/tls/certs.hpp"
 
@@ -44,31 +45,6 @@ std::string CurrentUser() {
   if (const char* u = ::getenv("USER"); u && *u) return u;
   if (const char* u = ::getenv("LOGNAME"); u && *u) return u;
   return "root";
-}
-
-std::string_view StateName(JobState s) {
-  switch (s) {
-    case JOB_STATE_INIT:
-      return "INIT";
-    case JOB_STATE_PENDING:
-      return "PENDING";
-    case JOB_STATE_SETTING_UP:
-      return "SETTING_UP";
-    case JOB_STATE_RUNNING:
-      return "RUNNING";
-    case JOB_STATE_SUCCEEDED:
-      return "SUCCEEDED";
-    case JOB_STATE_FAILED:
-      return "FAILED";
-    case JOB_STATE_FAILED_SETUP:
-      return "FAILED_SETUP";
-    case JOB_STATE_FAILED_DRIVER:
-      return "FAILED_DRIVER";
-    case JOB_STATE_CANCELLED:
-      return "CANCELLED";
-    default:
-      return "UNKNOWN";
-  }
 }
 
 // The flags that say which head to talk to.
@@ -137,7 +113,7 @@ boost::json::object JobJson(const JobInfo& j) {
   o["id"] = j.job_id();
   o["name"] = j.name();
   o["user"] = j.user();
-  o["status"] = StateName(j.state());
+  o["status"] = proto::JobStateName(j.state());
   o["submitted_at_ms"] = j.submitted_unix_ms();
   o["started_at_ms"] = j.started_unix_ms();
   o["ended_at_ms"] = j.ended_unix_ms();
@@ -182,10 +158,10 @@ int FollowJob(HeadClient& client, int64_t job_id, uint64_t offset, bool follow, 
               << (g_cluster.empty() ? "..." : g_cluster) << " " << j.job_id() << "\n";
     return kExitNotFinished;
   }
-  if (IsTerminalState(j.state())) {
-    std::cerr << "Job finished (status: " << StateName(j.state()) << ").\n";
+  if (proto::IsTerminal(j.state())) {
+    std::cerr << "Job finished (status: " << proto::JobStateName(j.state()) << ").\n";
   } else {
-    std::cerr << "Job " << j.job_id() << " is " << StateName(j.state()) << ".\n";
+    std::cerr << "Job " << j.job_id() << " is " << proto::JobStateName(j.state()) << ".\n";
   }
   return ExitCodeForJob(j);
 }
@@ -237,15 +213,6 @@ Result<task::Task> BuildTask(const std::vector<std::string>& args, const TaskFla
   if (!f.name.empty()) t.name = f.name;
   return t;
 }
-
-}  // namespace
-
-bool IsTerminalState(JobState s) {
-  return s == JOB_STATE_SUCCEEDED || s == JOB_STATE_FAILED || s == JOB_STATE_FAILED_SETUP ||
-         s == JOB_STATE_FAILED_DRIVER || s == JOB_STATE_CANCELLED;
-}
-
-namespace {
 
 std::string RandomClusterName() {
   std::srand(static_cast<unsigned>(std::time(nullptr) ^ ::getpid()));
@@ -618,7 +585,7 @@ int RunCli(int argc, char** argv) {
     for (const auto& j : *jobs) {
       table.AddRow({std::to_string(j.job_id()), j.name().empty() ? "-" : j.name(), j.user(),
                     Ago(j.submitted_unix_ms()), Ago(j.started_unix_ms()), Duration(j),
-                    j.resources(), std::string(StateName(j.state())), j.log_path()});
+                    j.resources(), std::string(proto::JobStateName(j.state())), j.log_path()});
     }
     std::cout << table.Render();
     return 0;
@@ -638,7 +605,7 @@ int RunCli(int argc, char** argv) {
       // Ask for the end of the log only: the status comes with end_of_stream.
       auto last = (*client)->Stream(job, UINT64_MAX, false, none);
       if (!last.ok()) return FailForStatus(last.status());
-      std::cout << "Job " << last->job_id() << ": " << StateName(last->state()) << "\n";
+      std::cout << "Job " << last->job_id() << ": " << proto::JobStateName(last->state()) << "\n";
       return ExitCodeForJob(*last);
     }
     return FollowJob(**client, job, logs_offset, !logs_no_follow, false, 0);
