@@ -189,6 +189,29 @@ class ClusterTest(unittest.TestCase):
                 self.h.herd("down", name, "-y", check=False)
         self.assertEqual(namespaces_of("autos"), [])
 
+    def test_e2_head_refuses_a_client_certificate_of_another_ca(self):
+        certs = os.path.join(self.h.env["HERD_HOME"], "clusters", CLUSTER, "certs")
+        other = os.path.join(self.h.dir, "other-ca")
+        self.h.herd("certs", "init", other, "--cluster", "other")
+        saved = {}
+        for name in ("client.crt", "client.key"):
+            with open(os.path.join(certs, name), "rb") as f:
+                saved[name] = f.read()
+            with open(os.path.join(other, name), "rb") as f, \
+                    open(os.path.join(certs, name), "wb") as g:
+                g.write(f.read())
+        try:
+            t0 = time.time()
+            p = self.h.herd("queue", CLUSTER, check=False, timeout=60)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn(b"cannot reach the head", p.stderr)
+            self.assertLess(time.time() - t0, 20)
+        finally:
+            for name, data in saved.items():
+                with open(os.path.join(certs, name), "wb") as g:
+                    g.write(data)
+        self.assertEqual(self.h.herd("queue", CLUSTER).returncode, 0)
+
     def test_f_two_launches_of_one_name_at_once(self):
         results = {}
 
