@@ -1,0 +1,262 @@
+// The head and two workers in one process, over the real TLS transport on 127.0.0.1, with a fake
+// ProcessLauncher per node: the test decides when each "process" prints and exits, and checks the
+// head's decisions (setup barrier, fail fast, exit codes, prefixes) as a client sees them.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "agent/core/head.hpp"
+#include "agent/core/worker.hpp"
+#include "agent/gpu/system_gpu_probe.hpp"
+#include "controller/core/head_client.hpp"
+#include "shared/tls/certs.hpp"
+
+namespace herd::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+// Records spawns; the test makes them print and exit. KillGroup ends every live process of the
+// group with SIGTERM's code, as a real kill would.
+class FakeLauncher : public ProcessLauncher {
+ public:
+  struct Proc {
+    SpawnRequest request;
+    ProcessCallbacks callbacks;
+    uint64_t offset = 0;
+    bool exited = false;
+  };
+  explicit FakeLauncher(boost::asio::io_context& io) : io_(io) {}
+
+  Result<int> Spawn(const SpawnRequest& request, ProcessCallbacks callbacks) override {
+    std::lock_guard lock(mu_);
+    procs_.push_back({request, std::move(callbacks)});
+    cv_.notify_all();
+    return 1000 + static_cast<int>(procs_.size());
+  }
+  void KillGroup(const std::string& group, std::chrono::milliseconds) override {
+    std::lock_guard lock(mu_);
+    kills_.push_back(group);
+    for (std::size_t i = 0; i < procs_.size(); ++i) {
+      if (procs_[i].request.group == group && !procs_[i].exited) ExitLocked(i, 143, 15);
+    }
+  }
+
+  // Waits until at least n processes were spawned.
+  bool WaitSpawns(std::size_t n) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, 10s, [&] { return procs_.size() >= n; });
+  }
+  std::size_t spawns() {
+    std::lock_guard lock(mu_);
+    return procs_.size();
+  }
+  std::string script(std::size_t i) {
+    std::lock_guard lock(mu_);
+    return procs_[i].request.argv.back();
+  }
+  std::string env(std::size_t i, const std::string& k) {
+    std::lock_guard lock(mu_);
+    auto it = procs_[i].request.env.find(k);
+    return it == procs_[i].request.env.end() ? "" : it->second;
+  }
+  std::vector<std::string> kills() {
+    std::lock_guard lock(mu_);
+    return kills_;
+  }
+  void Print(std::size_t i, std::string data) {
+    std::lock_guard lock(mu_);
+    Proc& p = procs_[i];
+    uint64_t off = p.offset;
+    p.offset += data.size();
+    boost::asio::post(io_, [cb = p.callbacks, off, data] { cb.on_output(off, data); });
+  }
+  void Exit(std::size_t i, int code) {
+    std::lock_guard lock(mu_);
+    ExitLocked(i, code, 0);
+  }
+
+ private:
+  void ExitLocked(std::size_t i, int code, int sig) {
+    Proc& p = procs_[i];
+    p.exited = true;
+    boost::asio::post(
+        io_, [cb = p.callbacks, code, sig, total = p.offset] { cb.on_exit(code, sig, total); });
+  }
+
+  boost::asio::io_context& io_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Proc> procs_;
+  std::vector<std::string> kills_;
+};
+
+class NoGpus : public GpuProbe {
+ public:
+  GpuInventory Probe() override { return {{}, "none"}; }
+};
+
+struct Cluster {
+  fs::path dir;
+  boost::asio::io_context io;
+  std::unique_ptr<Head> head;
+  std::vector<std::unique_ptr<FakeLauncher>> launchers;
+  std::vector<std::unique_ptr<Worker>> workers;
+  NoGpus gpus;
+  std::thread thread;
+  uint16_t port = 0;
+
+  Cluster() {
+    char tmpl[] = "/tmp/herd-head-worker-XXXXXX";
+    dir = ::mkdtemp(tmpl);
+    REQUIRE(tls::InitClusterCerts((dir / "certs").string(), "unit").ok());
+    Head::Options o;
+    o.cluster = "unit";
+    o.state_dir = (dir / "head-state").string();
+    REQUIRE(tls::IssueAgentCerts((dir / "certs").string(), "unit-head", {"127.0.0.1"},
+                                 (dir / "n0").string())
+                .ok());
+    o.tls = {(dir / "n0/ca.crt").string(), (dir / "n0/agent.crt").string(),
+             (dir / "n0/agent.key").string()};
+    o.expected_nodes = 2;
+    head = std::make_unique<Head>(io, o);
+    REQUIRE(head->Start().ok());
+    port = head->port();
+    for (int i = 0; i < 2; ++i) {
+      std::string name = i == 0 ? "unit-head" : "unit-worker1";
+      std::string certs = (dir / ("n" + std::to_string(i))).string();
+      if (i > 0) REQUIRE(tls::IssueAgentCerts((dir / "certs").string(), name, {}, certs).ok());
+      AgentConfig c;
+      c.role = i == 0 ? AgentConfig::Role::kHead : AgentConfig::Role::kWorker;
+      c.cluster = "unit";
+      c.node_id = name;
+      c.address = "127.0.0.1";
+      c.head = {"127.0.0.1", port};
+      c.certs_dir = certs;
+      c.state_dir = (dir / ("state" + std::to_string(i))).string();
+      c.cpus = 4;
+      launchers.push_back(std::make_unique<FakeLauncher>(io));
+      workers.push_back(std::make_unique<Worker>(io, c, *launchers.back(), gpus, i == 0));
+      REQUIRE(workers.back()->Start().ok());
+    }
+    thread = std::thread([this] {
+      auto guard = boost::asio::make_work_guard(io);
+      io.run();
+    });
+  }
+  ~Cluster() {
+    boost::asio::post(io, [this] {
+      for (auto& w : workers) w->Stop();
+      head->Stop();
+    });
+    std::this_thread::sleep_for(200ms);
+    io.stop();
+    thread.join();
+    workers.clear();
+    head.reset();
+    fs::remove_all(dir);
+  }
+  std::unique_ptr<controller::HeadClient> Client() {
+    auto c = controller::HeadClient::Connect({"127.0.0.1", port, (dir / "certs").string()});
+    REQUIRE(c.ok());
+    for (int i = 0; i < 100; ++i) {
+      auto nodes = (*c)->Nodes();
+      REQUIRE(nodes.ok());
+      int alive = 0;
+      for (bool a : nodes->alive()) alive += a;
+      if (alive == 2) break;
+      std::this_thread::sleep_for(50ms);
+    }
+    return std::move(*c);
+  }
+};
+
+herd::v1::TaskSpec TwoNodes(const std::string& setup, const std::string& run) {
+  herd::v1::TaskSpec t;
+  t.set_name("t");
+  t.set_num_nodes(2);
+  t.set_setup(setup);
+  t.set_run(run);
+  return t;
+}
+
+// Streams the job to its end on another thread; the test drives the fakes meanwhile.
+struct Follow {
+  std::string log;
+  herd::v1::JobInfo last;
+  std::thread thread;
+  Follow(Cluster& c, int64_t job) {
+    thread = std::thread([this, &c, job] {
+      auto client = c.Client();
+      controller::HeadClient::StreamCallbacks cb;
+      cb.on_data = [this](std::string_view d) { log += d; };
+      auto r = client->Stream(job, 0, true, cb);
+      if (r.ok()) last = *r;
+    });
+  }
+  void Join() { thread.join(); }
+};
+
+TEST_CASE("setup on every node, a barrier, then run; fail fast kills the other rank") {
+  Cluster c;
+  auto client = c.Client();
+  auto job = client->Submit(TwoNodes("echo setup", "echo run"), "alice");
+  REQUIRE(job.ok());
+  Follow follow(c, *job);
+  REQUIRE(c.launchers[0]->WaitSpawns(1));
+  REQUIRE(c.launchers[1]->WaitSpawns(1));
+  CHECK(c.launchers[0]->script(0) == "echo setup");
+  CHECK(c.launchers[1]->env(0, "SKYPILOT_SETUP_NODE_RANK") == "1");
+  c.launchers[0]->Exit(0, 0);
+  std::this_thread::sleep_for(300ms);
+  CHECK(c.launchers[0]->spawns() == 1);  // the barrier: run waits for every setup
+  c.launchers[1]->Print(0, "setup done\n");
+  c.launchers[1]->Exit(0, 0);
+  REQUIRE(c.launchers[0]->WaitSpawns(2));
+  REQUIRE(c.launchers[1]->WaitSpawns(2));
+  CHECK(c.launchers[1]->env(1, "SKYPILOT_NODE_RANK") == "1");
+  c.launchers[0]->Print(1, "10%\r20%\rhalf");  // progress bar, then a line with no newline
+  c.launchers[1]->Exit(1, 3);                  // rank 1 fails: rank 0 is killed
+  follow.Join();
+  CHECK(follow.last.state() == herd::v1::JOB_STATE_FAILED);
+  REQUIRE(follow.last.exits_size() == 2);
+  CHECK(follow.last.exits(0).exit_code() == 137);
+  CHECK(follow.last.exits(1).exit_code() == 3);
+  CHECK(follow.last.first_failed_rank() == 1);
+  CHECK(follow.last.first_failed_node() == "unit-worker1");
+  CHECK(c.launchers[0]->kills() == std::vector<std::string>{JobGroupName(*job, 1)});
+  CHECK(follow.log.find("(setup pid=1001, ip=127.0.0.1) setup done\n") != std::string::npos);
+  CHECK(follow.log.find("(head, rank=0, pid=1002) 10%\r(head, rank=0, pid=1002) 20%\r"
+                        "(head, rank=0, pid=1002) half\n") != std::string::npos);
+  CHECK(follow.log.find("ERROR: Job 1 failed with return code list: [137, 3]") !=
+        std::string::npos);
+}
+
+TEST_CASE("a failing setup never starts run") {
+  Cluster c;
+  auto client = c.Client();
+  auto job = client->Submit(TwoNodes("exit 7", "echo run"), "bob");
+  REQUIRE(job.ok());
+  Follow follow(c, *job);
+  REQUIRE(c.launchers[0]->WaitSpawns(1));
+  REQUIRE(c.launchers[1]->WaitSpawns(1));
+  c.launchers[1]->Exit(0, 7);
+  follow.Join();
+  CHECK(follow.last.state() == herd::v1::JOB_STATE_FAILED_SETUP);
+  CHECK(c.launchers[0]->spawns() == 1);
+  CHECK(c.launchers[1]->spawns() == 1);
+  CHECK(follow.log.find("ERROR: Job 1's setup failed with return code list: [137, 7]") !=
+        std::string::npos);
+}
+
+}  // namespace
+}  // namespace herd::agent
