@@ -576,6 +576,7 @@ void Head::Queue(const ConnPtr& conn, uint64_t request_id, const QueueRequest& r
   auto jobs = store_->ListJobs(req.skip_finished(), limits::kMaxJobsListed);
   if (!jobs.ok()) return ReplyError(conn, request_id, jobs.status());
   HeadToClient reply;
+  reply.mutable_queue_reply();  // set even when empty: an envelope must carry a message
   for (const auto& j : *jobs) *reply.mutable_queue_reply()->add_jobs() = j.info;
   SendToClient(conn, request_id, std::move(reply));
 }
@@ -595,6 +596,7 @@ void Head::Cancel(const ConnPtr& conn, uint64_t request_id, const CancelRequest&
     }
   }
   HeadToClient reply;
+  reply.mutable_cancel_reply();  // set even when nothing was cancelled
   for (int64_t id : ids) {
     JobRun& run = jobs_.at(id);
     reply.mutable_cancel_reply()->add_cancelled(id);
@@ -622,6 +624,7 @@ std::vector<NodeInfo> Head::OrderedNodes(bool alive_only) const {
 
 void Head::Nodes(const ConnPtr& conn, uint64_t request_id) {
   HeadToClient reply;
+  reply.mutable_nodes_reply();  // set even before any node registered
   for (const auto& n : OrderedNodes(false)) {
     *reply.mutable_nodes_reply()->add_nodes() = n;
     const auto& e = nodes_.at(n.node_id());

@@ -375,6 +375,15 @@ class GangTest(unittest.TestCase):
         self.assertEqual(json.loads(p.stdout), {"source": "nvml", "count": 2,
                                                 "names": ["NVIDIA H200", "NVIDIA H200"]})
 
+    def test_empty_answers(self):
+        other = LoopbackCluster("empty", ["127.0.0.6"])
+        try:
+            self.assertEqual(other.queue(), {})  # no job yet: an empty table, not an error
+            p = other.herd("cancel", "-a")
+            self.assertIn(b"No job to cancel.", p.stdout)
+        finally:
+            other.close()
+
     def test_missing_job_exit_code(self):
         p = self.cluster.herd("logs", "--no-follow", "9999", check=False)
         self.assertEqual(p.returncode, 102, p.stderr)

@@ -170,7 +170,7 @@ struct Cluster {
     REQUIRE(c.ok());
     for (int i = 0; i < 100; ++i) {
       auto nodes = (*c)->Nodes();
-      REQUIRE(nodes.ok());
+      REQUIRE_MESSAGE(nodes.ok(), nodes.status().ToString());
       int alive = 0;
       for (bool a : nodes->alive()) alive += a;
       if (alive == 2) break;
