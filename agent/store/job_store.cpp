@@ -63,21 +63,15 @@ int BindBlob(sqlite3_stmt* s, int index, const std::string& bytes) {
   return sqlite3_bind_blob64(s, index, bytes.data(), bytes.size(), SQLITE_TRANSIENT);
 }
 
+sqlite::Label LabelFor(const std::string& path) {
+  return {"job store " + path, "a herd job store"};
+}
+
 }  // namespace
 
 Result<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
-  sqlite3* db = nullptr;
-  const int rc =
-      sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
-  if (rc != SQLITE_OK) {
-    std::string message = "job store " + path +
-                          ": open: " + (db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
-    sqlite3_close(db);
-    return IoError(std::move(message));
-  }
+  HERD_ASSIGN_OR_RETURN(sqlite3 * db, sqlite::Open(path, LabelFor(path)));
   std::unique_ptr<JobStore> store(new JobStore(path, db));
-  sqlite3_extended_result_codes(db, 1);
-  sqlite3_busy_timeout(db, static_cast<int>(limits::kSqliteBusyTimeout.count()));
   HERD_RETURN_IF_ERROR(store->Init());
   return store;
 }
@@ -100,33 +94,13 @@ JobStore::~JobStore() {
 Status JobStore::Error(std::string_view what) const { return Error(what, sqlite3_errcode(db_)); }
 
 Status JobStore::Error(std::string_view what, int rc) const {
-  std::string message =
-      "job store " + path_ + ": " + std::string(what) + ": " + sqlite3_errmsg(db_);
-  switch (rc & 0xff) {
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-      return Unavailable(message + " (another process held it for " +
-                         std::to_string(limits::kSqliteBusyTimeout.count()) + " ms)");
-    case SQLITE_NOTADB:
-    case SQLITE_CORRUPT:
-      return IoError(message + " (the file is damaged or is not a herd job store)");
-    default:
-      return IoError(std::move(message));
-  }
+  return sqlite::Error(db_, LabelFor(path_), what, rc);
 }
 
-Status JobStore::Exec(const char* sql) {
-  const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, nullptr);
-  // The statement's start is enough to say which step failed.
-  if (rc != SQLITE_OK) return Error(std::string_view(sql).substr(0, 40), rc);
-  return Status::Ok();
-}
+Status JobStore::Exec(const char* sql) { return sqlite::Exec(db_, LabelFor(path_), sql); }
 
 Result<JobStore::Stmt> JobStore::Prepare(const char* sql) {
-  sqlite3_stmt* s = nullptr;
-  const int rc = sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, nullptr);
-  if (rc != SQLITE_OK) return Error(std::string("prepare ") + sql, rc);
-  return Stmt(s);
+  return sqlite::Prepare(db_, LabelFor(path_), sql);
 }
 
 template <typename F>
@@ -150,15 +124,7 @@ Status JobStore::InWriteTransaction(F&& body) {
 
 Status JobStore::Init() {
   // Fails here with "file is not a database" for a file that is not SQLite.
-  {
-    HERD_ASSIGN_OR_RETURN(Stmt wal, Prepare("PRAGMA journal_mode=WAL"));
-    const int rc = sqlite3_step(wal.get());
-    if (rc != SQLITE_ROW) return Error("enable WAL", rc);
-    if (std::string_view(reinterpret_cast<const char*>(sqlite3_column_text(wal.get(), 0))) !=
-        "wal") {
-      return IoError("job store " + path_ + ": the file system does not support WAL mode");
-    }
-  }
+  HERD_RETURN_IF_ERROR(sqlite::EnableWal(db_, LabelFor(path_)));
   {
     // Catches damaged pages now, with a clear message, rather than on some later query.
     HERD_ASSIGN_OR_RETURN(Stmt check, Prepare("PRAGMA quick_check"));

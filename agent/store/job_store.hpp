@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "herd/v1/common.pb.h"
+#include "shared/common/sqlite_db.hpp"
 #include "shared/common/status.hpp"
 
 namespace herd::agent {
@@ -55,10 +56,7 @@ class JobStore {
   const std::string& path() const { return path_; }
 
  private:
-  struct StmtDeleter {
-    void operator()(sqlite3_stmt* s) const { sqlite3_finalize(s); }
-  };
-  using Stmt = std::unique_ptr<sqlite3_stmt, StmtDeleter>;
+  using Stmt = sqlite::Stmt;
 
   JobStore(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
 

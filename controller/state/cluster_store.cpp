@@ -48,6 +48,10 @@ int BindText(sqlite3_stmt* s, int index, std::string_view text) {
   return sqlite3_bind_text64(s, index, text.data(), text.size(), SQLITE_TRANSIENT, SQLITE_UTF8);
 }
 
+sqlite::Label LabelFor(const std::string& path) {
+  return {"cluster store " + path, "a herd state file"};
+}
+
 }  // namespace
 
 Result<std::unique_ptr<ClusterStore>> ClusterStore::Open(const std::string& path) {
@@ -55,18 +59,8 @@ Result<std::unique_ptr<ClusterStore>> ClusterStore::Open(const std::string& path
   if (!dir.empty()) {
     if (Status s = EnsureDir(dir, 0700); !s.ok()) return s.WithContext("cluster store " + path);
   }
-  sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(
-      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
-  if (rc != SQLITE_OK) {
-    std::string message = "cluster store " + path +
-                          ": open: " + (db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
-    sqlite3_close(db);
-    return IoError(std::move(message));
-  }
+  HERD_ASSIGN_OR_RETURN(sqlite3 * db, sqlite::Open(path, LabelFor(path), SQLITE_OPEN_NOMUTEX));
   std::unique_ptr<ClusterStore> store(new ClusterStore(path, db));
-  sqlite3_extended_result_codes(db, 1);
-  sqlite3_busy_timeout(db, static_cast<int>(limits::kSqliteBusyTimeout.count()));
   HERD_RETURN_IF_ERROR(store->Init());
   return store;
 }
@@ -81,39 +75,19 @@ ClusterStore::~ClusterStore() {
 }
 
 Status ClusterStore::Error(std::string_view what, int rc) const {
-  std::string message =
-      "cluster store " + path_ + ": " + std::string(what) + ": " + sqlite3_errmsg(db_);
-  switch (rc & 0xff) {
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-      return Unavailable(message + " (another herd process held it for " +
-                         std::to_string(limits::kSqliteBusyTimeout.count()) + " ms)");
-    case SQLITE_NOTADB:
-    case SQLITE_CORRUPT:
-      return IoError(message + " (the file is damaged or is not a herd state file)");
-    default:
-      return IoError(std::move(message));
-  }
+  return sqlite::Error(db_, LabelFor(path_), what, rc);
 }
 
-Status ClusterStore::Exec(const char* sql) {
-  const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, nullptr);
-  // The statement's start is enough to say which step failed.
-  if (rc != SQLITE_OK) return Error(std::string_view(sql).substr(0, 40), rc);
-  return Status::Ok();
-}
+Status ClusterStore::Exec(const char* sql) { return sqlite::Exec(db_, LabelFor(path_), sql); }
 
 Result<ClusterStore::Stmt> ClusterStore::Prepare(const char* sql) {
-  sqlite3_stmt* s = nullptr;
-  const int rc = sqlite3_prepare_v3(db_, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, nullptr);
-  if (rc != SQLITE_OK) return Error(std::string("prepare ") + sql, rc);
-  return Stmt(s);
+  return sqlite::Prepare(db_, LabelFor(path_), sql);
 }
 
 Status ClusterStore::Init() {
   // WAL lets `herd status` read while another command writes. Switching to WAL needs a moment of
-  // exclusive access, which the busy timeout waits for.
-  HERD_RETURN_IF_ERROR(Exec("PRAGMA journal_mode=WAL"));
+  // exclusive access (EnableWal waits for it).
+  HERD_RETURN_IF_ERROR(sqlite::EnableWal(db_, LabelFor(path_)));
   HERD_RETURN_IF_ERROR(Exec("PRAGMA synchronous=NORMAL"));
   // Creating the schema and checking the version happen under the write lock, so two commands
   // opening a fresh file at once do not both create it.

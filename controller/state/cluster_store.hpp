@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "controller/state/cluster_record.hpp"
+#include "shared/common/sqlite_db.hpp"
 #include "shared/common/status.hpp"
 
 namespace herd::controller {
@@ -42,10 +43,7 @@ class ClusterStore {
   const std::string& path() const { return path_; }
 
  private:
-  struct StmtDeleter {
-    void operator()(sqlite3_stmt* s) const { sqlite3_finalize(s); }
-  };
-  using Stmt = std::unique_ptr<sqlite3_stmt, StmtDeleter>;
+  using Stmt = sqlite::Stmt;
 
   ClusterStore(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
 

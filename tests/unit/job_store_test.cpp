@@ -1,9 +1,11 @@
 #include "agent/store/job_store.hpp"
 
 #include <doctest/doctest.h>
+
 #include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <cstdio>
 
 #include <cstdlib>
 #include <filesystem>
@@ -251,7 +253,10 @@ TEST_CASE("two processes adding jobs at once get distinct ids and lose nothing")
       alarm(60);  // never outlive a stuck test
       // Both open the fresh file at the same moment, then race on every write.
       auto store = JobStore::Open(path);
-      if (!store.ok()) _exit(2);
+      if (!store.ok()) {
+        std::fprintf(stderr, "child %d: %s\n", p, store.status().ToString().c_str());
+        _exit(2);
+      }
       for (int i = 0; i < kPerProcess; ++i) {
         auto id = (*store)->AddJob(Record("p" + std::to_string(p) + "-" + std::to_string(i)));
         if (!id.ok()) _exit(3);

@@ -1,0 +1,74 @@
+#include "shared/common/sqlite_db.hpp"
+
+#include <chrono>
+#include <thread>
+
+#include "shared/common/limits.hpp"
+
+namespace herd::sqlite {
+
+Result<sqlite3*> Open(const std::string& path, const Label& label, int extra_flags) {
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &db,
+                                 SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | extra_flags, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string message =
+        label.name + ": open: " + (db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+    sqlite3_close(db);
+    return IoError(std::move(message));
+  }
+  sqlite3_extended_result_codes(db, 1);
+  sqlite3_busy_timeout(db, static_cast<int>(limits::kSqliteBusyTimeout.count()));
+  return db;
+}
+
+Status Error(sqlite3* db, const Label& label, std::string_view what, int rc) {
+  std::string message = label.name + ": " + std::string(what) + ": " + sqlite3_errmsg(db);
+  switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return Unavailable(message + " (another process held it for " +
+                         std::to_string(limits::kSqliteBusyTimeout.count()) + " ms)");
+    case SQLITE_NOTADB:
+    case SQLITE_CORRUPT:
+      return IoError(message + " (the file is damaged or is not " + label.file_kind + ")");
+    default:
+      return IoError(std::move(message));
+  }
+}
+
+Status Exec(sqlite3* db, const Label& label, const char* sql) {
+  const int rc = sqlite3_exec(db, sql, nullptr, nullptr, nullptr);
+  // The statement's start is enough to say which step failed.
+  if (rc != SQLITE_OK) return Error(db, label, std::string_view(sql).substr(0, 40), rc);
+  return Status::Ok();
+}
+
+Status EnableWal(sqlite3* db, const Label& label) {
+  const auto deadline = std::chrono::steady_clock::now() + limits::kSqliteBusyTimeout;
+  while (true) {
+    HERD_ASSIGN_OR_RETURN(Stmt wal, Prepare(db, label, "PRAGMA journal_mode=WAL"));
+    const int rc = sqlite3_step(wal.get());
+    if (rc == SQLITE_ROW) {
+      const char* mode = reinterpret_cast<const char*>(sqlite3_column_text(wal.get(), 0));
+      if (mode == nullptr || std::string_view(mode) != "wal") {
+        return IoError(label.name + ": the file system does not support WAL mode");
+      }
+      return Status::Ok();
+    }
+    if ((rc & 0xff) != SQLITE_BUSY || std::chrono::steady_clock::now() > deadline) {
+      return Error(db, label, "enable WAL", rc);
+    }
+    wal.reset();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+Result<Stmt> Prepare(sqlite3* db, const Label& label, const char* sql) {
+  sqlite3_stmt* s = nullptr;
+  const int rc = sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, nullptr);
+  if (rc != SQLITE_OK) return Error(db, label, std::string("prepare ") + sql, rc);
+  return Stmt(s);
+}
+
+}  // namespace herd::sqlite

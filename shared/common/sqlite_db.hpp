@@ -1,0 +1,38 @@
+// The SQLite plumbing both durable stores share (the head's job store, the controller's cluster
+// store): opening with the project's settings, statements, and errors that name the store.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "shared/common/status.hpp"
+
+namespace herd::sqlite {
+
+struct StmtDeleter {
+  void operator()(sqlite3_stmt* s) const { sqlite3_finalize(s); }
+};
+using Stmt = std::unique_ptr<sqlite3_stmt, StmtDeleter>;
+
+// What a store calls itself in messages: "job store /path" and what a damaged file is not.
+struct Label {
+  std::string name;       // "job store /var/lib/herd/jobs.db"
+  std::string file_kind;  // "a herd job store"
+};
+
+// Opens (creating) with extended result codes and busy_timeout limits::kSqliteBusyTimeout.
+Result<sqlite3*> Open(const std::string& path, const Label& label, int extra_flags = 0);
+
+// "<name>: <what>: <sqlite message>", Unavailable when another process held the lock, Io else.
+Status Error(sqlite3* db, const Label& label, std::string_view what, int rc);
+Status Exec(sqlite3* db, const Label& label, const char* sql);
+// PRAGMA journal_mode=WAL. SQLite answers SQLITE_BUSY at once, without its busy handler, when
+// another connection opening the same fresh file holds a lock the switch needs; so this retries
+// for up to limits::kSqliteBusyTimeout. Io when the file system cannot do WAL.
+Status EnableWal(sqlite3* db, const Label& label);
+Result<Stmt> Prepare(sqlite3* db, const Label& label, const char* sql);
+
+}  // namespace herd::sqlite
