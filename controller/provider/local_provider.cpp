@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "controller/provider/netns.hpp"
+#include "controller/provider/user_nodes.hpp"
 #include "controller/ssh/parallel.hpp"
 #include "controller/ssh/subprocess.hpp"
 #include "controller/ssh/tcp_probe.hpp"
@@ -58,14 +59,13 @@ std::string NodeDir(const std::string& state_dir, const std::string& node) {
 Status NeedRoot() {
   if (::geteuid() != 0) {
     return FailedPrecondition(
-        "the local provider needs root for network namespaces (running as uid " +
+        "this local cluster uses network namespaces, which need root (running as uid " +
         std::to_string(::geteuid()) + ")");
   }
   return Status::Ok();
 }
 
 Status CheckTools() {
-  HERD_RETURN_IF_ERROR(NeedRoot());
   if (::access(kSshd, X_OK) != 0) {
     return FailedPrecondition(std::string("the local provider needs sshd at ") + kSshd +
                               " (package openssh-server)");
@@ -581,6 +581,20 @@ Result<Record> LoadExisting(const std::string& cluster, const std::string& state
   return *r;
 }
 
+// Clusters of a normal user run in user mode (UserNodes); so does one that recorded it.
+bool UserMode(const std::string& state_dir) {
+  return ::geteuid() != 0 || UserNodes::HasRecord(state_dir);
+}
+
+// A namespace cluster cannot be managed without root.
+Status RefuseNamespaceCluster(const std::string& cluster, const std::string& state_dir) {
+  if (::geteuid() != 0 && ::access((state_dir + "/" + kRecordFile).c_str(), F_OK) == 0) {
+    return FailedPrecondition("local cluster " + cluster +
+                              " was made by root with network namespaces; manage it as root");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string LocalProvider::NodeName(const std::string& cluster, int index) {
@@ -618,6 +632,10 @@ Result<std::vector<NodeHandle>> LocalProvider::Provision(const ProvisionRequest&
     return InvalidArgument("ssh_public_key does not look like an OpenSSH public key");
   }
   if (req.state_dir.empty()) return InvalidArgument("state_dir is empty");
+  if (UserMode(req.state_dir)) {
+    HERD_RETURN_IF_ERROR(RefuseNamespaceCluster(req.cluster, req.state_dir));
+    return UserNodes::Provision(req);
+  }
   HERD_RETURN_IF_ERROR(CheckTools());
   HERD_RETURN_IF_ERROR(MakeDir(req.state_dir, 0700));
 
@@ -653,6 +671,10 @@ Result<std::vector<NodeHandle>> LocalProvider::Provision(const ProvisionRequest&
 Result<std::vector<NodeHandle>> LocalProvider::Start(const std::string& cluster,
                                                      const std::string& state_dir) {
   HERD_RETURN_IF_ERROR(ValidateCluster(cluster));
+  if (UserMode(state_dir)) {
+    HERD_RETURN_IF_ERROR(RefuseNamespaceCluster(cluster, state_dir));
+    return UserNodes::Start(cluster, state_dir);
+  }
   HERD_RETURN_IF_ERROR(CheckTools());
   HERD_ASSIGN_OR_RETURN(Record record, LoadExisting(cluster, state_dir));
   return BringUp(record, state_dir, nullptr);
@@ -660,7 +682,10 @@ Result<std::vector<NodeHandle>> LocalProvider::Start(const std::string& cluster,
 
 Status LocalProvider::Stop(const std::string& cluster, const std::string& state_dir) {
   HERD_RETURN_IF_ERROR(ValidateCluster(cluster));
-  HERD_RETURN_IF_ERROR(NeedRoot());
+  if (UserMode(state_dir)) {
+    HERD_RETURN_IF_ERROR(RefuseNamespaceCluster(cluster, state_dir));
+    return UserNodes::Stop(cluster, state_dir);
+  }
   HERD_ASSIGN_OR_RETURN(Record record, LoadExisting(cluster, state_dir));
   return ForEachParallel(
       static_cast<size_t>(record.num_nodes),
@@ -677,6 +702,8 @@ Status LocalProvider::Stop(const std::string& cluster, const std::string& state_
 
 Status LocalProvider::Teardown(const std::string& cluster, const std::string& state_dir) {
   HERD_RETURN_IF_ERROR(ValidateCluster(cluster));
+  // As a normal user always: it also finds nodes whose record was lost.
+  if (UserMode(state_dir)) HERD_RETURN_IF_ERROR(UserNodes::Teardown(cluster, state_dir));
   auto record = ReadRecord(state_dir);
   std::vector<std::string> namespaces = ExistingNamespaces(cluster);
   if (::geteuid() != 0) {

@@ -1,6 +1,8 @@
 // The embedded `local` provider: each node is a network namespace on this machine, with its own
 // sshd, hostname, /etc/hosts and home, all on a per-cluster bridge that the controller (in the
-// root namespace) reaches through a veth. Needs root.
+// root namespace) reaches through a veth. That mode needs root; for a normal user (geteuid() != 0)
+// nodes are user-mode sshds on loopback addresses instead (see user_nodes.hpp). The mode is
+// chosen at Provision and kept for the cluster's life (by which record its state_dir holds).
 //
 // Layout for cluster C with n nodes and subnet 10.213.S.0/24 (S recorded in state_dir):
 //   netns herd-C-br   bridge br0; ports n<i> (to node i) and uplink (to the root namespace)
