@@ -74,6 +74,10 @@ class ClusterTest(unittest.TestCase):
         self.assertIn("(head, rank=0, pid=", out)
         self.assertIn("(worker2, rank=2, pid=", out)
         self.assertIn("Job finished (status: SUCCEEDED).", err)
+        # Not a terminal: progress comes as plain lines, one per step.
+        self.assertIn("Provisioning 3 node(s) on local (3/3)\n", err)
+        self.assertIn("Agents registered (3/3)\n", err)
+        self.assertNotIn("\r", err)
         self.assertIn(f"herd logs {CLUSTER} 1", err)  # the block of useful commands
         self.assertIn(f"ssh {CLUSTER}-worker1", err)
         c = self.h.clusters()[CLUSTER]
@@ -228,10 +232,22 @@ class ClusterTest(unittest.TestCase):
                 self.assertEqual(results[i].returncode, 0, results[i].stderr)
                 self.assertIn(b"twin %d\n" % i, results[i].stdout)
             self.assertEqual(len(namespaces_of("twin")), 2)  # one node + bridge: one cluster
+            with open(self.ssh_config("twin")) as f:
+                self.assertIn("Host twin\n", f.read())
         finally:
-            self.h.herd("down", "twin", "-y")
+            self.h.herd("down", "twin", "-y", "-q")
         self.assertEqual(namespaces_of("twin"), [])
         self.assertNotIn("twin", self.h.clusters())
+        self.assertFalse(os.path.exists(self.ssh_config("twin")))  # `ssh twin` is gone too
+
+    def ssh_config(self, cluster):
+        return os.path.join(self.h.env["HERD_HOME"], "ssh", f"{cluster}.config")
+
+    def test_h_quiet_prints_no_progress(self):
+        p = self.h.herd("exec", CLUSTER, "-q", "--", "echo", "quiet")
+        self.assertIn(b"quiet\n", p.stdout)
+        self.assertNotIn(b"Syncing", p.stderr)
+        self.assertNotIn(b"(0/", p.stderr)
 
 
 if __name__ == "__main__":
