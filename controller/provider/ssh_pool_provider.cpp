@@ -28,6 +28,7 @@
 
 #include "controller/provider/local_provider.hpp"
 #include "controller/ssh/subprocess.hpp"
+#include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 
@@ -352,28 +353,7 @@ Result<std::optional<Record>> ReadRecord(const std::string& state_dir) {
 }
 
 Status WriteFileAtomic(const std::string& path, const std::string& content) {
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoError("open " + tmp, errno);
-  size_t off = 0;
-  while (off < content.size()) {
-    ssize_t n = ::write(fd, content.data() + off, content.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      Status s = ErrnoError("write " + tmp, errno);
-      ::close(fd);
-      return s;
-    }
-    off += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    Status s = ErrnoError("fsync " + tmp, errno);
-    ::close(fd);
-    return s;
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("rename " + tmp, errno);
-  return Status::Ok();
+  return herd::WriteFileAtomic(path, content, 0600);
 }
 
 Status WriteRecord(const std::string& state_dir, const Record& r) {

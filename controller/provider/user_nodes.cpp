@@ -25,6 +25,7 @@
 #include "controller/ssh/parallel.hpp"
 #include "controller/ssh/subprocess.hpp"
 #include "controller/ssh/tcp_probe.hpp"
+#include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 
@@ -56,31 +57,11 @@ std::string NodeDir(const std::string& state_dir, const std::string& node) {
   return NodesDir(state_dir) + "/" + node;
 }
 
-Status WriteFileAtomic(const std::string& path, const std::string& content, mode_t mode) {
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
-  if (fd < 0) return ErrnoError("open " + tmp, errno);
-  size_t off = 0;
-  while (off < content.size()) {
-    ssize_t n = ::write(fd, content.data() + off, content.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      Status s = ErrnoError("write " + tmp, errno);
-      ::close(fd);
-      return s;
-    }
-    off += static_cast<size_t>(n);
-  }
-  ::fchmod(fd, mode);
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("rename " + tmp, errno);
-  return Status::Ok();
-}
-
+// Absent or unreadable files read as nothing; WriteFileAtomic is herd's (shared/common).
 std::optional<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  auto r = herd::ReadFile(path);
+  if (!r.ok()) return std::nullopt;
+  return std::move(r).value();
 }
 
 Status WriteIfChanged(const std::string& path, const std::string& content, mode_t mode) {

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "shared/common/file_util.hpp"
 #include "shared/common/status.hpp"
 #include "shared/transport/transport.hpp"
 
@@ -41,8 +42,8 @@ Result<std::string> CommonNameOf(std::string_view cert_pem);
 
 // Writes via a temporary file in the same directory, fsync, rename (readers never see half a
 // file) and fsyncs the directory. `mode` is applied before any byte is written.
-Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode);
-Result<std::string> ReadFile(const std::string& path);
+using herd::ReadFile;
+using herd::WriteFileAtomic;
 
 // File names of the layouts below.
 inline constexpr std::string_view kCaCertFile = "ca.crt";

@@ -1,0 +1,80 @@
+#include "shared/common/file_util.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+
+namespace herd {
+
+Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode) {
+  std::filesystem::path target(path);
+  std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
+  std::string tmp =
+      (std::filesystem::path(dir) / ("." + target.filename().string() + ".XXXXXX")).string();
+  int fd = ::mkstemp(tmp.data());
+  if (fd < 0) return ErrnoError("create temporary file for " + path, errno);
+  auto fail = [&](std::string_view what) {
+    int err = errno;
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return ErrnoError(std::string(what) + " " + tmp, err);
+  };
+  if (::fchmod(fd, mode) != 0) return fail("fchmod");
+  std::size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return fail("write");
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) return fail("fsync");
+  if (::close(fd) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return ErrnoError("close " + tmp, err);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    return ErrnoError("rename to " + path, err);
+  }
+  // The rename itself must survive a crash too.
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+  return Status::Ok();
+}
+
+Result<std::string> ReadFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    int err = errno;
+    if (err == ENOENT) return NotFound("no such file: " + path);
+    return ErrnoError("open " + path, err);
+  }
+  std::string out;
+  char buf[16384];
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      return ErrnoError("read " + path, err);
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+}  // namespace herd

@@ -1,0 +1,19 @@
+// Whole-file reads and crash-safe writes, for every component that keeps small files.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <string_view>
+
+#include "shared/common/status.hpp"
+
+namespace herd {
+
+// Writes through a temporary file in the same directory (mode applied before any byte), fsyncs it,
+// renames it over path and fsyncs the directory: readers see the old or the new file, never half.
+Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode);
+// The whole file; NotFound when it does not exist.
+Result<std::string> ReadFile(const std::string& path);
+
+}  // namespace herd
