@@ -334,6 +334,14 @@ class GangTest(unittest.TestCase):
                  task])
         job = job_id_of(p.stderr)
         self.cluster.wait_state(job, {"RUNNING"})
+        # Restart only once rank 1's first line reached the head: output still in flight when
+        # an agent dies is not recoverable by the new agent, and the count below needs it.
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            if b"started 1" in self.cluster.herd("logs", "--no-follow", str(job),
+                                                 check=False).stdout:
+                break
+            time.sleep(0.1)
         self.cluster.restart_agent(1)  # rank 1 runs on worker 1
         self.cluster.wait_nodes(4, timeout=30)
         self.assertEqual(self.cluster.wait_state(job, {"FAILED_DRIVER"})["status"], "FAILED_DRIVER")
