@@ -153,12 +153,14 @@ class UnitFilesTest(unittest.TestCase):
 
 FAKE_HERDLET = """#!/bin/sh
 # Exits with the status given in $HOME/exits (one per start, then runs until SIGTERM).
+# The trap comes before $HOME/starts is written: the test sends SIGTERM as soon as it sees the
+# count, and an untrapped TERM would kill the shell without a trace.
+trap 'echo "got TERM" >>"$HOME/term"; exit 0' TERM
 n=$(cat "$HOME/starts" 2>/dev/null || echo 0)
 n=$((n + 1))
 echo "$n" >"$HOME/starts"
 code=$(sed -n "${n}p" "$HOME/exits")
 if [ -n "$code" ]; then exit "$code"; fi
-trap 'echo "got TERM" >>"$HOME/term"; exit 0' TERM
 while :; do sleep 0.1 & wait $!; done
 """
 
