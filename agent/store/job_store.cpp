@@ -37,20 +37,7 @@ static_assert(herd::v1::JOB_STATE_SUCCEEDED == 5 && herd::v1::JOB_STATE_CANCELLE
                   herd::v1::JobState_MAX == 9,
               "terminal states are 5..9, the last ones");
 
-// Resets a statement (and drops its bindings) when a query is done, even on an early return.
-class Reset {
- public:
-  explicit Reset(sqlite3_stmt* s) : s_(s) {}
-  ~Reset() {
-    sqlite3_reset(s_);
-    sqlite3_clear_bindings(s_);
-  }
-  Reset(const Reset&) = delete;
-  Reset& operator=(const Reset&) = delete;
-
- private:
-  sqlite3_stmt* s_;
-};
+using Reset = sqlite::ResetOnExit;
 
 std::string_view ColumnBytes(sqlite3_stmt* s, int col) {
   const void* data = sqlite3_column_blob(s, col);

@@ -1,5 +1,7 @@
 #include "controller/bootstrap/remote_scripts.hpp"
 
+#include "controller/ssh/ssh_command.hpp"
+
 #include <chrono>
 #include <sstream>
 
@@ -132,18 +134,6 @@ std::vector<std::string> RemoteHashedFiles() {
           "certs/agent.key",
           std::string(kRemoteConfig),
           std::string(kRemoteUnitKey)};
-}
-
-std::string ShellQuote(std::string_view s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  return out + "'";
 }
 
 std::string ProbeScript(const std::string& remote_dir) {

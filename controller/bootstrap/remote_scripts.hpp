@@ -7,6 +7,8 @@
 // herdlet runs in D, so relative paths in herdlet.yaml (certs: certs) are relative to D.
 #pragma once
 
+#include "controller/ssh/ssh_command.hpp"  // ShellQuote
+
 #include <map>
 #include <string>
 #include <string_view>
@@ -38,7 +40,6 @@ struct NodeProbe {
 };
 
 // 'it'\''s' quoting for sh.
-std::string ShellQuote(std::string_view s);
 
 // Makes D/{bin,certs,state} (certs 0700) and prints the probe; see ParseProbe.
 std::string ProbeScript(const std::string& remote_dir);

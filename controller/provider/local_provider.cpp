@@ -17,8 +17,10 @@
 #include <thread>
 
 #include "controller/provider/netns.hpp"
+#include "controller/provider/node_files.hpp"
 #include "controller/provider/user_nodes.hpp"
 #include "controller/ssh/parallel.hpp"
+#include "controller/ssh/ssh_command.hpp"
 #include "controller/ssh/subprocess.hpp"
 #include "controller/ssh/tcp_probe.hpp"
 #include "shared/common/file_util.hpp"
@@ -27,6 +29,12 @@
 
 namespace herd::controller {
 namespace {
+
+using node_files::MakeDir;
+using node_files::ReadIfAny;
+using node_files::ReadProc;
+using node_files::Tail;
+using node_files::WriteIfChanged;
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -93,32 +101,9 @@ Status ValidateCluster(const std::string& cluster) {
   return Status::Ok();
 }
 
-// Absent or unreadable files read as nothing; WriteFileAtomic is herd's (shared/common).
-std::optional<std::string> ReadFile(const std::string& path) {
-  auto r = herd::ReadFile(path);
-  if (!r.ok()) return std::nullopt;
-  return std::move(r).value();
-}
-
-std::string Tail(const std::string& path, size_t bytes) {
-  auto content = ReadFile(path);
-  if (!content || content->empty()) return "(empty)";
-  std::string s = content->size() > bytes ? content->substr(content->size() - bytes) : *content;
-  while (!s.empty() && s.back() == '\n') s.pop_back();
-  return s;
-}
-
-Status MakeDir(const std::string& path, mode_t mode) {
-  std::error_code ec;
-  fs::create_directories(path, ec);
-  if (ec) return IoError("mkdir " + path + ": " + ec.message());
-  if (::chmod(path.c_str(), mode) != 0) return ErrnoError("chmod " + path, errno);
-  return Status::Ok();
-}
-
 Result<std::optional<Record>> ReadRecord(const std::string& state_dir) {
   std::string path = state_dir + "/" + kRecordFile;
-  auto content = ReadFile(path);
+  auto content = ReadIfAny(path);
   if (!content) return std::optional<Record>();
   Record r;
   std::istringstream in(*content);
@@ -320,18 +305,6 @@ Status EnsureNetwork(const Record& r) {
   return Status::Ok();
 }
 
-std::string ShellQuote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  return out + "'";
-}
-
 std::string HostsFile(const Record& r) {
   std::string text = "# Written by herd's local provider: every node of cluster " + r.cluster +
                      ".\n"
@@ -404,11 +377,6 @@ std::vector<std::string> SshdArgv(const std::string& ns, const std::string& node
           "-c",      script};
 }
 
-std::string ReadProc(pid_t pid, const char* what) {
-  auto s = ReadFile("/proc/" + std::to_string(pid) + "/" + what);
-  return s ? *s : std::string();
-}
-
 bool SameNetns(pid_t pid, const std::string& ns) {
   struct stat a {
   }, b{};
@@ -439,12 +407,6 @@ NodeSpec Spec(const Record& r, const std::string& state_dir, int i) {
           NodeIp(r.subnet, i)};
 }
 
-Status WriteIfChanged(const std::string& path, const std::string& content, mode_t mode) {
-  auto old = ReadFile(path);
-  if (old && *old == content) return Status::Ok();
-  return WriteFileAtomic(path, content, mode);
-}
-
 // Files of one node; the host key is made once and kept (so known_hosts stays valid).
 Status EnsureNodeFiles(const Record& r, const NodeSpec& n, const std::string* public_key) {
   HERD_RETURN_IF_ERROR(MakeDir(n.dir, 0700));
@@ -470,7 +432,7 @@ Status EnsureNodeFiles(const Record& r, const NodeSpec& n, const std::string* pu
   }
   // Written in place (not renamed) when it changes: a running node has it bind-mounted.
   std::string hosts = HostsFile(r);
-  auto old = ReadFile(n.dir + "/hosts");
+  auto old = ReadIfAny(n.dir + "/hosts");
   if (!old || *old != hosts) {
     std::ofstream out(n.dir + "/hosts", std::ios::trunc);
     out << hosts;
@@ -482,7 +444,7 @@ Status EnsureNodeFiles(const Record& r, const NodeSpec& n, const std::string* pu
 // Starts the node's sshd unless it runs, and waits for its banner.
 Status EnsureSshd(const NodeSpec& n) {
   std::string pidfile = n.dir + "/sshd.pid";
-  if (auto text = ReadFile(pidfile)) {
+  if (auto text = ReadIfAny(pidfile)) {
     pid_t pid = static_cast<pid_t>(std::atol(text->c_str()));
     if (IsNodeSshd(pid, n.ns)) return Status::Ok();
   }

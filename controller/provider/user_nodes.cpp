@@ -22,7 +22,9 @@
 #include <thread>
 
 #include "controller/provider/netns.hpp"
+#include "controller/provider/node_files.hpp"
 #include "controller/ssh/parallel.hpp"
+#include "controller/ssh/ssh_command.hpp"
 #include "controller/ssh/subprocess.hpp"
 #include "controller/ssh/tcp_probe.hpp"
 #include "shared/common/file_util.hpp"
@@ -31,6 +33,12 @@
 
 namespace herd::controller {
 namespace {
+
+using node_files::MakeDir;
+using node_files::ReadIfAny;
+using node_files::ReadProc;
+using node_files::Tail;
+using node_files::WriteIfChanged;
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -55,41 +63,6 @@ std::string NodeIp(int subnet, int i) {
 std::string NodesDir(const std::string& state_dir) { return state_dir + "/nodes"; }
 std::string NodeDir(const std::string& state_dir, const std::string& node) {
   return NodesDir(state_dir) + "/" + node;
-}
-
-// Absent or unreadable files read as nothing; WriteFileAtomic is herd's (shared/common).
-std::optional<std::string> ReadFile(const std::string& path) {
-  auto r = herd::ReadFile(path);
-  if (!r.ok()) return std::nullopt;
-  return std::move(r).value();
-}
-
-Status WriteIfChanged(const std::string& path, const std::string& content, mode_t mode) {
-  auto old = ReadFile(path);
-  if (old && *old == content) return Status::Ok();
-  return WriteFileAtomic(path, content, mode);
-}
-
-std::string Tail(const std::string& path, size_t bytes) {
-  auto content = ReadFile(path);
-  if (!content || content->empty()) return "(empty)";
-  std::string s = content->size() > bytes ? content->substr(content->size() - bytes) : *content;
-  while (!s.empty() && s.back() == '\n') s.pop_back();
-  return s;
-}
-
-Status MakeDir(const std::string& path, mode_t mode) {
-  std::error_code ec;
-  fs::create_directories(path, ec);
-  if (ec) return IoError("mkdir " + path + ": " + ec.message());
-  if (::chmod(path.c_str(), mode) != 0) return ErrnoError("chmod " + path, errno);
-  return Status::Ok();
-}
-
-std::string ShellQuote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
 }
 
 // sshd_config takes a path in double quotes (no escapes inside); '%' starts a token in
@@ -130,7 +103,7 @@ Status CheckTools() {
 
 Result<std::optional<Record>> ReadRecord(const std::string& state_dir) {
   std::string path = state_dir + "/" + UserNodes::kRecordFile;
-  auto content = ReadFile(path);
+  auto content = ReadIfAny(path);
   if (!content) return std::optional<Record>();
   Record r;
   long uid = -1;
@@ -248,11 +221,6 @@ Result<int> BindProbe(const std::string& ip, int port) {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   ::close(fd);
   return static_cast<int>(ntohs(a.sin_port));
-}
-
-std::string ReadProc(pid_t pid, const char* what) {
-  auto s = ReadFile("/proc/" + std::to_string(pid) + "/" + what);
-  return s ? *s : std::string();
 }
 
 std::vector<std::string> Split0(const std::string& s) {
@@ -467,7 +435,7 @@ Status EnsureNodeFiles(const NodeSpec& n, const std::string* public_key) {
 // one, which *port then holds), and waits for its banner.
 Status EnsureSshd(const NodeSpec& n, int* port) {
   std::string pidfile = n.dir + "/sshd.pid";
-  if (auto text = ReadFile(pidfile); text && *port > 0) {
+  if (auto text = ReadIfAny(pidfile); text && *port > 0) {
     pid_t pid = static_cast<pid_t>(std::atol(text->c_str()));
     if (IsNodeSshd(pid, n.dir) && ProbeSshBanner(n.ip, *port, milliseconds(2000)).ok()) {
       return Status::Ok();

@@ -176,4 +176,16 @@ Status ClassifySshResult(const SshTarget& target, const ProcResult& result) {
   return Status::Ok();
 }
 
+std::string ShellQuote(std::string_view s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
 }  // namespace herd::controller

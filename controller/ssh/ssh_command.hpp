@@ -27,6 +27,9 @@ std::vector<std::string> BuildSshArgv(const SshTarget& target, const std::string
 std::vector<std::string> BuildControlArgv(const SshTarget& target, std::string_view op,
                                           const std::vector<std::string>& extra = {});
 
+// One argument for a POSIX shell: 'it'\''s' (remote commands, scripts run over ssh).
+std::string ShellQuote(std::string_view s);
+
 // The -e argument of rsync: "ssh <options>" quoted the way rsync splits it (spaces separate,
 // single quotes protect). Fails on an option that rsync cannot quote (both quote kinds in it).
 Result<std::string> RsyncRemoteShell(const SshTarget& target);

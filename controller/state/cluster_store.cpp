@@ -22,20 +22,7 @@ CREATE TABLE clusters (
 );
 )sql";
 
-// Resets a statement (and drops its bindings) when a query is done, even on an early return.
-class Reset {
- public:
-  explicit Reset(sqlite3_stmt* s) : s_(s) {}
-  ~Reset() {
-    sqlite3_reset(s_);
-    sqlite3_clear_bindings(s_);
-  }
-  Reset(const Reset&) = delete;
-  Reset& operator=(const Reset&) = delete;
-
- private:
-  sqlite3_stmt* s_;
-};
+using Reset = sqlite::ResetOnExit;
 
 std::string_view ColumnText(sqlite3_stmt* s, int col) {
   const unsigned char* data = sqlite3_column_text(s, col);

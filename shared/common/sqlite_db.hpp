@@ -17,6 +17,21 @@ struct StmtDeleter {
 };
 using Stmt = std::unique_ptr<sqlite3_stmt, StmtDeleter>;
 
+// Resets a statement (and drops its bindings) when a query is done, even on an early return.
+class ResetOnExit {
+ public:
+  explicit ResetOnExit(sqlite3_stmt* s) : s_(s) {}
+  ~ResetOnExit() {
+    sqlite3_reset(s_);
+    sqlite3_clear_bindings(s_);
+  }
+  ResetOnExit(const ResetOnExit&) = delete;
+  ResetOnExit& operator=(const ResetOnExit&) = delete;
+
+ private:
+  sqlite3_stmt* s_;
+};
+
 // What a store calls itself in messages: "job store /path" and what a damaged file is not.
 struct Label {
   std::string name;       // "job store /var/lib/herd/jobs.db"

@@ -1,0 +1,25 @@
+// File helpers both modes of the local provider (network namespaces, user-mode sshd) use for
+// their node directories.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+
+#include "shared/common/status.hpp"
+
+namespace herd::controller::node_files {
+
+// The file's bytes; nothing when it is absent or unreadable.
+std::optional<std::string> ReadIfAny(const std::string& path);
+// /proc/PID/<what>, "" when the process is gone.
+std::string ReadProc(pid_t pid, const char* what);
+// The last `bytes` of a log for an error message, "(empty)" when there is none.
+std::string Tail(const std::string& path, size_t bytes);
+// mkdir -p, then chmod mode.
+Status MakeDir(const std::string& path, mode_t mode);
+// Rewrites (atomically) only when the content differs, so a repeated Provision changes nothing.
+Status WriteIfChanged(const std::string& path, const std::string& content, mode_t mode);
+
+}  // namespace herd::controller::node_files
