@@ -6,4 +6,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/install-deps.sh"
 "$root/scripts/build.sh"
 build=${HERD_BUILD_DIR:-$root/build}
+# Each fuzz target for a short, bounded run under libFuzzer + ASan/UBSan (a clang build in
+# build-fuzz/); the regular ctest below also replays their committed corpora.
+"$root/scripts/fuzz.sh" "${HERD_FUZZ_SECONDS:-20}"
 ctest --test-dir "$build" --output-on-failure "$@"

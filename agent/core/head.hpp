@@ -46,6 +46,11 @@ class Head {
   Status Start();
   void Stop();
   uint16_t port() const;
+  // Handles one websocket message as if it had arrived on conn: the server's on_message path
+  // without a socket. The register fuzzer (tests/fuzz) drives the head through it.
+  void InjectMessage(const std::shared_ptr<transport::Connection>& conn, std::string message) {
+    OnMessage(conn, std::move(message));
+  }
 
  private:
   using Clock = std::chrono::steady_clock;

@@ -1,13 +1,16 @@
 // ParseTaskYaml: SkyPilot task YAML -> Task. yaml-cpp exceptions stop at this file's edge.
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <functional>
 #include <set>
 #include <span>
+#include <sstream>
 #include <utility>
 
 #include "shared/task/env_vars.hpp"
@@ -16,6 +19,49 @@
 
 namespace herd::task {
 namespace {
+
+// Length of the valid UTF-8 sequence at text[i], or 0 when it is not one (overlong forms,
+// surrogates and code points past U+10FFFF included). YAML 1.2 streams are Unicode text and every
+// printed form of a task (`herd check -o json`, the SDK's JSON) must stay valid.
+std::size_t Utf8SequenceLength(std::string_view text, std::size_t i) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+  unsigned char b = byte(i);
+  if (b < 0x80) return 1;
+  std::size_t len = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 0;
+  if (len == 0 || b > 0xF4 || b == 0xC0 || b == 0xC1 || i + len > text.size()) return 0;
+  for (std::size_t k = 1; k < len; ++k) {
+    if ((byte(i + k) & 0xC0) != 0x80) return 0;
+  }
+  unsigned char b1 = byte(i + 1);
+  if ((b == 0xE0 && b1 < 0xA0) || (b == 0xED && b1 >= 0xA0) || (b == 0xF0 && b1 < 0x90) ||
+      (b == 0xF4 && b1 >= 0x90)) {
+    return 0;
+  }
+  return len;
+}
+
+// "file:LINE:COL: ..." for the first byte that is not UTF-8, OK for valid text.
+Status CheckUtf8(std::string_view text, std::string_view source) {
+  std::size_t line = 1, col = 1;
+  for (std::size_t i = 0; i < text.size();) {
+    std::size_t len = Utf8SequenceLength(text, i);
+    if (len == 0) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned char>(text[i]));
+      return InvalidArgument(std::string(source) + ":" + std::to_string(line) + ":" +
+                             std::to_string(col) + ": not UTF-8 text (byte " + hex +
+                             "); save the task file as UTF-8");
+    }
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+    i += len;
+  }
+  return Status::Ok();
+}
 
 // Fields of a task that herd acts on.
 constexpr std::string_view kTaskFields[] = {
@@ -154,6 +200,7 @@ class TaskParser {
   Result<Task> Parse(std::string_view yaml) {
     std::vector<YAML::Node> docs;
     try {
+      HERD_RETURN_IF_ERROR(CheckDocumentsEnd(yaml));
       docs = YAML::LoadAll(std::string(yaml));
     } catch (const YAML::Exception& e) {
       return InvalidArgument(Where(e.mark) + "invalid YAML: " + e.msg);
@@ -181,6 +228,45 @@ class TaskParser {
   }
 
  private:
+  // yaml-cpp 0.7 (Debian 12) has a parser that, on some malformed streams (a stray ',' after a
+  // block sequence, among others: jbeder/yaml-cpp#1040), reports a new empty document at the
+  // same place forever; YAML::LoadAll then allocates until the machine runs out of memory (found
+  // by tests/fuzz/task_fuzz). Walk the documents with the event parser first: a document that
+  // starts where the previous one started means the parser is stuck there, which is a syntax
+  // error at that place. The walk ends because every further document must start past the last.
+  Status CheckDocumentsEnd(std::string_view yaml) const {
+    struct Starts : YAML::EventHandler {
+      YAML::Mark last;
+      bool stuck = false;
+      void OnDocumentStart(const YAML::Mark& mark) override {
+        stuck = stuck || (mark.pos == last.pos && mark.line == last.line);
+        last = mark;
+      }
+      void OnDocumentEnd() override {}
+      void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+      void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+      void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                    const std::string&) override {}
+      void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                           YAML::EmitterStyle::value) override {}
+      void OnSequenceEnd() override {}
+      void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                      YAML::EmitterStyle::value) override {}
+      void OnMapEnd() override {}
+    } starts;
+    starts.last = YAML::Mark::null_mark();
+    std::istringstream in{std::string(yaml)};
+    YAML::Parser parser(in);
+    while (parser.HandleNextDocument(starts)) {
+      if (starts.stuck) {
+        return InvalidArgument(Where(starts.last) +
+                               "invalid YAML: cannot parse past this point (a stray ',' or "
+                               "another character that starts nothing here?)");
+      }
+    }
+    return Status::Ok();
+  }
+
   std::string Where(const YAML::Mark& mark) const {
     if (mark.is_null() || mark.line < 0) return std::string(source_) + ": ";
     return std::string(source_) + ":" + std::to_string(mark.line + 1) + ":" +
@@ -693,6 +779,7 @@ class TaskParser {
 
 Result<Task> ParseTaskYaml(std::string_view yaml, std::string_view source_name,
                            const ParseOptions& options) {
+  HERD_RETURN_IF_ERROR(CheckUtf8(yaml, source_name));
   try {
     return TaskParser(source_name, options).Parse(yaml);
   } catch (const std::exception& e) {  // yaml-cpp or std failures that escaped the parser

@@ -80,6 +80,31 @@ const std::string kSeedSetup =
     "git filter-branch --prune-empty --subdirectory-filter distributed/minGPT-ddp\n"
     "uv pip install --system -r requirements.txt\n";
 
+TEST_CASE("a task that is not UTF-8 text is refused at the first bad byte, by line and column") {
+  // Found by tests/fuzz/task_fuzz: a Latin-1 byte in a comment or value made `herd check -o json`
+  // print invalid JSON (the Python SDK's json.loads then failed).
+  CHECK(ErrorOf("name: t\nrun: echo caf\xe9\n") ==
+        "t.yaml:2:14: not UTF-8 text (byte 0xE9); save the task file as UTF-8");
+  CHECK(ErrorOf("# \xc3\x28\nname: t\n").rfind("t.yaml:1:3: ", 0) == 0);  // bad continuation
+  CHECK(ErrorOf("name: \xed\xa0\x80\n").rfind("t.yaml:1:7: ", 0) == 0);   // a surrogate
+  CHECK(ErrorOf("name: \xc0\xaf\n").rfind("t.yaml:1:7: ", 0) == 0);       // overlong '/'
+  CHECK(ErrorOf("name: t\nrun: echo \xf0\x9f\x98").rfind("t.yaml:2:11: ", 0) == 0);  // cut short
+  // Multi-byte characters are valid and count as one column each.
+  CHECK(Parse("name: caf\xc3\xa9 \xf0\x9f\x9a\x80\nrun: echo \xe2\x82\xac\n").name ==
+        "caf\xc3\xa9 \xf0\x9f\x9a\x80");
+  CHECK(ErrorOf("name: \xc3\xa9\xff\n").rfind("t.yaml:1:8: ", 0) == 0);
+}
+
+TEST_CASE("malformed YAML that makes yaml-cpp 0.7 loop is refused at its place, quickly") {
+  // Found by tests/fuzz/task_fuzz: YAML::LoadAll ran out of memory on these (yaml-cpp#1040).
+  CHECK(ErrorOf("- a\n, b\n").rfind("t.yaml:2:1: invalid YAML: cannot parse past", 0) == 0);
+  CHECK(ErrorOf("# task\n- a\n, b\n").rfind("t.yaml:3:1: invalid YAML", 0) == 0);
+  CHECK(ErrorOf(",").rfind("t.yaml:1:1: invalid YAML", 0) == 0);
+  // Several real documents are still told apart from a stuck parser.
+  CHECK(ErrorOf("name: a\n---\nname: b\n").find("a second YAML document") != std::string::npos);
+  CHECK(Parse("---\n---\nname: a\n").name == "a");
+}
+
 TEST_CASE("the seed's train.yaml parses to the values it states") {
   Task t = ParseFile("train.yaml");
   CHECK(t.name == "minGPT-ddp");
