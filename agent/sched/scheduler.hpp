@@ -13,10 +13,10 @@
 //   it: nothing after it is started, even if it would fit (no backfilling, so a big job is never
 //   starved by a stream of small ones).
 // - A job that cannot fit even on the idle cluster (more nodes than the cluster has, more GPUs or
-//   CPUs than any node has, a GPU type no node has) is reported Infeasible with a reason in words,
-//   wherever it is in the queue, and does not block the jobs behind it. "Idle cluster" means every
-//   known node, alive or not: a node that dropped out for a moment does not make a queued job
-//   infeasible; it only keeps it waiting.
+//   CPUs than any node has, a GPU type no node has) is reported Infeasible with a reason in words
+//   (sched::WhyInfeasible), wherever it is in the queue, and does not block the jobs behind it.
+//   "Idle cluster" means every known node, alive or not: a node that dropped out for a moment does
+//   not make a queued job infeasible; it only keeps it waiting.
 #pragma once
 
 #include <cstdint>
@@ -24,22 +24,19 @@
 #include <vector>
 
 #include "herd/v1/common.pb.h"
+#include "shared/sched/feasibility.hpp"
 
 namespace herd::agent {
+
+// The demand and feasibility rules are the controller's too (shared/sched/feasibility.hpp).
+using sched::DemandOf;
+using sched::JobDemand;
 
 struct NodeState {
   herd::v1::NodeInfo info;
   bool alive = true;
   double cpus_used = 0;
   double gpus_used = 0;
-};
-
-struct JobDemand {
-  int64_t job_id = 0;
-  int num_nodes = 1;
-  double cpus_per_node = 0;  // 0 => limits::kDefaultTaskCpus
-  double gpus_per_node = 0;
-  std::string accelerator;  // empty: any node (GPU or not)
 };
 
 struct Placement {
@@ -56,10 +53,6 @@ struct ScheduleResult {
   std::vector<Placement> start;
   std::vector<Infeasible> infeasible;
 };
-
-// The per-node demand of a task: CPUs default to limits::kDefaultTaskCpus, a named accelerator
-// without a count means one of it, num_nodes below 1 means 1.
-JobDemand DemandOf(int64_t job_id, const herd::v1::TaskSpec& spec);
 
 // `fifo` is the queue of waiting jobs in FIFO order; `nodes` are in cluster order, with what the
 // already running jobs use. See the policy at the top of this file.
