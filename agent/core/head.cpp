@@ -760,7 +760,15 @@ void Head::StartJob(JobRun& run, const Placement& placement) {
     }
   }
   run.rec.info.set_started_unix_ms(NowMs());
-  HERD_LOG(kInfo) << "job " << run.rec.info.job_id() << " placed on " << gang.size() << " node(s)";
+  std::string gpus;  // "; GPUs 0,1 | 2,3" (per rank), for whoever reads the agent log
+  for (int r = 0; r < run.rec.info.rank_gpus_size(); ++r) {
+    gpus += r == 0 ? "; GPUs " : " | ";
+    for (int i = 0; i < run.rec.info.rank_gpus(r).indices_size(); ++i) {
+      gpus += (i ? "," : "") + std::to_string(run.rec.info.rank_gpus(r).indices(i));
+    }
+  }
+  HERD_LOG(kInfo) << "job " << run.rec.info.job_id() << " placed on " << gang.size() << " node(s)"
+                  << gpus;
   StartPhase(run, !run.rec.spec.setup().empty());
 }
 
