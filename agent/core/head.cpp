@@ -716,13 +716,11 @@ void Head::Recover() {
 
 void Head::Schedule() {
   std::vector<NodeState> states;
-  std::map<std::string, std::size_t> index;
   for (const auto& info : OrderedNodes(false)) {
     const auto& e = nodes_.at(info.node_id());
     NodeState s;
     s.info = info;
     s.alive = e.alive && e.conn != nullptr;
-    index[info.node_id()] = states.size();
     states.push_back(std::move(s));
   }
   std::vector<JobDemand> fifo;
@@ -732,13 +730,8 @@ void Head::Schedule() {
       fifo.push_back(d);
       continue;
     }
-    for (const auto& n : run.gang) {
-      auto it = index.find(n);
-      if (it == index.end()) continue;
-      states[it->second].cpus_used +=
-          d.cpus_per_node > 0 ? d.cpus_per_node : limits::kDefaultTaskCpus;
-      states[it->second].gpus_used += d.gpus_per_node;
-    }
+    // What a started job holds is in its record (node_ids, rank_gpus): the same after a restart.
+    Reserve(states, d, run.rec.info);
   }
   if (fifo.empty()) return;
   ScheduleResult result = herd::agent::Schedule(fifo, states);
@@ -750,16 +743,32 @@ void Head::Schedule() {
   }
   for (const auto& p : result.start) {
     auto it = jobs_.find(p.job_id);
-    if (it != jobs_.end()) StartJob(it->second, p.node_ids);
+    if (it != jobs_.end()) StartJob(it->second, p);
   }
 }
 
-void Head::StartJob(JobRun& run, const std::vector<std::string>& gang) {
+void Head::StartJob(JobRun& run, const Placement& placement) {
+  const std::vector<std::string>& gang = placement.node_ids;
   run.gang = gang;
   run.rec.info.clear_node_ids();
   for (const auto& n : gang) run.rec.info.add_node_ids(n);
+  // Persisted with the state change in StartPhase; released when the job leaves jobs_.
+  run.rec.info.clear_rank_gpus();
+  if (DemandOf(0, run.rec.spec).gpus_per_node > 0) {
+    for (const auto& gpus : placement.gpus) {
+      run.rec.info.add_rank_gpus()->mutable_indices()->Add(gpus.begin(), gpus.end());
+    }
+  }
   run.rec.info.set_started_unix_ms(NowMs());
-  HERD_LOG(kInfo) << "job " << run.rec.info.job_id() << " placed on " << gang.size() << " node(s)";
+  std::string gpus;  // "; GPUs 0,1 | 2,3" (per rank), for whoever reads the agent log
+  for (int r = 0; r < run.rec.info.rank_gpus_size(); ++r) {
+    gpus += r == 0 ? "; GPUs " : " | ";
+    for (int i = 0; i < run.rec.info.rank_gpus(r).indices_size(); ++i) {
+      gpus += (i ? "," : "") + std::to_string(run.rec.info.rank_gpus(r).indices(i));
+    }
+  }
+  HERD_LOG(kInfo) << "job " << run.rec.info.job_id() << " placed on " << gang.size() << " node(s)"
+                  << gpus;
   StartPhase(run, !run.rec.spec.setup().empty());
 }
 
@@ -782,6 +791,9 @@ void Head::StartPhase(JobRun& run, bool setup) {
   ctx.spec = &run.rec.spec;
   for (const auto& n : cluster) ctx.cluster_ips.push_back(n.addresses(0));
   for (const auto& g : run.gang) ctx.gang_ips.push_back(nodes_.at(g).info.addresses(0));
+  for (const auto& g : run.rec.info.rank_gpus()) {
+    ctx.gang_gpus.emplace_back(g.indices().begin(), g.indices().end());
+  }
 
   std::string dir = std::to_string(id) + "-" + SafeName(run.rec.spec.name());
   std::vector<std::pair<std::string, int>> targets;  // node, rank

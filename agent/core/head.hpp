@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "agent/sched/log_merger.hpp"
+#include "agent/sched/scheduler.hpp"
 #include "agent/store/job_store.hpp"
 #include "herd/v1/agent.pb.h"
 #include "herd/v1/client.pb.h"
@@ -121,7 +122,7 @@ class Head {
   // Jobs.
   void Recover();
   void Schedule();
-  void StartJob(JobRun& run, const std::vector<std::string>& gang);
+  void StartJob(JobRun& run, const Placement& placement);
   void StartPhase(JobRun& run, bool setup);
   void ProcessExit(JobRun& run, ProcEntry& proc);
   void MaybeAdvance(JobRun& run);

@@ -96,6 +96,14 @@ std::map<std::string, std::string> RunEnv(const JobEnvContext& ctx, int rank) {
   SetBoth(env, "NODE_IPS", JoinLines(ctx.gang_ips));
   SetBoth(env, "NUM_NODES", std::to_string(ctx.gang_ips.size()));
   SetBoth(env, "NUM_GPUS_PER_NODE", std::to_string(TaskGpus(ctx)));
+  if (rank >= 0 && static_cast<std::size_t>(rank) < ctx.gang_gpus.size() &&
+      !ctx.gang_gpus[static_cast<std::size_t>(rank)].empty()) {
+    std::string devices;
+    for (int i : ctx.gang_gpus[static_cast<std::size_t>(rank)]) {
+      devices += (devices.empty() ? "" : ",") + std::to_string(i);
+    }
+    env["CUDA_VISIBLE_DEVICES"] = devices;
+  }
   AddCommon(ctx, env);
   return env;
 }

@@ -24,6 +24,9 @@ struct JobEnvContext {
   const herd::v1::TaskSpec* spec = nullptr;  // nullptr: no envs, secrets or accelerators
   std::vector<std::string> gang_ips;         // the job's nodes in rank order
   std::vector<std::string> cluster_ips;      // every node of the cluster, cluster order (setup)
+  // Per rank: the GPU indices the scheduler gave it on its node (agent/sched/scheduler.hpp);
+  // empty (or shorter than gang_ips) for a job that asks for no GPUs.
+  std::vector<std::vector<int>> gang_gpus;
 };
 
 // "sky-2026-12-02-15-06-26-123456_<cluster>_<job_id>": the submit time in UTC with microseconds.
@@ -42,9 +45,12 @@ std::string ClusterInfoJson(const JobEnvContext& ctx);
 //   PYTHONUNBUFFERED=1 (a default: a task may set PYTHONUNBUFFERED itself)
 //   < the task's envs < the task's secrets
 //   < herd's identity variables SKYPILOT_NODE_RANK, _NODE_IPS, _NUM_NODES, _NUM_GPUS_PER_NODE,
-//     _TASK_ID, _CLUSTER_INFO, _USER and their HERD_* twins.
+//     _TASK_ID, _CLUSTER_INFO, _USER and their HERD_* twins, and CUDA_VISIBLE_DEVICES = the rank's
+//     GPU indices joined by ',' when the job was given GPUs ("0,1,2,3").
 // Identity variables win because a stray user env named SKYPILOT_NODE_RANK would otherwise give
-// two nodes the same rank and hang the rendezvous.
+// two nodes the same rank and hang the rendezvous; CUDA_VISIBLE_DEVICES wins so that two jobs never
+// share a GPU unasked. A job without GPUs gets no CUDA_VISIBLE_DEVICES from herd: it keeps what the
+// agent's environment has (as Ray leaves it for a task with num_gpus=0).
 std::map<std::string, std::string> RunEnv(const JobEnvContext& ctx, int rank);
 
 // The environment of the setup process on the cluster node `setup_rank` (index into

@@ -1,131 +1,134 @@
 #include "agent/sched/scheduler.hpp"
 
 #include <algorithm>
-#include <cctype>
-#include <sstream>
-
-#include "shared/common/limits.hpp"
+#include <cmath>
 
 namespace herd::agent {
 namespace {
 
-// Resource amounts are sums of user-given decimals (0.1 + 0.2 ...); compare with a little slack so
-// that 0.3 free fits a 0.3 demand.
+// GPU shares are sums of user-given decimals (0.1 + 0.2 ...); compare with a little slack so that
+// 0.7 free fits a 0.7 demand.
 constexpr double kEpsilon = 1e-9;
 
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return out;
+bool Fractional(double gpus_per_node) { return gpus_per_node < 1 - kEpsilon; }
+
+// Whole GPUs a demand of n >= 1 takes: n rounded up (as SKYPILOT_NUM_GPUS_PER_NODE).
+std::size_t WholeGpus(double gpus_per_node) {
+  return static_cast<std::size_t>(std::ceil(gpus_per_node - kEpsilon));
 }
 
-std::string Num(double v) {
-  std::ostringstream out;
-  out << v;
-  return out.str();
+double UsedOf(const std::vector<double>& used, int index) {
+  return static_cast<std::size_t>(index) < used.size() ? used[index] : 0.0;
 }
 
-// The demand as Schedule applies it (defaults filled in even if the caller did not use DemandOf).
-JobDemand Normalized(JobDemand d) {
-  if (d.cpus_per_node <= 0) d.cpus_per_node = limits::kDefaultTaskCpus;
-  if (!d.accelerator.empty() && d.gpus_per_node <= 0) d.gpus_per_node = 1;
-  if (d.gpus_per_node < 0) d.gpus_per_node = 0;
-  return d;
-}
-
-bool HasAccelerator(const herd::v1::NodeInfo& node, const std::string& accelerator_lower) {
-  return std::any_of(node.gpu_names().begin(), node.gpu_names().end(),
-                     [&](const std::string& name) {
-                       return Lower(name).find(accelerator_lower) != std::string::npos;
-                     });
-}
-
-// Whether one rank of `d` fits a node with these free resources.
-bool RankFits(const JobDemand& d, const std::string& accelerator_lower,
-              const herd::v1::NodeInfo& node, double free_cpus, double free_gpus) {
-  if (free_cpus + kEpsilon < d.cpus_per_node) return false;
-  if (free_gpus + kEpsilon < d.gpus_per_node) return false;
-  if (!accelerator_lower.empty() && !HasAccelerator(node, accelerator_lower)) return false;
-  return true;
-}
-
-std::string Describe(const JobDemand& d, const std::vector<NodeState>& nodes) {
-  std::ostringstream out;
-  out << "task needs " << d.num_nodes << " node(s) with ";
-  if (d.gpus_per_node > 0) {
-    out << Num(d.gpus_per_node) << " GPU(s)";
-    if (!d.accelerator.empty()) out << " of type " << d.accelerator;
-    out << " and ";
-  }
-  out << Num(d.cpus_per_node) << " CPU(s) each; the cluster has " << nodes.size() << " node(s)";
-  for (std::size_t i = 0; i < nodes.size(); ++i) {
-    const herd::v1::NodeInfo& n = nodes[i].info;
-    out << (i == 0 ? ": " : ", ") << n.node_id() << " (cpus=" << n.cpus()
-        << ", gpus=" << n.gpu_count();
-    if (n.gpu_count() > 0 && n.gpu_names_size() > 0) out << " x " << n.gpu_names(0);
-    if (!nodes[i].alive) out << ", lost";
-    out << ")";
-  }
-  return out.str();
+double FreeGpus(const std::vector<double>& used, int gpu_count) {
+  double free = 0;
+  for (int i = 0; i < gpu_count; ++i) free += std::max(0.0, 1.0 - UsedOf(used, i));
+  return free;
 }
 
 }  // namespace
 
-JobDemand DemandOf(int64_t job_id, const herd::v1::TaskSpec& spec) {
-  JobDemand d;
-  d.job_id = job_id;
-  d.num_nodes = std::max(1, spec.num_nodes());
-  d.cpus_per_node = spec.resources().cpus();
-  d.gpus_per_node = spec.resources().accelerator_count();
-  d.accelerator = spec.resources().accelerator();
-  return Normalized(d);
+std::optional<std::vector<int>> AssignGpus(const std::vector<double>& used, int gpu_count,
+                                           double gpus_per_node) {
+  if (!(gpus_per_node > kEpsilon)) return std::vector<int>{};  // also NaN
+  if (Fractional(gpus_per_node)) {
+    // Best fit: the fullest GPU that still has room for the share; lowest index on a tie.
+    int best = -1;
+    for (int i = 0; i < gpu_count; ++i) {
+      if (1.0 - UsedOf(used, i) + kEpsilon < gpus_per_node) continue;
+      if (best < 0 || UsedOf(used, i) > UsedOf(used, best) + kEpsilon) best = i;
+    }
+    if (best < 0) return std::nullopt;
+    return std::vector<int>{best};
+  }
+  const std::size_t want = WholeGpus(gpus_per_node);
+  std::vector<int> out;
+  for (int i = 0; i < gpu_count && out.size() < want; ++i) {
+    if (UsedOf(used, i) <= kEpsilon) out.push_back(i);
+  }
+  if (out.size() < want) return std::nullopt;
+  return out;
+}
+
+void TakeGpus(std::vector<double>& used, const std::vector<int>& indices, double gpus_per_node) {
+  const double share = Fractional(gpus_per_node) ? gpus_per_node : 1.0;
+  for (int i : indices) {
+    if (i < 0) continue;
+    if (used.size() <= static_cast<std::size_t>(i)) used.resize(static_cast<std::size_t>(i) + 1);
+    used[static_cast<std::size_t>(i)] += share;
+  }
+}
+
+void Reserve(std::vector<NodeState>& nodes, const JobDemand& demand,
+             const herd::v1::JobInfo& info) {
+  const JobDemand d = sched::Normalized(demand);
+  for (int rank = 0; rank < info.node_ids_size(); ++rank) {
+    auto node = std::find_if(nodes.begin(), nodes.end(), [&](const NodeState& n) {
+      return n.info.node_id() == info.node_ids(rank);
+    });
+    if (node == nodes.end()) continue;
+    node->cpus_used += d.cpus_per_node;
+    if (!(d.gpus_per_node > kEpsilon)) continue;
+    std::vector<int> indices;
+    if (rank < info.rank_gpus_size()) {
+      indices.assign(info.rank_gpus(rank).indices().begin(), info.rank_gpus(rank).indices().end());
+    } else if (auto given = AssignGpus(node->gpu_used, node->info.gpu_count(), d.gpus_per_node)) {
+      indices = std::move(*given);
+    } else {
+      // Recorded without indices and more than is free: count it on the first GPUs rather than
+      // forget that it holds them.
+      const std::size_t n = Fractional(d.gpus_per_node) ? 1 : WholeGpus(d.gpus_per_node);
+      for (std::size_t i = 0; i < n; ++i) indices.push_back(static_cast<int>(i));
+    }
+    TakeGpus(node->gpu_used, indices, d.gpus_per_node);
+  }
 }
 
 ScheduleResult Schedule(const std::vector<JobDemand>& fifo, const std::vector<NodeState>& nodes) {
   ScheduleResult result;
   std::vector<double> free_cpus(nodes.size());
-  std::vector<double> free_gpus(nodes.size());
+  std::vector<std::vector<double>> gpu_used(nodes.size());
+  std::vector<herd::v1::NodeInfo> infos;
+  std::vector<bool> lost;
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     free_cpus[i] = nodes[i].info.cpus() - nodes[i].cpus_used;
-    free_gpus[i] = nodes[i].info.gpu_count() - nodes[i].gpus_used;
+    gpu_used[i] = nodes[i].gpu_used;
+    infos.push_back(nodes[i].info);
+    lost.push_back(!nodes[i].alive);
   }
 
   bool blocked = false;
   for (const JobDemand& raw : fifo) {
-    const JobDemand d = Normalized(raw);
-    const std::string accelerator_lower = Lower(d.accelerator);
-
-    // Could it ever run? Count nodes that can hold a rank when idle, alive or not.
-    int idle_capable = 0;
-    for (const NodeState& n : nodes) {
-      if (RankFits(d, accelerator_lower, n.info, n.info.cpus(), n.info.gpu_count())) {
-        ++idle_capable;
-      }
-    }
-    if (d.num_nodes < 1 || idle_capable < d.num_nodes) {
-      result.infeasible.push_back({d.job_id, Describe(d, nodes)});
+    const JobDemand d = sched::Normalized(raw);
+    // Could it ever run? Every known node counts, alive or not.
+    if (auto why = sched::WhyInfeasible(d, infos, lost)) {
+      result.infeasible.push_back({d.job_id, std::move(*why)});
       continue;
     }
     if (blocked) continue;
 
-    std::vector<std::size_t> chosen;
+    std::vector<std::pair<std::size_t, std::vector<int>>> chosen;  // node, its GPU indices
     for (std::size_t i = 0; i < nodes.size() && static_cast<int>(chosen.size()) < d.num_nodes;
          ++i) {
-      if (nodes[i].alive &&
-          RankFits(d, accelerator_lower, nodes[i].info, free_cpus[i], free_gpus[i])) {
-        chosen.push_back(i);
+      const herd::v1::NodeInfo& info = nodes[i].info;
+      if (!nodes[i].alive ||
+          !sched::RankFits(d, info, free_cpus[i], FreeGpus(gpu_used[i], info.gpu_count()))) {
+        continue;
       }
+      auto gpus = AssignGpus(gpu_used[i], info.gpu_count(), d.gpus_per_node);
+      if (gpus) chosen.emplace_back(i, std::move(*gpus));
     }
     if (static_cast<int>(chosen.size()) < d.num_nodes) {
       blocked = true;  // head-of-line: it waits, and so does everything behind it
       continue;
     }
-    Placement placement{d.job_id, {}};
-    for (std::size_t i : chosen) {
+    Placement placement{d.job_id, {}, {}};
+    for (auto& [i, gpus] : chosen) {
       free_cpus[i] -= d.cpus_per_node;
-      free_gpus[i] -= d.gpus_per_node;
+      TakeGpus(gpu_used[i], gpus, d.gpus_per_node);
       placement.node_ids.push_back(nodes[i].info.node_id());
+      placement.gpus.push_back(std::move(gpus));
     }
     result.start.push_back(std::move(placement));
   }

@@ -1,5 +1,8 @@
 #include "agent/store/job_store.hpp"
 
+#include <openssl/crypto.h>
+
+#include <filesystem>
 #include <string_view>
 #include <utility>
 
@@ -12,14 +15,16 @@ namespace {
 
 // PRAGMA user_version of the schema below. Bump it with a migration step in Init when the schema
 // changes; a file with a bigger version was written by a newer herd and is refused.
-constexpr int kSchemaVersion = 1;
+// Version 1 kept secrets in clear inside `spec`; 2 seals them in `secrets`.
+constexpr int kSchemaVersion = 2;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE jobs (
   job_id INTEGER PRIMARY KEY AUTOINCREMENT,  -- AUTOINCREMENT: ids are never reused
   state INTEGER NOT NULL,                    -- herd.v1.JobState, copy of info.state
   info BLOB NOT NULL,                        -- herd.v1.JobInfo
-  spec BLOB NOT NULL                         -- herd.v1.TaskSpec
+  spec BLOB NOT NULL,                        -- herd.v1.TaskSpec without its secrets
+  secrets BLOB                               -- a TaskSpec of only `secrets`, sealed; NULL: none
 );
 CREATE INDEX jobs_by_state ON jobs (state, job_id);
 CREATE TABLE nodes (
@@ -54,11 +59,32 @@ sqlite::Label LabelFor(const std::string& path) {
   return {"job store " + path, "a herd job store"};
 }
 
+// Authenticated with the sealed value: sealed secrets moved to another row do not open.
+std::string SecretsContext(int64_t job_id) {
+  return "herd jobs.db secrets of job " + std::to_string(job_id);
+}
+
+bool Terminal(herd::v1::JobState state) { return state >= herd::v1::JOB_STATE_SUCCEEDED; }
+
+// The spec as stored: everything but the secrets.
+std::string SpecWithoutSecrets(const herd::v1::TaskSpec& spec) {
+  herd::v1::TaskSpec copy = spec;
+  copy.clear_secrets();
+  return copy.SerializeAsString();
+}
+
+int BindOptionalBlob(sqlite3_stmt* s, int index, const std::optional<std::string>& bytes) {
+  return bytes ? BindBlob(s, index, *bytes) : sqlite3_bind_null(s, index);
+}
+
 }  // namespace
 
-Result<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
+Result<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path,
+                                                 const std::string& key_path) {
   HERD_ASSIGN_OR_RETURN(sqlite3 * db, sqlite::Open(path, LabelFor(path)));
-  std::unique_ptr<JobStore> store(new JobStore(path, db));
+  std::string key = key_path;
+  if (key.empty()) key = (std::filesystem::path(path).parent_path() / "secrets.key").string();
+  std::unique_ptr<JobStore> store(new JobStore(path, db, std::move(key)));
   HERD_RETURN_IF_ERROR(store->Init());
   return store;
 }
@@ -112,6 +138,9 @@ Status JobStore::InWriteTransaction(F&& body) {
 Status JobStore::Init() {
   // Fails here with "file is not a database" for a file that is not SQLite.
   HERD_RETURN_IF_ERROR(sqlite::EnableWal(db_, LabelFor(path_)));
+  // Deleted and overwritten content is zeroed, so a migrated clear secret does not stay behind in
+  // a free page.
+  HERD_RETURN_IF_ERROR(Exec("PRAGMA secure_delete = ON"));
   {
     // Catches damaged pages now, with a clear message, rather than on some later query.
     HERD_ASSIGN_OR_RETURN(Stmt check, Prepare("PRAGMA quick_check"));
@@ -123,7 +152,7 @@ Status JobStore::Init() {
     }
   }
 
-  HERD_RETURN_IF_ERROR(InWriteTransaction([&]() -> Status {
+  auto read_version = [&]() -> Result<int> {
     HERD_ASSIGN_OR_RETURN(Stmt version, Prepare("PRAGMA user_version"));
     if (sqlite3_step(version.get()) != SQLITE_ROW) return Error("read schema version");
     const int found = sqlite3_column_int(version.get(), 0);
@@ -132,7 +161,21 @@ Status JobStore::Init() {
                                 " is newer than this herd's (" + std::to_string(kSchemaVersion) +
                                 "); upgrade herd");
     }
+    return found;
+  };
+  {
+    HERD_ASSIGN_OR_RETURN(const int found, read_version());
+    HERD_RETURN_IF_ERROR(LoadKey(found));
+  }
+  bool migrated = false;
+  HERD_RETURN_IF_ERROR(InWriteTransaction([&]() -> Status {
+    HERD_ASSIGN_OR_RETURN(const int found, read_version());
     if (found == kSchemaVersion) return Status::Ok();
+    if (found == 1) {
+      HERD_RETURN_IF_ERROR(Exec("ALTER TABLE jobs ADD COLUMN secrets BLOB"));
+      HERD_RETURN_IF_ERROR(MigrateClearSecrets(&migrated));
+      return Exec("PRAGMA user_version = 2");
+    }
     // Version 0: a new file, unless something else already put tables in it.
     HERD_ASSIGN_OR_RETURN(Stmt tables, Prepare("SELECT count(*) FROM sqlite_master"));
     if (sqlite3_step(tables.get()) != SQLITE_ROW) return Error("read schema");
@@ -141,22 +184,31 @@ Status JobStore::Init() {
                                 ": the file is an SQLite database but not a herd job store");
     }
     HERD_RETURN_IF_ERROR(Exec(kSchema));
-    return Exec("PRAGMA user_version = 1");
+    return Exec("PRAGMA user_version = 2");
   }));
-  static_assert(kSchemaVersion == 1, "update the PRAGMA above");
+  static_assert(kSchemaVersion == 2, "update the PRAGMAs above");
+  if (migrated) {
+    // Old page images with clear secrets are in the WAL until a checkpoint overwrites the file.
+    if (auto s = Exec("PRAGMA wal_checkpoint(TRUNCATE)"); !s.ok()) {
+      HERD_LOG(kWarn) << s.ToString();
+    }
+  }
 
   HERD_ASSIGN_OR_RETURN(insert_job_,
                         Prepare("INSERT INTO jobs (state, info, spec) VALUES (?1, x'', ?2)"));
-  HERD_ASSIGN_OR_RETURN(set_job_info_, Prepare("UPDATE jobs SET info = ?2 WHERE job_id = ?1"));
-  HERD_ASSIGN_OR_RETURN(update_job_, Prepare("UPDATE jobs SET state = ?2, info = ?3, spec = ?4 "
-                                             "WHERE job_id = ?1"));
-  HERD_ASSIGN_OR_RETURN(get_job_, Prepare("SELECT job_id, info, spec FROM jobs WHERE job_id = ?1"));
-  HERD_ASSIGN_OR_RETURN(list_jobs_, Prepare("SELECT job_id, info, spec FROM jobs "
+  HERD_ASSIGN_OR_RETURN(set_job_info_,
+                        Prepare("UPDATE jobs SET info = ?2, secrets = ?3 WHERE job_id = ?1"));
+  HERD_ASSIGN_OR_RETURN(update_job_,
+                        Prepare("UPDATE jobs SET state = ?2, info = ?3, spec = ?4, secrets = ?5 "
+                                "WHERE job_id = ?1"));
+  HERD_ASSIGN_OR_RETURN(get_job_, Prepare("SELECT job_id, info, spec, secrets FROM jobs "
+                                          "WHERE job_id = ?1"));
+  HERD_ASSIGN_OR_RETURN(list_jobs_, Prepare("SELECT job_id, info, spec, NULL FROM jobs "
                                             "ORDER BY job_id DESC LIMIT ?1"));
-  HERD_ASSIGN_OR_RETURN(list_unfinished_jobs_, Prepare("SELECT job_id, info, spec FROM jobs "
+  HERD_ASSIGN_OR_RETURN(list_unfinished_jobs_, Prepare("SELECT job_id, info, spec, NULL FROM jobs "
                                                        "WHERE state < 5 "
                                                        "ORDER BY job_id DESC LIMIT ?1"));
-  HERD_ASSIGN_OR_RETURN(active_jobs_, Prepare("SELECT job_id, info, spec FROM jobs "
+  HERD_ASSIGN_OR_RETURN(active_jobs_, Prepare("SELECT job_id, info, spec, secrets FROM jobs "
                                               "WHERE state IN (2, 3, 4) ORDER BY job_id ASC"));
   HERD_ASSIGN_OR_RETURN(latest_job_id_, Prepare("SELECT COALESCE(MAX(job_id), 0) FROM jobs"));
   HERD_ASSIGN_OR_RETURN(upsert_node_, Prepare("INSERT INTO nodes (node_id, info) VALUES (?1, ?2) "
@@ -168,8 +220,7 @@ Status JobStore::Init() {
 
 Result<int64_t> JobStore::AddJob(JobRecord record) {
   std::lock_guard lock(mu_);
-  std::string spec;
-  if (!record.spec.SerializeToString(&spec)) return Internal("job store: cannot serialize spec");
+  const std::string spec = SpecWithoutSecrets(record.spec);
   int64_t job_id = 0;
   HERD_RETURN_IF_ERROR(InWriteTransaction([&]() -> Status {
     {
@@ -180,13 +231,15 @@ Result<int64_t> JobStore::AddJob(JobRecord record) {
       if (rc != SQLITE_DONE) return Error("add job", rc);
       job_id = sqlite3_last_insert_rowid(db_);
     }
-    // The id is only known after the insert, and the info blob carries it too.
+    // The id is only known after the insert, and the info blob (and the secrets' seal) carry it.
     record.info.set_job_id(job_id);
     std::string info;
     if (!record.info.SerializeToString(&info)) return Internal("job store: cannot serialize info");
+    HERD_ASSIGN_OR_RETURN(auto secrets, SealedSecrets(record, job_id));
     Reset reset(set_job_info_.get());
     sqlite3_bind_int64(set_job_info_.get(), 1, job_id);
     BindBlob(set_job_info_.get(), 2, info);
+    BindOptionalBlob(set_job_info_.get(), 3, secrets);
     const int rc = sqlite3_step(set_job_info_.get());
     if (rc != SQLITE_DONE) return Error("add job", rc);
     return Status::Ok();
@@ -197,16 +250,19 @@ Result<int64_t> JobStore::AddJob(JobRecord record) {
 Status JobStore::UpdateJob(const JobRecord& record) {
   std::lock_guard lock(mu_);
   const int64_t job_id = record.info.job_id();
-  std::string info, spec;
-  if (!record.info.SerializeToString(&info) || !record.spec.SerializeToString(&spec)) {
+  std::string info;
+  if (!record.info.SerializeToString(&info)) {
     return Internal("job store: cannot serialize job " + std::to_string(job_id));
   }
+  const std::string spec = SpecWithoutSecrets(record.spec);
+  HERD_ASSIGN_OR_RETURN(auto secrets, SealedSecrets(record, job_id));
   return InWriteTransaction([&]() -> Status {
     Reset reset(update_job_.get());
     sqlite3_bind_int64(update_job_.get(), 1, job_id);
     sqlite3_bind_int(update_job_.get(), 2, record.info.state());
     BindBlob(update_job_.get(), 3, info);
     BindBlob(update_job_.get(), 4, spec);
+    BindOptionalBlob(update_job_.get(), 5, secrets);
     const int rc = sqlite3_step(update_job_.get());
     if (rc != SQLITE_DONE) return Error("update job " + std::to_string(job_id), rc);
     if (sqlite3_changes(db_) == 0) return NotFound("job " + std::to_string(job_id) + " not found");
@@ -214,7 +270,7 @@ Status JobStore::UpdateJob(const JobRecord& record) {
   });
 }
 
-Result<std::vector<JobRecord>> JobStore::ReadJobs(sqlite3_stmt* stmt) {
+Result<std::vector<JobRecord>> JobStore::ReadJobs(sqlite3_stmt* stmt, bool with_secrets) {
   std::vector<JobRecord> jobs;
   for (;;) {
     const int rc = sqlite3_step(stmt);
@@ -230,6 +286,9 @@ Result<std::vector<JobRecord>> JobStore::ReadJobs(sqlite3_stmt* stmt) {
                      " is damaged");
     }
     record.info.set_job_id(job_id);
+    if (with_secrets && sqlite3_column_type(stmt, 3) != SQLITE_NULL) {
+      HERD_RETURN_IF_ERROR(OpenSecrets(job_id, ColumnBytes(stmt, 3), record.spec));
+    }
     jobs.push_back(std::move(record));
   }
   return jobs;
@@ -239,7 +298,7 @@ Result<JobRecord> JobStore::GetJob(int64_t job_id) {
   std::lock_guard lock(mu_);
   Reset reset(get_job_.get());
   sqlite3_bind_int64(get_job_.get(), 1, job_id);
-  HERD_ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, ReadJobs(get_job_.get()));
+  HERD_ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, ReadJobs(get_job_.get(), true));
   if (jobs.empty()) return NotFound("job " + std::to_string(job_id) + " not found");
   return std::move(jobs.front());
 }
@@ -249,13 +308,13 @@ Result<std::vector<JobRecord>> JobStore::ListJobs(bool skip_finished, int limit)
   sqlite3_stmt* stmt = skip_finished ? list_unfinished_jobs_.get() : list_jobs_.get();
   Reset reset(stmt);
   sqlite3_bind_int(stmt, 1, limit > 0 ? limit : -1);  // LIMIT -1: no limit
-  return ReadJobs(stmt);
+  return ReadJobs(stmt, false);
 }
 
 Result<std::vector<JobRecord>> JobStore::ActiveJobs() {
   std::lock_guard lock(mu_);
   Reset reset(active_jobs_.get());
-  return ReadJobs(active_jobs_.get());
+  return ReadJobs(active_jobs_.get(), true);
 }
 
 Result<int64_t> JobStore::LatestJobId() {
@@ -264,6 +323,120 @@ Result<int64_t> JobStore::LatestJobId() {
   const int rc = sqlite3_step(latest_job_id_.get());
   if (rc != SQLITE_ROW) return Error("latest job id", rc);
   return static_cast<int64_t>(sqlite3_column_int64(latest_job_id_.get(), 0));
+}
+
+Status JobStore::LoadKey(int version) {
+  // One sealed row, if the store has any, to check the key against.
+  int64_t sealed_job = 0;
+  std::string sealed;
+  if (version >= 2) {
+    HERD_ASSIGN_OR_RETURN(Stmt any, Prepare("SELECT job_id, secrets FROM jobs "
+                                            "WHERE secrets IS NOT NULL LIMIT 1"));
+    const int rc = sqlite3_step(any.get());
+    if (rc == SQLITE_ROW) {
+      sealed_job = sqlite3_column_int64(any.get(), 0);
+      sealed = std::string(ColumnBytes(any.get(), 1));
+    } else if (rc != SQLITE_DONE) {
+      return Error("read secrets", rc);
+    }
+  }
+  auto box = SecretBox::Load(key_path_);
+  if (!box.ok() && box.status().code() != Code::kNotFound) {
+    return box.status().WithContext("job store " + path_);
+  }
+  if (!box.ok()) {
+    if (sealed_job != 0) {
+      return FailedPrecondition("job store " + path_ + " holds sealed secrets (job " +
+                                std::to_string(sealed_job) + " and maybe others) but their key " +
+                                key_path_ +
+                                " is missing: restore it (without it those jobs cannot get their "
+                                "secrets), or move the store away to start with an empty queue");
+    }
+    HERD_ASSIGN_OR_RETURN(SecretBox created, SecretBox::Create(key_path_));
+    box_.emplace(std::move(created));
+    return Status::Ok();
+  }
+  if (sealed_job != 0 && !box->Open(sealed, SecretsContext(sealed_job)).ok()) {
+    return FailedPrecondition("job store " + path_ + ": key " + key_path_ +
+                              " does not open the sealed secrets of job " +
+                              std::to_string(sealed_job) +
+                              " (the key file was replaced?): restore the key the store was "
+                              "written with, or move the store away to start with an empty queue");
+  }
+  box_.emplace(std::move(*box));
+  return Status::Ok();
+}
+
+Status JobStore::MigrateClearSecrets(bool* changed) {
+  struct Row {
+    int64_t job_id;
+    herd::v1::JobState state;
+    herd::v1::TaskSpec spec;
+  };
+  std::vector<Row> rows;
+  {
+    HERD_ASSIGN_OR_RETURN(Stmt all, Prepare("SELECT job_id, state, spec FROM jobs"));
+    for (;;) {
+      const int rc = sqlite3_step(all.get());
+      if (rc == SQLITE_DONE) break;
+      if (rc != SQLITE_ROW) return Error("migrate secrets", rc);
+      Row row{sqlite3_column_int64(all.get(), 0),
+              static_cast<herd::v1::JobState>(sqlite3_column_int(all.get(), 1)),
+              {}};
+      const std::string_view spec = ColumnBytes(all.get(), 2);
+      if (!row.spec.ParseFromArray(spec.data(), static_cast<int>(spec.size()))) {
+        return IoError("job store " + path_ + ": the record of job " + std::to_string(row.job_id) +
+                       " is damaged");
+      }
+      if (row.spec.secrets_size() > 0) rows.push_back(std::move(row));
+    }
+  }
+  HERD_ASSIGN_OR_RETURN(Stmt update,
+                        Prepare("UPDATE jobs SET spec = ?2, secrets = ?3 WHERE job_id = ?1"));
+  for (const Row& row : rows) {
+    JobRecord record;
+    record.info.set_state(row.state);
+    record.spec = row.spec;
+    HERD_ASSIGN_OR_RETURN(auto secrets, SealedSecrets(record, row.job_id));
+    Reset reset(update.get());
+    sqlite3_bind_int64(update.get(), 1, row.job_id);
+    BindBlob(update.get(), 2, SpecWithoutSecrets(row.spec));
+    BindOptionalBlob(update.get(), 3, secrets);
+    const int rc = sqlite3_step(update.get());
+    if (rc != SQLITE_DONE) return Error("migrate secrets of job " + std::to_string(row.job_id), rc);
+    *changed = true;
+  }
+  return Status::Ok();
+}
+
+Result<std::optional<std::string>> JobStore::SealedSecrets(const JobRecord& record,
+                                                           int64_t job_id) const {
+  if (record.spec.secrets_size() == 0 || Terminal(record.info.state())) {
+    return std::optional<std::string>();
+  }
+  if (!box_) return Internal("job store " + path_ + ": no secrets key");
+  herd::v1::TaskSpec only;
+  *only.mutable_secrets() = record.spec.secrets();
+  std::string plain = only.SerializeAsString();
+  auto sealed = box_->Seal(plain, SecretsContext(job_id));
+  OPENSSL_cleanse(plain.data(), plain.size());
+  if (!sealed.ok()) return sealed.status();
+  return std::optional<std::string>(std::move(*sealed));
+}
+
+Status JobStore::OpenSecrets(int64_t job_id, std::string_view sealed,
+                             herd::v1::TaskSpec& spec) const {
+  if (!box_) return Internal("job store " + path_ + ": no secrets key");
+  auto plain = box_->Open(sealed, SecretsContext(job_id));
+  herd::v1::TaskSpec only;
+  if (!plain.ok() || !only.ParseFromString(*plain)) {
+    return IoError("job store " + path_ + ": the secrets of job " + std::to_string(job_id) +
+                   " do not open with key " + key_path_ +
+                   " (the key file was replaced, or the record is damaged)");
+  }
+  OPENSSL_cleanse(plain->data(), plain->size());
+  *spec.mutable_secrets() = only.secrets();
+  return Status::Ok();
 }
 
 Status JobStore::UpsertNode(const herd::v1::NodeInfo& node) {

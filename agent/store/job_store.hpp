@@ -1,9 +1,12 @@
 // The head's durable job table and cluster node list, in one SQLite file.
 //
 // Each row keeps the protobuf records as serialized blobs plus the columns that queries filter on
-// (job_id, state). The file is opened in WAL mode with a busy timeout, and every write runs in a
-// BEGIN IMMEDIATE transaction, so several JobStore objects (in one or several processes, e.g. the
-// head and a `herd` command) can share the file safely.
+// (job_id, state). A task's `secrets` are never written in clear: they are taken out of the spec
+// and kept sealed (AES-256-GCM, agent/store/secret_box.hpp) in a column of their own, with a key
+// file next to the store (`secrets.key`, 0600), and dropped once the job reached a terminal state
+// (nothing needs them any more). The file is opened in WAL mode with a busy timeout, and every
+// write runs in a BEGIN IMMEDIATE transaction, so several JobStore objects (in one or several
+// processes, e.g. the head and a `herd` command) can share the file safely.
 #pragma once
 
 #include <sqlite3.h>
@@ -11,9 +14,11 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "agent/store/secret_box.hpp"
 #include "herd/v1/common.pb.h"
 #include "shared/common/sqlite_db.hpp"
 #include "shared/common/status.hpp"
@@ -28,8 +33,13 @@ struct JobRecord {
 class JobStore {
  public:
   // Creates the file (and its schema) if missing. A file that is not a herd job store, is corrupt,
-  // or was written by a newer schema gives an error that names the path.
-  static Result<std::unique_ptr<JobStore>> Open(const std::string& path);
+  // or was written by a newer schema gives an error that names the path. A file of schema 1
+  // (secrets in clear) is migrated: its secrets sealed (active jobs) or dropped (finished ones).
+  // `key_path` (default: secrets.key in the store's directory) is loaded (SecretBox::Load's checks)
+  // or, when missing, created; but a missing key, or one that does not open the sealed secrets the
+  // store holds, is an error naming both files: the jobs waiting with those secrets could not run.
+  static Result<std::unique_ptr<JobStore>> Open(const std::string& path,
+                                                const std::string& key_path = "");
   ~JobStore();
   JobStore(const JobStore&) = delete;
   JobStore& operator=(const JobStore&) = delete;
@@ -38,9 +48,10 @@ class JobStore {
   Result<int64_t> AddJob(JobRecord record);
   // Replaces the whole record of info.job_id; NotFound if there is none.
   Status UpdateJob(const JobRecord& record);
-  // NotFound("job 7 not found").
+  // NotFound("job 7 not found"). With the job's secrets while it is active.
   Result<JobRecord> GetJob(int64_t job_id);
   // Newest first. skip_finished: only jobs not in a terminal state. limit <= 0: no limit.
+  // For listing: specs come WITHOUT their secrets (nothing that lists jobs needs them).
   Result<std::vector<JobRecord>> ListJobs(bool skip_finished, int limit);
   // Jobs in PENDING, SETTING_UP or RUNNING, oldest first (the scheduler's FIFO).
   Result<std::vector<JobRecord>> ActiveJobs();
@@ -58,9 +69,18 @@ class JobStore {
  private:
   using Stmt = sqlite::Stmt;
 
-  JobStore(std::string path, sqlite3* db) : path_(std::move(path)), db_(db) {}
+  JobStore(std::string path, sqlite3* db, std::string key_path)
+      : path_(std::move(path)), key_path_(std::move(key_path)), db_(db) {}
 
   Status Init();
+  // Loads or creates box_ (see Open); `version` is the schema version found in the file.
+  Status LoadKey(int version);
+  // Schema 1 -> 2, inside Init's write transaction: secrets out of the specs.
+  Status MigrateClearSecrets(bool* changed);
+  // The sealed secrets column of a record: nullopt (NULL) when it has none or has ended.
+  Result<std::optional<std::string>> SealedSecrets(const JobRecord& record, int64_t job_id) const;
+  // Puts the sealed secrets of a row back into its spec.
+  Status OpenSecrets(int64_t job_id, std::string_view sealed, herd::v1::TaskSpec& spec) const;
   Status Exec(const char* sql);
   Result<Stmt> Prepare(const char* sql);
   Status Error(std::string_view what) const;
@@ -68,9 +88,11 @@ class JobStore {
   // Runs `body` inside BEGIN IMMEDIATE ... COMMIT, rolling back on error.
   template <typename F>
   Status InWriteTransaction(F&& body);
-  Result<std::vector<JobRecord>> ReadJobs(sqlite3_stmt* stmt);
+  Result<std::vector<JobRecord>> ReadJobs(sqlite3_stmt* stmt, bool with_secrets);
 
   std::string path_;
+  std::string key_path_;
+  std::optional<SecretBox> box_;
   sqlite3* db_ = nullptr;
   std::mutex mu_;  // one connection; its prepared statements are not shareable between threads
   Stmt insert_job_, set_job_info_, update_job_, get_job_, list_jobs_, list_unfinished_jobs_,

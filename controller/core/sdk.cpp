@@ -10,7 +10,6 @@
 #include <set>
 #include <thread>
 
-#include "agent/sched/scheduler.hpp"
 #include "controller/bootstrap/agent_bootstrap.hpp"
 #include "controller/provider/local_provider.hpp"
 #include "controller/provider/ssh_pool_provider.hpp"
@@ -23,6 +22,7 @@
 #include "controller/state/herd_home.hpp"
 #include "controller/state/ssh_config.hpp"
 #include "shared/common/limits.hpp"
+#include "shared/sched/feasibility.hpp"
 #include "shared/tls/certs.hpp"
 
 namespace herd::sdk {
@@ -252,16 +252,9 @@ herd::Status SyncFiles(SshRunner& ssh, const ClusterRecord& c, const Task& task,
 
 // Fails before anything runs when no set of the cluster's nodes could ever hold the task.
 herd::Status CheckFeasible(const herd::v1::NodesReply& nodes, const herd::v1::TaskSpec& spec) {
-  std::vector<agent::NodeState> idle;
-  for (const auto& n : nodes.nodes()) {
-    agent::NodeState s;
-    s.info = n;
-    idle.push_back(s);
-  }
-  auto result = agent::Schedule({agent::DemandOf(1, spec)}, idle);
-  if (!result.infeasible.empty()) {
-    return FailedPrecondition("the task cannot run on this cluster: " +
-                              result.infeasible[0].reason);
+  std::vector<herd::v1::NodeInfo> idle(nodes.nodes().begin(), nodes.nodes().end());
+  if (auto why = sched::WhyInfeasible(sched::DemandOf(1, spec), idle)) {
+    return FailedPrecondition("the task cannot run on this cluster: " + *why);
   }
   return herd::Status::Ok();
 }

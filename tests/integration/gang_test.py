@@ -113,7 +113,7 @@ class GangTest(unittest.TestCase):
             self.assertEqual(env["SKYPILOT_USER"], os.environ.get("USER", "root"))
             self.assertEqual(env["PYTHONUNBUFFERED"], "1")
             self.assertEqual(env["MY_VAR"], "from-flag")  # --env beats the YAML
-            self.assertEqual(env["CUDA_VISIBLE_DEVICES"], "0,1")  # run keeps the agent's
+            self.assertEqual(env["CUDA_VISIBLE_DEVICES"], "0")  # its share of GPU 0 (L4:0.5)
         # Setup ran on every node of the cluster, each with its cluster rank, CUDA unset.
         setup = {}
         for line in out.splitlines():

@@ -44,9 +44,12 @@ def processes_with_marker(marker):
 
 
 class LoopbackCluster:
-    def __init__(self, name, addresses, gpus_per_node=2, gpu_name="L4", cpus=4):
+    def __init__(self, name, addresses, gpus_per_node=2, gpu_name="L4", cpus=4, agent_env=None):
+        """gpus_per_node: declared in each agent's config (`gpus:`), or a list with one entry per
+        node where None means "not declared: the agent probes" (NVML first, see agent_env)."""
         self.name = name
         self.addresses = addresses
+        self.agent_env = dict(agent_env or {})
         self.dir = tempfile.mkdtemp(prefix=f"herd-{name}-")
         os.chmod(self.dir, 0o700)
         self.marker_value = uuid.uuid4().hex
@@ -56,7 +59,8 @@ class LoopbackCluster:
         try:
             run([HERD, "certs", "init", self.certs, "--cluster", name])
             for i, addr in enumerate(addresses):
-                self._start_agent(i, addr, gpus_per_node, gpu_name, cpus)
+                gpus = gpus_per_node[i] if isinstance(gpus_per_node, list) else gpus_per_node
+                self._start_agent(i, addr, gpus, gpu_name, cpus)
                 if i == 0:
                     self.port = self._wait_port()
             self.wait_nodes(len(addresses))
@@ -81,9 +85,10 @@ class LoopbackCluster:
             "certs": os.path.join(ndir, "certs"),
             "state_dir": os.path.join(ndir, "state"),
             "cpus": cpus,
-            "gpus": gpus,
-            "gpu_name": gpu_name,
         }
+        if gpus is not None:
+            cfg["gpus"] = gpus
+            cfg["gpu_name"] = gpu_name
         if i == 0:
             cfg["listen"] = f"{addr}:0"
             cfg["port_file"] = os.path.join(ndir, "port")
@@ -92,7 +97,7 @@ class LoopbackCluster:
         path = os.path.join(ndir, "herdlet.yaml")
         with open(path, "w") as f:
             json.dump(cfg, f)  # JSON is YAML
-        env = dict(os.environ)
+        env = dict(os.environ, **self.agent_env)
         # Setup must not see this; run does (REFERENCE.md).
         env["CUDA_VISIBLE_DEVICES"] = "0,1"
         env["HOME"] = os.path.join(ndir, "home")
@@ -109,7 +114,8 @@ class LoopbackCluster:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=10)
         ndir = os.path.join(self.dir, self.node_id(i))
-        env = dict(os.environ, HOME=os.path.join(ndir, "home"), CUDA_VISIBLE_DEVICES="0,1")
+        env = dict(os.environ, **self.agent_env, HOME=os.path.join(ndir, "home"),
+                   CUDA_VISIBLE_DEVICES="0,1")
         log = open(os.path.join(ndir, "herdlet.log"), "ab")
         self.procs[i] = subprocess.Popen([HERDLET, "--config", os.path.join(ndir, "herdlet.yaml")],
                                          stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -128,7 +134,8 @@ class LoopbackCluster:
         cfg["listen"] = f"{self.addresses[0]}:{self.port}"
         with open(path, "w") as f:
             json.dump(cfg, f)
-        env = dict(os.environ, HOME=os.path.join(ndir, "home"), CUDA_VISIBLE_DEVICES="0,1")
+        env = dict(os.environ, **self.agent_env, HOME=os.path.join(ndir, "home"),
+                   CUDA_VISIBLE_DEVICES="0,1")
         log = open(os.path.join(ndir, "herdlet.log"), "ab")
         self.procs[0] = subprocess.Popen([HERDLET, "--config", path], stdout=log,
                                          stderr=subprocess.STDOUT, env=env,

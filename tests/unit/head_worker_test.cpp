@@ -69,6 +69,14 @@ class FakeLauncher : public ProcessLauncher {
     auto it = procs_[i].request.env.find(k);
     return it == procs_[i].request.env.end() ? "" : it->second;
   }
+  std::string group(std::size_t i) {
+    std::lock_guard lock(mu_);
+    return procs_[i].request.group;
+  }
+  std::vector<std::string> unset_env(std::size_t i) {
+    std::lock_guard lock(mu_);
+    return procs_[i].request.unset_env;
+  }
   std::vector<std::string> kills() {
     std::lock_guard lock(mu_);
     return kills_;
@@ -100,9 +108,16 @@ class FakeLauncher : public ProcessLauncher {
   std::vector<std::string> kills_;
 };
 
-class NoGpus : public GpuProbe {
+// `count` GPUs of one type, as NVML would report them (0: none).
+class FakeGpus : public GpuProbe {
  public:
-  GpuInventory Probe() override { return {{}, "none"}; }
+  explicit FakeGpus(int count) : count_(count) {}
+  GpuInventory Probe() override {
+    return {std::vector<std::string>(count_, "NVIDIA H200"), count_ ? "nvml" : "none"};
+  }
+
+ private:
+  int count_;
 };
 
 struct Cluster {
@@ -111,11 +126,11 @@ struct Cluster {
   std::unique_ptr<Head> head;
   std::vector<std::unique_ptr<FakeLauncher>> launchers;
   std::vector<std::unique_ptr<Worker>> workers;
-  NoGpus gpus;
+  FakeGpus gpus;
   std::thread thread;
   uint16_t port = 0;
 
-  Cluster() {
+  explicit Cluster(int gpus_per_node = 0) : gpus(gpus_per_node) {
     char tmpl[] = "/tmp/herd-head-worker-XXXXXX";
     dir = ::mkdtemp(tmpl);
     REQUIRE(tls::InitClusterCerts((dir / "certs").string(), "unit").ok());
@@ -256,6 +271,98 @@ TEST_CASE("a failing setup never starts run") {
   CHECK(c.launchers[1]->spawns() == 1);
   CHECK(follow.log.find("ERROR: Job 1's setup failed with return code list: [137, 7]") !=
         std::string::npos);
+}
+
+herd::v1::TaskSpec GpuJob(int nodes, double gpus) {
+  herd::v1::TaskSpec t;
+  t.set_name("gpu");
+  t.set_num_nodes(nodes);
+  t.set_run("train");
+  t.mutable_resources()->set_accelerator("H200");
+  t.mutable_resources()->set_accelerator_count(gpus);
+  return t;
+}
+
+herd::v1::JobState StateOf(controller::HeadClient& client, int64_t job) {
+  auto queue = client.Queue(false);
+  REQUIRE(queue.ok());
+  for (const auto& j : *queue) {
+    if (j.job_id() == job) return j.state();
+  }
+  return herd::v1::JOB_STATE_UNKNOWN;
+}
+
+TEST_CASE("8 GPUs per node: two 4-GPU jobs run at once on disjoint GPUs, an 8-GPU job waits") {
+  Cluster c(8);
+  auto client = c.Client();
+  auto a = client->Submit(GpuJob(2, 4), "alice");
+  auto b = client->Submit(GpuJob(2, 4), "bob");
+  auto big = client->Submit(GpuJob(2, 8), "carol");
+  REQUIRE((a.ok() && b.ok() && big.ok()));
+  for (auto& l : c.launchers) REQUIRE(l->WaitSpawns(2));
+  for (auto& l : c.launchers) {
+    CHECK(l->group(0) == JobGroupName(*a, 1));
+    CHECK(l->env(0, "CUDA_VISIBLE_DEVICES") == "0,1,2,3");
+    CHECK(l->env(0, "SKYPILOT_NUM_GPUS_PER_NODE") == "4");
+    CHECK(l->group(1) == JobGroupName(*b, 1));
+    CHECK(l->env(1, "CUDA_VISIBLE_DEVICES") == "4,5,6,7");
+  }
+  CHECK(StateOf(*client, *a) == herd::v1::JOB_STATE_RUNNING);
+  CHECK(StateOf(*client, *b) == herd::v1::JOB_STATE_RUNNING);
+  CHECK(StateOf(*client, *big) == herd::v1::JOB_STATE_PENDING);
+  // The assignment is in the job's record (jobs.db), in rank order.
+  auto queue = client->Queue(false);
+  REQUIRE(queue.ok());
+  for (const auto& j : *queue) {
+    if (j.job_id() != *b) continue;
+    REQUIRE(j.rank_gpus_size() == 2);
+    CHECK(std::vector<int>(j.rank_gpus(1).indices().begin(), j.rank_gpus(1).indices().end()) ==
+          std::vector<int>{4, 5, 6, 7});
+  }
+
+  for (auto& l : c.launchers) l->Exit(0, 0);  // a ends: 4 GPUs free per node, big needs 8
+  std::this_thread::sleep_for(300ms);
+  CHECK(StateOf(*client, *a) == herd::v1::JOB_STATE_SUCCEEDED);
+  CHECK(StateOf(*client, *big) == herd::v1::JOB_STATE_PENDING);
+  for (auto& l : c.launchers) CHECK(l->spawns() == 2);
+
+  for (auto& l : c.launchers) l->Exit(1, 0);  // b ends: big gets all 8 on both nodes
+  for (auto& l : c.launchers) {
+    REQUIRE(l->WaitSpawns(3));
+    CHECK(l->env(2, "CUDA_VISIBLE_DEVICES") == "0,1,2,3,4,5,6,7");
+    CHECK(l->env(2, "SKYPILOT_NUM_GPUS_PER_NODE") == "8");
+    l->Exit(2, 0);
+  }
+  Follow follow(c, *big);
+  follow.Join();
+  CHECK(follow.last.state() == herd::v1::JOB_STATE_SUCCEEDED);
+}
+
+TEST_CASE("fractional GPUs: two H200:0.5 jobs share GPU 0, setup sees no CUDA_VISIBLE_DEVICES") {
+  Cluster c(2);
+  auto client = c.Client();
+  herd::v1::TaskSpec half = GpuJob(1, 0.5);
+  half.set_setup("prepare");
+  auto a = client->Submit(half, "alice");
+  auto b = client->Submit(half, "bob");
+  REQUIRE((a.ok() && b.ok()));
+  // Setup runs on both nodes of the cluster for each job; run on the job's one node (the head).
+  REQUIRE(c.launchers[0]->WaitSpawns(2));
+  REQUIRE(c.launchers[1]->WaitSpawns(2));
+  for (std::size_t i = 0; i < 2; ++i) {
+    CHECK(c.launchers[0]->script(i) == "prepare");
+    CHECK(c.launchers[0]->env(i, "CUDA_VISIBLE_DEVICES").empty());
+    CHECK(c.launchers[0]->unset_env(i) == std::vector<std::string>{"CUDA_VISIBLE_DEVICES"});
+    c.launchers[0]->Exit(i, 0);
+    c.launchers[1]->Exit(i, 0);
+  }
+  REQUIRE(c.launchers[0]->WaitSpawns(4));
+  CHECK(c.launchers[0]->script(2) == "train");
+  CHECK(c.launchers[0]->env(2, "CUDA_VISIBLE_DEVICES") == "0");
+  CHECK(c.launchers[0]->env(3, "CUDA_VISIBLE_DEVICES") == "0");
+  CHECK(c.launchers[0]->env(3, "SKYPILOT_NUM_GPUS_PER_NODE") == "1");
+  c.launchers[0]->Exit(2, 0);
+  c.launchers[0]->Exit(3, 0);
 }
 
 }  // namespace

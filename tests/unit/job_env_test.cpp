@@ -101,6 +101,30 @@ TEST_CASE("user envs and secrets cannot override herd's identity variables") {
   CHECK(setup.at("HERD_NUM_NODES") == "4");
 }
 
+TEST_CASE("CUDA_VISIBLE_DEVICES: each rank's own GPU indices in run, never in setup") {
+  Fixture f;
+  f.ctx.gang_gpus = {{4, 5, 6, 7}, {0, 1, 2, 3}};
+  (*f.spec.mutable_envs())["CUDA_VISIBLE_DEVICES"] = "0";  // the assignment wins
+  CHECK(RunEnv(f.ctx, 0).at("CUDA_VISIBLE_DEVICES") == "4,5,6,7");
+  CHECK(RunEnv(f.ctx, 1).at("CUDA_VISIBLE_DEVICES") == "0,1,2,3");
+  CHECK(RunEnv(f.ctx, 0).at("SKYPILOT_NUM_GPUS_PER_NODE") == "4");
+  // Setup sees every GPU: the task's value is exported, then the agent removes the variable.
+  CHECK(SetupUnsetEnv() == std::vector<std::string>{"CUDA_VISIBLE_DEVICES"});
+
+  // A fractional job shares one index.
+  f.spec.mutable_resources()->set_accelerator_count(0.5);
+  f.ctx.gang_gpus = {{2}, {0}};
+  CHECK(RunEnv(f.ctx, 0).at("CUDA_VISIBLE_DEVICES") == "2");
+  CHECK(RunEnv(f.ctx, 0).at("SKYPILOT_NUM_GPUS_PER_NODE") == "1");
+
+  // No assignment (a job without GPUs): herd sets nothing, the agent's environment stays.
+  f.spec.mutable_envs()->erase("CUDA_VISIBLE_DEVICES");
+  f.ctx.gang_gpus.clear();
+  CHECK(RunEnv(f.ctx, 0).count("CUDA_VISIBLE_DEVICES") == 0);
+  f.ctx.gang_gpus = {{}, {}};
+  CHECK(RunEnv(f.ctx, 1).count("CUDA_VISIBLE_DEVICES") == 0);
+}
+
 TEST_CASE("GpusPerNode rounds up") {
   CHECK(GpusPerNode(0) == 0);
   CHECK(GpusPerNode(0.5) == 1);

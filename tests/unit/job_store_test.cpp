@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 #include <vector>
@@ -348,4 +350,188 @@ TEST_CASE("a file that is not a job store gives an error naming the path") {
     REQUIRE_FALSE(store.ok());
     CHECK(store.status().message().find(path) != std::string::npos);
   }
+}
+
+namespace {
+
+// Every byte the store left on disk: the database and its WAL (and the rollback journal, if any).
+std::string RawBytes(const TempDir& dir) {
+  std::string all;
+  for (const char* name : {"jobs.db", "jobs.db-wal", "jobs.db-journal"}) {
+    std::ifstream in(dir.File(name), std::ios::binary);
+    all.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  return all;
+}
+
+JobRecord WithSecret(const std::string& name, const std::string& value,
+                     herd::v1::JobState state = herd::v1::JOB_STATE_PENDING) {
+  JobRecord r = Record(name, state);
+  (*r.spec.mutable_secrets())["HF_TOKEN"] = value;
+  (*r.spec.mutable_envs())["PLAIN"] = "visible-env-value";
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("secrets are sealed at rest: never in the file's bytes, back in the spec when read") {
+  TempDir dir;
+  const std::string value = "hf_SECRET_7f3a9c21d4";
+  {
+    auto store = MustOpen(dir.File("jobs.db"));
+    const int64_t id = store->AddJob(WithSecret("train", value)).value();
+    JobRecord rec = store->GetJob(id).value();
+    CHECK(rec.spec.secrets().at("HF_TOKEN") == value);
+    rec.info.set_state(herd::v1::JOB_STATE_RUNNING);
+    REQUIRE(store->UpdateJob(rec).ok());
+    REQUIRE(store->AddJob(WithSecret("eval", value)).ok());
+
+    const std::string raw = RawBytes(dir);  // while open: the WAL holds the writes
+    CHECK(raw.find("visible-env-value") != std::string::npos);  // the check can see plain text
+    CHECK(raw.find(value) == std::string::npos);
+    CHECK(raw.find("HF_TOKEN") == std::string::npos);  // the names are sealed too
+
+    auto active = store->ActiveJobs();
+    REQUIRE(active.ok());
+    REQUIRE(active->size() == 2);
+    for (const auto& j : *active) CHECK(j.spec.secrets().at("HF_TOKEN") == value);
+    auto listed = store->ListJobs(false, 0);
+    REQUIRE(listed.ok());
+    for (const auto& j : *listed) {
+      CHECK(j.spec.secrets().empty());  // a listing never needs them
+      CHECK(j.spec.envs().at("PLAIN") == "visible-env-value");
+    }
+  }
+  // A new process (a restarted head) reads them back with the key file.
+  auto store = MustOpen(dir.File("jobs.db"));
+  CHECK(store->GetJob(1).value().spec.secrets().at("HF_TOKEN") == value);
+  CHECK(RawBytes(dir).find(value) == std::string::npos);
+  struct stat st {};
+  REQUIRE(::stat(dir.File("secrets.key").c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0600);
+
+  // A finished job's secrets are dropped: nothing needs them any more.
+  JobRecord done = store->GetJob(1).value();
+  done.info.set_state(herd::v1::JOB_STATE_SUCCEEDED);
+  REQUIRE(store->UpdateJob(done).ok());
+  CHECK(store->GetJob(1).value().spec.secrets().empty());
+  CHECK(store->GetJob(2).value().spec.secrets().at("HF_TOKEN") == value);
+}
+
+TEST_CASE("a sealed row moved to another job does not open") {
+  TempDir dir;
+  {
+    auto store = MustOpen(dir.File("jobs.db"));
+    REQUIRE(store->AddJob(WithSecret("a", "value-a")).ok());
+    REQUIRE(store->AddJob(Record("b")).ok());
+  }
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(dir.File("jobs.db").c_str(), &db) == SQLITE_OK);
+  CHECK(sqlite3_exec(db,
+                     "UPDATE jobs SET secrets = (SELECT secrets FROM jobs WHERE job_id = 1) "
+                     "WHERE job_id = 2",
+                     nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+  auto store = MustOpen(dir.File("jobs.db"));
+  CHECK(store->GetJob(1).value().spec.secrets().at("HF_TOKEN") == "value-a");
+  auto moved = store->GetJob(2);
+  REQUIRE_FALSE(moved.ok());
+  CHECK(moved.status().message().find("the secrets of job 2 do not open") != std::string::npos);
+  CHECK(store->ListJobs(false, 0).ok());  // listing does not need them
+}
+
+TEST_CASE("a missing, replaced or unsafe key file: a clear error, nothing changed") {
+  TempDir dir;
+  const std::string db = dir.File("jobs.db");
+  const std::string key = dir.File("secrets.key");
+  { REQUIRE(MustOpen(db)->AddJob(WithSecret("waiting", "pending-secret")).ok()); }
+
+  SUBCASE("missing while a job waits with sealed secrets") {
+    std::filesystem::rename(key, dir.File("saved.key"));
+    auto store = JobStore::Open(db);
+    REQUIRE_FALSE(store.ok());
+    CHECK(store.status().code() == herd::Code::kFailedPrecondition);
+    CHECK(store.status().message().find(key + " is missing") != std::string::npos);
+    CHECK(store.status().message().find("job 1") != std::string::npos);
+    CHECK_FALSE(std::filesystem::exists(key));  // no new key that could never open them
+    std::filesystem::rename(dir.File("saved.key"), key);
+    CHECK(MustOpen(db)->GetJob(1).value().spec.secrets().at("HF_TOKEN") == "pending-secret");
+  }
+  SUBCASE("replaced by another key") {
+    std::filesystem::rename(key, dir.File("saved.key"));
+    REQUIRE(herd::agent::SecretBox::Create(key).ok());
+    auto store = JobStore::Open(db);
+    REQUIRE_FALSE(store.ok());
+    CHECK(store.status().message().find("does not open the sealed secrets of job 1") !=
+          std::string::npos);
+    std::filesystem::rename(dir.File("saved.key"), key);
+    CHECK(MustOpen(db)->GetJob(1).value().spec.secrets().at("HF_TOKEN") == "pending-secret");
+  }
+  SUBCASE("readable by others") {
+    REQUIRE(::chmod(key.c_str(), 0644) == 0);
+    auto store = JobStore::Open(db);
+    REQUIRE_FALSE(store.ok());
+    CHECK(store.status().message().find(db) != std::string::npos);
+    CHECK(store.status().message().find(key + " has mode 0644") != std::string::npos);
+    REQUIRE(::chmod(key.c_str(), 0600) == 0);
+    CHECK(MustOpen(db)->GetJob(1).value().spec.secrets().at("HF_TOKEN") == "pending-secret");
+  }
+  SUBCASE("missing when no job holds secrets any more: a new key is made") {
+    {
+      auto store = MustOpen(db);
+      JobRecord rec = store->GetJob(1).value();
+      rec.info.set_state(herd::v1::JOB_STATE_CANCELLED);
+      REQUIRE(store->UpdateJob(rec).ok());
+    }
+    std::filesystem::remove(key);
+    auto store = MustOpen(db);
+    CHECK(std::filesystem::exists(key));
+    const int64_t id = store->AddJob(WithSecret("next", "new-secret")).value();
+    CHECK(store->GetJob(id).value().spec.secrets().at("HF_TOKEN") == "new-secret");
+  }
+}
+
+TEST_CASE("a schema 1 store (secrets in clear) is migrated: sealed or dropped, none left") {
+  TempDir dir;
+  const std::string path = dir.File("jobs.db");
+  {
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+    CHECK(sqlite3_exec(db,
+                       "PRAGMA journal_mode = WAL;"
+                       "CREATE TABLE jobs (job_id INTEGER PRIMARY KEY AUTOINCREMENT, "
+                       "state INTEGER NOT NULL, info BLOB NOT NULL, spec BLOB NOT NULL);"
+                       "CREATE INDEX jobs_by_state ON jobs (state, job_id);"
+                       "CREATE TABLE nodes (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+                       "node_id TEXT NOT NULL UNIQUE, info BLOB NOT NULL);"
+                       "PRAGMA user_version = 1;",
+                       nullptr, nullptr, nullptr) == SQLITE_OK);
+    sqlite3_stmt* insert = nullptr;
+    REQUIRE(sqlite3_prepare_v2(db, "INSERT INTO jobs (state, info, spec) VALUES (?1, ?2, ?3)", -1,
+                               &insert, nullptr) == SQLITE_OK);
+    for (auto [state, value] : {std::pair{herd::v1::JOB_STATE_PENDING, "clear-pending-secret"},
+                                std::pair{herd::v1::JOB_STATE_SUCCEEDED, "clear-done-secret"}}) {
+      JobRecord r = WithSecret("old", value, state);
+      const std::string info = r.info.SerializeAsString();
+      const std::string spec = r.spec.SerializeAsString();
+      sqlite3_bind_int(insert, 1, state);
+      sqlite3_bind_blob(insert, 2, info.data(), static_cast<int>(info.size()), SQLITE_TRANSIENT);
+      sqlite3_bind_blob(insert, 3, spec.data(), static_cast<int>(spec.size()), SQLITE_TRANSIENT);
+      REQUIRE(sqlite3_step(insert) == SQLITE_DONE);
+      sqlite3_reset(insert);
+    }
+    sqlite3_finalize(insert);
+    sqlite3_close(db);
+  }
+  REQUIRE(RawBytes(dir).find("clear-pending-secret") != std::string::npos);  // before
+  {
+    auto store = MustOpen(path);
+    CHECK(store->GetJob(1).value().spec.secrets().at("HF_TOKEN") == "clear-pending-secret");
+    CHECK(store->GetJob(2).value().spec.secrets().empty());
+    CHECK(store->GetJob(2).value().spec.envs().at("PLAIN") == "visible-env-value");
+  }
+  const std::string raw = RawBytes(dir);
+  CHECK(raw.find("clear-pending-secret") == std::string::npos);
+  CHECK(raw.find("clear-done-secret") == std::string::npos);
+  CHECK(MustOpen(path)->GetJob(1).value().spec.secrets().at("HF_TOKEN") == "clear-pending-secret");
 }

@@ -1,17 +1,23 @@
 #include "agent/sched/scheduler.hpp"
 
 #include <doctest/doctest.h>
+#include <stdlib.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "agent/store/job_store.hpp"
 #include "shared/common/limits.hpp"
 
+using herd::agent::AssignGpus;
 using herd::agent::DemandOf;
 using herd::agent::JobDemand;
 using herd::agent::NodeState;
+using herd::agent::Reserve;
 using herd::agent::Schedule;
 using herd::agent::ScheduleResult;
+using herd::agent::TakeGpus;
 
 namespace {
 
@@ -29,6 +35,7 @@ JobDemand Job(int64_t id, int nodes, double cpus, double gpus = 0, const std::st
 }
 
 using Ids = std::vector<std::string>;
+using Gpus = std::vector<int>;
 
 std::vector<int64_t> Started(const ScheduleResult& r) {
   std::vector<int64_t> ids;
@@ -152,12 +159,12 @@ TEST_CASE("fractional GPUs: two T4:0.5 jobs share one GPU, a third waits") {
   CHECK(Started(r) == std::vector<int64_t>{1, 2});
   CHECK(r.infeasible.empty());
 
-  nodes[0].gpus_used = 0.5;  // one running already
+  nodes[0].gpu_used = {0.5};  // one running already
   r = Schedule({Job(4, 1, 1, 0.5, "T4"), Job(5, 1, 1, 0.5, "T4")}, nodes);
   CHECK(Started(r) == std::vector<int64_t>{4});
 
   // Sums of decimals: 0.1 + 0.2 used leaves room for 0.7.
-  nodes[0].gpus_used = 0.1 + 0.2;
+  nodes[0].gpu_used = {0.1 + 0.2};
   r = Schedule({Job(6, 1, 1, 0.7, "T4")}, nodes);
   CHECK(Started(r) == std::vector<int64_t>{6});
 }
@@ -219,4 +226,141 @@ TEST_CASE("CPU jobs may run on GPU nodes; a zero CPU demand means the default") 
   ScheduleResult r = Schedule({Job(1, 1, 0), Job(2, 1, 0), Job(3, 1, 0)}, nodes);
   // 1 CPU holds two jobs of the default 0.5 CPUs.
   CHECK(Started(r) == std::vector<int64_t>{1, 2});
+}
+
+TEST_CASE(
+    "AssignGpus: whole GPUs are the lowest free indices; a share packs onto the fullest GPU") {
+  std::vector<double> used;
+  CHECK(AssignGpus(used, 8, 4) == Gpus{0, 1, 2, 3});
+  CHECK(AssignGpus(used, 8, 0) == Gpus{});
+  CHECK(AssignGpus(used, 8, 1.5) == Gpus{0, 1});  // rounded up, as SKYPILOT_NUM_GPUS_PER_NODE
+  CHECK(AssignGpus(used, 8, 8.0000000001) == Gpus{0, 1, 2, 3, 4, 5, 6, 7});  // float noise
+  CHECK_FALSE(AssignGpus(used, 8, 9));
+  CHECK_FALSE(AssignGpus(used, 0, 0.5));
+
+  TakeGpus(used, {0, 1, 2, 3}, 4);
+  CHECK(AssignGpus(used, 8, 4) == Gpus{4, 5, 6, 7});
+  CHECK_FALSE(AssignGpus(used, 8, 5));
+
+  // Shares: the first goes to the lowest free index, the next ones to the fullest that has room.
+  TakeGpus(used, {4}, 0.5);
+  CHECK(used[4] == 0.5);
+  CHECK(AssignGpus(used, 8, 0.5) == Gpus{4});
+  CHECK(AssignGpus(used, 8, 0.25) == Gpus{4});
+  CHECK(AssignGpus(used, 8, 0.75) == Gpus{5});  // does not fit 4 any more
+  CHECK(AssignGpus(used, 8, 1) == Gpus{5});     // a whole GPU never takes a shared one
+  CHECK(AssignGpus(used, 8, 3) == Gpus{5, 6, 7});
+  CHECK_FALSE(AssignGpus(used, 8, 4));
+  TakeGpus(used, {4}, 0.5);
+  CHECK(AssignGpus(used, 8, 0.5) == Gpus{5});  // 4 is full now
+}
+
+TEST_CASE("8 GPUs: two 4-GPU jobs get disjoint indices at once, an 8-GPU job waits for both") {
+  std::vector<NodeState> nodes = {Node("g", 64, 8, "NVIDIA H200")};
+  ScheduleResult r =
+      Schedule({Job(1, 1, 1, 4, "H200"), Job(2, 1, 1, 4, "H200"), Job(3, 1, 1, 8, "H200")}, nodes);
+  CHECK(Started(r) == std::vector<int64_t>{1, 2});
+  CHECK(r.infeasible.empty());  // 3 waits: it fits the idle node
+  REQUIRE(r.start.size() == 2);
+  CHECK(r.start[0].gpus == std::vector<Gpus>{{0, 1, 2, 3}});
+  CHECK(r.start[1].gpus == std::vector<Gpus>{{4, 5, 6, 7}});
+
+  // With 1 and 2 running (as the head reserves them from their records), 3 still waits ...
+  herd::v1::JobInfo one, two;
+  one.add_node_ids("g");
+  one.add_rank_gpus();
+  for (int i : {0, 1, 2, 3}) one.mutable_rank_gpus(0)->add_indices(i);
+  two.add_node_ids("g");
+  two.add_rank_gpus();
+  for (int i : {4, 5, 6, 7}) two.mutable_rank_gpus(0)->add_indices(i);
+  std::vector<NodeState> busy = nodes;
+  Reserve(busy, Job(1, 1, 1, 4, "H200"), one);
+  Reserve(busy, Job(2, 1, 1, 4, "H200"), two);
+  CHECK(busy[0].cpus_used == 2);
+  CHECK(Schedule({Job(3, 1, 1, 8, "H200")}, busy).start.empty());
+  // ... and behind it a 4-GPU job waits too (no backfill).
+  busy = nodes;
+  Reserve(busy, Job(1, 1, 1, 4, "H200"), one);
+  CHECK(Started(Schedule({Job(3, 1, 1, 8, "H200"), Job(4, 1, 1, 4, "H200")}, busy)).empty());
+  // When both ended, 3 gets all 8.
+  r = Schedule({Job(3, 1, 1, 8, "H200")}, nodes);
+  REQUIRE(r.start.size() == 1);
+  CHECK(r.start[0].gpus == std::vector<Gpus>{{0, 1, 2, 3, 4, 5, 6, 7}});
+}
+
+TEST_CASE("a gang gets GPU indices per rank, each on its own node") {
+  std::vector<NodeState> nodes = {Node("head", 8), Node("g1", 8, 4, "NVIDIA L4"),
+                                  Node("g2", 8, 4, "NVIDIA L4")};
+  nodes[2].gpu_used = {1, 0, 0.5};
+  ScheduleResult r = Schedule({Job(1, 2, 1, 2, "L4")}, nodes);
+  REQUIRE(r.start.size() == 1);
+  CHECK(r.start[0].node_ids == Ids{"g1", "g2"});
+  CHECK(r.start[0].gpus == std::vector<Gpus>{{0, 1}, {1, 3}});
+  // A job without GPUs gets no index, even on a GPU node.
+  r = Schedule({Job(2, 1, 1)}, {Node("g", 8, 4, "NVIDIA L4")});
+  REQUIRE(r.start.size() == 1);
+  CHECK(r.start[0].gpus == std::vector<Gpus>{{}});
+  // Enough GPUs in total but not whole ones: 4 GPUs each half used cannot hold a 1-GPU rank.
+  nodes = {Node("g", 8, 4, "NVIDIA L4")};
+  nodes[0].gpu_used = {0.5, 0.5, 0.5, 0.5};
+  CHECK(Schedule({Job(3, 1, 1, 1, "L4")}, nodes).start.empty());
+  CHECK(Started(Schedule({Job(4, 1, 1, 0.5, "L4")}, nodes)) == std::vector<int64_t>{4});
+}
+
+TEST_CASE("Reserve: a record without indices (an older head's) is still counted") {
+  std::vector<NodeState> nodes = {Node("g", 8, 8, "NVIDIA H200")};
+  herd::v1::JobInfo old;
+  old.add_node_ids("g");
+  old.add_node_ids("gone");  // a node the head no longer knows is skipped
+  Reserve(nodes, Job(1, 2, 2, 4, "H200"), old);
+  CHECK(nodes[0].cpus_used == 2);
+  CHECK(nodes[0].gpu_used == std::vector<double>{1, 1, 1, 1});
+  Reserve(nodes, Job(2, 1, 2, 6, "H200"), old);  // more than is free: counted, not forgotten
+  CHECK(nodes[0].gpu_used == std::vector<double>{2, 2, 2, 2, 1, 1});
+  CHECK(Schedule({Job(3, 1, 1, 3, "H200")}, nodes).start.empty());
+  ScheduleResult r = Schedule({Job(4, 1, 1, 2, "H200")}, nodes);
+  REQUIRE(r.start.size() == 1);
+  CHECK(r.start[0].gpus == std::vector<Gpus>{{6, 7}});
+}
+
+TEST_CASE("the assignment is kept in jobs.db: a new head process reserves the same GPUs") {
+  char tmpl[] = "/tmp/herd-sched-XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  const std::string db = dir + "/jobs.db";
+  std::vector<NodeState> nodes = {Node("g", 64, 8, "NVIDIA H200")};
+  herd::v1::TaskSpec spec;
+  spec.set_num_nodes(1);
+  spec.mutable_resources()->set_accelerator("H200");
+  spec.mutable_resources()->set_accelerator_count(4);
+  {
+    auto store = herd::agent::JobStore::Open(db);
+    REQUIRE(store.ok());
+    herd::agent::JobRecord rec;
+    rec.spec = spec;
+    rec.info.set_state(herd::v1::JOB_STATE_PENDING);
+    auto id = (*store)->AddJob(rec);
+    REQUIRE(id.ok());
+    rec.info.set_job_id(*id);
+    // The head placed it on the second half (the first was taken by a job since finished).
+    std::vector<NodeState> busy = nodes;
+    busy[0].gpu_used = {1, 1, 1, 1};
+    ScheduleResult r = Schedule({DemandOf(*id, spec)}, busy);
+    REQUIRE(r.start.size() == 1);
+    rec.info.set_state(herd::v1::JOB_STATE_RUNNING);
+    rec.info.add_node_ids("g");
+    rec.info.add_rank_gpus()->mutable_indices()->Add(r.start[0].gpus[0].begin(),
+                                                     r.start[0].gpus[0].end());
+    REQUIRE((*store)->UpdateJob(rec).ok());
+  }
+  auto store = herd::agent::JobStore::Open(db);
+  REQUIRE(store.ok());
+  auto active = (*store)->ActiveJobs();
+  REQUIRE(active.ok());
+  REQUIRE(active->size() == 1);
+  std::vector<NodeState> after = nodes;
+  Reserve(after, DemandOf(1, active->at(0).spec), active->at(0).info);
+  ScheduleResult r = Schedule({DemandOf(2, spec)}, after);
+  REQUIRE(r.start.size() == 1);
+  CHECK(r.start[0].gpus == std::vector<Gpus>{{0, 1, 2, 3}});  // not 4-7: those are still taken
+  std::filesystem::remove_all(dir);
 }
