@@ -20,37 +20,58 @@
 namespace herd::task {
 namespace {
 
-// Length of the valid UTF-8 sequence at text[i], or 0 when it is not one (overlong forms,
-// surrogates and code points past U+10FFFF included). YAML 1.2 streams are Unicode text and every
-// printed form of a task (`herd check -o json`, the SDK's JSON) must stay valid.
-std::size_t Utf8SequenceLength(std::string_view text, std::size_t i) {
+// The code point of the valid UTF-8 sequence at text[i] and its length, or length 0 when it is
+// not one (overlong forms, surrogates and code points past U+10FFFF included).
+struct CodePoint {
+  char32_t value = 0;
+  std::size_t length = 0;
+};
+CodePoint DecodeUtf8(std::string_view text, std::size_t i) {
   const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
   unsigned char b = byte(i);
-  if (b < 0x80) return 1;
+  if (b < 0x80) return {b, 1};
   std::size_t len = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 0;
-  if (len == 0 || b > 0xF4 || b == 0xC0 || b == 0xC1 || i + len > text.size()) return 0;
+  if (len == 0 || b > 0xF4 || b == 0xC0 || b == 0xC1 || i + len > text.size()) return {};
+  char32_t value = b & (0x7F >> len);
   for (std::size_t k = 1; k < len; ++k) {
-    if ((byte(i + k) & 0xC0) != 0x80) return 0;
+    if ((byte(i + k) & 0xC0) != 0x80) return {};
+    value = (value << 6) | (byte(i + k) & 0x3F);
   }
   unsigned char b1 = byte(i + 1);
   if ((b == 0xE0 && b1 < 0xA0) || (b == 0xED && b1 >= 0xA0) || (b == 0xF0 && b1 < 0x90) ||
       (b == 0xF4 && b1 >= 0x90)) {
-    return 0;
+    return {};
   }
-  return len;
+  return {value, len};
 }
 
-// "file:LINE:COL: ..." for the first byte that is not UTF-8, OK for valid text.
-Status CheckUtf8(std::string_view text, std::string_view source) {
+// YAML 1.2's c-printable: what a YAML stream may contain. Tab, LF, CR and printable Unicode; no
+// other C0 or C1 control character (NUL included), no DEL, no U+FFFE/U+FFFF.
+bool YamlPrintable(char32_t c) {
+  return c == 0x09 || c == 0x0A || c == 0x0D || (c >= 0x20 && c <= 0x7E) || c == 0x85 ||
+         (c >= 0xA0 && c <= 0xD7FF) || (c >= 0xE000 && c <= 0xFFFD) ||
+         (c >= 0x10000 && c <= 0x10FFFF);
+}
+
+// "file:LINE:COL: ..." for the first byte that is not UTF-8 or the first character YAML does not
+// allow; OK for valid text. yaml-cpp accepts both, and then every printed form of the task
+// (`herd check -o json`, the SDK's JSON) would carry them: found by tests/fuzz/task_fuzz.
+Status CheckYamlText(std::string_view text, std::string_view source) {
   std::size_t line = 1, col = 1;
   for (std::size_t i = 0; i < text.size();) {
-    std::size_t len = Utf8SequenceLength(text, i);
-    if (len == 0) {
-      char hex[8];
-      std::snprintf(hex, sizeof hex, "0x%02X", static_cast<unsigned char>(text[i]));
+    CodePoint cp = DecodeUtf8(text, i);
+    if (cp.length == 0 || !YamlPrintable(cp.value)) {
+      char what[48];
+      if (cp.length == 0) {
+        std::snprintf(what, sizeof what, "not UTF-8 text (byte 0x%02X)",
+                      static_cast<unsigned char>(text[i]));
+      } else {
+        std::snprintf(what, sizeof what, "control character U+%04X",
+                      static_cast<unsigned>(cp.value));
+      }
       return InvalidArgument(std::string(source) + ":" + std::to_string(line) + ":" +
-                             std::to_string(col) + ": not UTF-8 text (byte " + hex +
-                             "); save the task file as UTF-8");
+                             std::to_string(col) + ": " + what +
+                             "; a task file is UTF-8 text without control characters");
     }
     if (text[i] == '\n') {
       ++line;
@@ -58,7 +79,7 @@ Status CheckUtf8(std::string_view text, std::string_view source) {
     } else {
       ++col;
     }
-    i += len;
+    i += cp.length;
   }
   return Status::Ok();
 }
@@ -779,7 +800,7 @@ class TaskParser {
 
 Result<Task> ParseTaskYaml(std::string_view yaml, std::string_view source_name,
                            const ParseOptions& options) {
-  HERD_RETURN_IF_ERROR(CheckUtf8(yaml, source_name));
+  HERD_RETURN_IF_ERROR(CheckYamlText(yaml, source_name));
   try {
     return TaskParser(source_name, options).Parse(yaml);
   } catch (const std::exception& e) {  // yaml-cpp or std failures that escaped the parser

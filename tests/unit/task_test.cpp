@@ -84,7 +84,8 @@ TEST_CASE("a task that is not UTF-8 text is refused at the first bad byte, by li
   // Found by tests/fuzz/task_fuzz: a Latin-1 byte in a comment or value made `herd check -o json`
   // print invalid JSON (the Python SDK's json.loads then failed).
   CHECK(ErrorOf("name: t\nrun: echo caf\xe9\n") ==
-        "t.yaml:2:14: not UTF-8 text (byte 0xE9); save the task file as UTF-8");
+        "t.yaml:2:14: not UTF-8 text (byte 0xE9); a task file is UTF-8 text without control "
+        "characters");
   CHECK(ErrorOf("# \xc3\x28\nname: t\n").rfind("t.yaml:1:3: ", 0) == 0);  // bad continuation
   CHECK(ErrorOf("name: \xed\xa0\x80\n").rfind("t.yaml:1:7: ", 0) == 0);   // a surrogate
   CHECK(ErrorOf("name: \xc0\xaf\n").rfind("t.yaml:1:7: ", 0) == 0);       // overlong '/'
@@ -93,6 +94,12 @@ TEST_CASE("a task that is not UTF-8 text is refused at the first bad byte, by li
   CHECK(Parse("name: caf\xc3\xa9 \xf0\x9f\x9a\x80\nrun: echo \xe2\x82\xac\n").name ==
         "caf\xc3\xa9 \xf0\x9f\x9a\x80");
   CHECK(ErrorOf("name: \xc3\xa9\xff\n").rfind("t.yaml:1:8: ", 0) == 0);
+  // Control characters YAML does not allow (a NUL in a key made the JSON form invalid).
+  CHECK(ErrorOf(std::string_view("envs:\n  A\x01\0B: 1\n", 16))
+            .rfind("t.yaml:2:4: control character U+0001", 0) == 0);
+  CHECK(ErrorOf("run: echo \x7f\n").rfind("t.yaml:1:11: control character U+007F", 0) == 0);
+  CHECK(ErrorOf("run: echo \xc2\x9b\n").rfind("t.yaml:1:11: control character U+009B", 0) == 0);
+  CHECK(Parse("name: t\r\nrun: echo\ta\r\n").run == "echo\ta");
 }
 
 TEST_CASE("malformed YAML that makes yaml-cpp 0.7 loop is refused at its place, quickly") {
