@@ -12,6 +12,7 @@
 
 #include "agent/sched/scheduler.hpp"
 #include "controller/bootstrap/agent_bootstrap.hpp"
+#include "controller/provider/aws_provider.hpp"
 #include "controller/provider/local_provider.hpp"
 #include "controller/provider/ssh_pool_provider.hpp"
 #include "controller/ssh/parallel.hpp"
@@ -64,13 +65,34 @@ Result<ClusterRecord> Lookup(ClusterStore& store, const std::string& name) {
   return *rec;
 }
 
-Result<std::unique_ptr<Provider>> MakeProvider(const std::string& infra) {
+bool IsAws(const std::string& infra) { return infra == "aws" || infra.rfind("aws/", 0) == 0; }
+
+// `res` (the task's resources) only matters for a provider that makes machines to fit them.
+Result<std::unique_ptr<Provider>> MakeProvider(const std::string& infra,
+                                               const Resources* res = nullptr) {
   if (infra.empty() || infra == "local") return std::unique_ptr<Provider>(new LocalProvider());
   if (infra.rfind("ssh/", 0) == 0 && infra.size() > 4) {
     return std::unique_ptr<Provider>(new SshPoolProvider(infra.substr(4)));
   }
+  if (IsAws(infra)) {
+    HERD_ASSIGN_OR_RETURN(AwsLaunchSpec spec, ParseAwsInfra(infra));
+    if (res != nullptr) {
+      spec.demand = {res->accelerator,   res->accelerator_count, res->cpus,
+                     res->cpus_at_least, res->memory_gb,         res->memory_at_least};
+      spec.instance_type = res->instance_type;
+      spec.use_spot = res->use_spot;
+      spec.disk_size_gb = res->disk_size;
+    }
+    return std::unique_ptr<Provider>(new AwsProvider(std::move(spec)));
+  }
   return InvalidArgument("infra '" + infra +
-                         "' is not available: herd provides 'local' and 'ssh/<pool>'");
+                         "' is not available: herd provides 'local', 'ssh/<pool>' and "
+                         "'aws[/REGION[/ZONE]]'");
+}
+
+// Where the other nodes (and the head's forward) reach a node.
+const std::string& InternalIp(const NodeRecord& n) {
+  return n.internal_ip.empty() ? n.ip : n.internal_ip;
 }
 
 SshTarget TargetOf(const ClusterRecord& c, const NodeRecord& n) {
@@ -117,12 +139,12 @@ std::string AgentConfigYaml(const ClusterRecord& c, std::size_t i) {
   y += "role: " + std::string(n.is_head ? "head" : "worker") + "\n";
   y += "cluster: " + c.name + "\n";
   y += "node_id: " + n.name + "\n";
-  y += "address: " + n.ip + "\n";
+  y += "address: " + InternalIp(n) + "\n";
   if (n.is_head) {
-    y += "listen: " + n.ip + ":" + std::to_string(c.head_port) + "\n";
+    y += "listen: " + InternalIp(n) + ":" + std::to_string(c.head_port) + "\n";
     y += "expected_nodes: " + std::to_string(c.nodes.size()) + "\n";
   } else {
-    y += "head: " + head->ip + ":" + std::to_string(c.head_port) + "\n";
+    y += "head: " + InternalIp(*head) + ":" + std::to_string(c.head_port) + "\n";
   }
   y += "certs: certs\nstate_dir: state\ncloud: " + c.provider + "\n";
   return y;
@@ -137,7 +159,7 @@ Result<BootstrapResult> BootstrapCluster(SshRunner& ssh, const ClusterRecord& c,
     const NodeRecord& n = c.nodes[i];
     std::string dir = c.state_dir + "/nodes/" + n.name + "/certs";
     if (!fs::exists(dir + "/agent.crt")) {
-      HERD_RETURN_IF_ERROR(tls::IssueAgentCerts(c.certs_dir, n.name, {n.ip}, dir));
+      HERD_RETURN_IF_ERROR(tls::IssueAgentCerts(c.certs_dir, n.name, {InternalIp(n)}, dir));
     }
     AgentInstall a;
     a.target = TargetOf(c, n);
@@ -330,10 +352,10 @@ Result<std::unique_ptr<HeadClient>> ConnectHead(const ClusterRecord& c) {
   }
   OpenSshRunner ssh;
   SshTarget target = TargetOf(c, *head);
-  HERD_ASSIGN_OR_RETURN(int port, ssh.ForwardLocalPort(target, head->ip, c.head_port));
+  HERD_ASSIGN_OR_RETURN(int port, ssh.ForwardLocalPort(target, InternalIp(*head), c.head_port));
   auto client = HeadClient::Connect({"127.0.0.1", static_cast<uint16_t>(port), c.certs_dir});
   // The forward lives on the shared ControlMaster; drop it when this client goes away.
-  auto cancel = [target, port, ip = head->ip, hp = c.head_port] {
+  auto cancel = [target, port, ip = InternalIp(*head), hp = c.head_port] {
     (void)RunProcess(BuildControlArgv(target, "cancel", {"-L", LocalForwardSpec(port, ip, hp)}), {},
                      limits::kSshConnectTimeout);
   };
@@ -376,7 +398,7 @@ Result<LaunchResult> Launch(const Task& task, const LaunchOptions& o) {
   } else {
     c.name = o.cluster;
     c.infra = infra.empty() ? "local" : infra;
-    c.provider = c.infra == "local" ? "local" : "ssh";
+    c.provider = c.infra == "local" ? "local" : IsAws(c.infra) ? "aws" : "ssh";
     c.state_dir = ClusterDir(c.name);
     c.certs_dir = c.state_dir + "/certs";
     c.ssh_key_path = c.state_dir + "/ssh/id_ed25519";
@@ -395,7 +417,7 @@ Result<LaunchResult> Launch(const Task& task, const LaunchOptions& o) {
   }
 
   if (fresh || c.status != ClusterStatus::kUp) {
-    HERD_ASSIGN_OR_RETURN(auto provider, MakeProvider(c.infra));
+    HERD_ASSIGN_OR_RETURN(auto provider, MakeProvider(c.infra, &res));
     Report(o.progress, "Provisioning " + std::to_string(n) + " node(s) on " + c.infra, 0, n);
     std::vector<NodeHandle> handles;
     if (!fresh && c.status == ClusterStatus::kStopped) {
@@ -419,6 +441,7 @@ Result<LaunchResult> Launch(const Task& task, const LaunchOptions& o) {
       r.identity_file = handles[i].identity_file;
       r.netns = handles[i].netns;
       r.host_home = handles[i].host_home;
+      r.internal_ip = handles[i].internal_ip;
       r.is_head = i == 0;
       c.nodes.push_back(r);
     }

@@ -20,6 +20,9 @@ struct NodeHandle {
   // The private key to reach it with when the provider does not authorise the cluster key (the
   // ssh pool's machines); "" means the cluster key. "{}" keeps initialisers that omit it valid.
   std::string identity_file{};
+  // The address the other nodes reach it at when that is not `ip` (a cloud VM's private address
+  // behind its public one); "" means ip.
+  std::string internal_ip{};
 };
 
 struct ProvisionRequest {
