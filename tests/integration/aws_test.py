@@ -108,9 +108,9 @@ class AwsTest(unittest.TestCase):
         cfg_file = os.path.join(cls.h.dir, "fake.json")
         with open(cfg_file, "w") as f:
             json.dump(cfg, f)
+        cls.fake_log = open(os.path.join(cls.h.dir, "fake.log"), "w")
         cls.fake = subprocess.Popen(["/usr/bin/python3", os.path.join(HERE, "fake_ec2.py"),
-                                     cfg_file], stdout=subprocess.DEVNULL,
-                                    stderr=open(os.path.join(cls.h.dir, "fake.log"), "w"))
+                                     cfg_file], stdout=subprocess.DEVNULL, stderr=cls.fake_log)
         deadline = time.monotonic() + 15
         while not os.path.exists(cfg["port_file"]):
             if time.monotonic() > deadline or cls.fake.poll() is not None:
@@ -141,6 +141,7 @@ class AwsTest(unittest.TestCase):
             if cls.fake is not None:
                 cls.fake.send_signal(signal.SIGTERM)
                 cls.fake.wait(timeout=10)
+                cls.fake_log.close()
             subprocess.run([HOSTS, "down", POOL, cls.hosts_state], timeout=120)
 
     @classmethod
@@ -200,7 +201,9 @@ class AwsTest(unittest.TestCase):
     def test_2_bad_signature_is_refused(self):
         self.refused("haws2", {"AWS_ACCESS_KEY_ID": KEY_ID,
                                "AWS_SECRET_ACCESS_KEY": "not-the-secret"},
-                     "SignatureDoesNotMatch", "The request signature we calculated does not match")
+                     "SignatureDoesNotMatch",
+                     "The request signature we calculated does not match the signature you "
+                     "provided. Check your AWS Secret Access Key and signing method.")
 
     def test_3_capacity_failover_to_the_next_zone(self):
         self.set_fake(no_capacity_zones=["us-east-1a"])
