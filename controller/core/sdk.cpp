@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -83,7 +84,13 @@ Result<std::unique_ptr<Provider>> MakeProvider(const std::string& infra,
       spec.use_spot = res->use_spot;
       spec.disk_size_gb = res->disk_size;
     }
-    return std::unique_ptr<Provider>(new AwsProvider(std::move(spec)));
+    // Each zone tried is printed on its own line, also over a live progress line.
+    auto note = [](const std::string& line) {
+      std::fprintf(stderr, "%s%s\n", ::isatty(STDERR_FILENO) ? "\r\033[K" : "", line.c_str());
+      std::fflush(stderr);
+    };
+    return std::unique_ptr<Provider>(
+        new AwsProvider(std::move(spec), nullptr, SystemGetenv, "", note));
   }
   return InvalidArgument("infra '" + infra +
                          "' is not available: herd provides 'local', 'ssh/<pool>' and "
@@ -529,13 +536,14 @@ herd::Status Stop(const std::string& cluster, ProgressFn progress) {
   HERD_ASSIGN_OR_RETURN(auto store, OpenStore());
   HERD_ASSIGN_OR_RETURN(ClusterRecord c, Lookup(*store, cluster));
   if (c.status == ClusterStatus::kStopped) return herd::Status::Ok();
+  HERD_ASSIGN_OR_RETURN(auto provider, MakeProvider(c.infra));
+  HERD_RETURN_IF_ERROR(provider->CheckStoppable(c.name, c.state_dir + "/provider"));
   if (auto client = ConnectHead(c); client.ok()) (void)(*client)->Cancel({}, true);
   OpenSshRunner ssh;
   Report(progress, "Stopping " + std::to_string(c.nodes.size()) + " node(s)", 0,
          static_cast<int>(c.nodes.size()));
   BootstrapOptions bo;
   HERD_RETURN_IF_ERROR(StopAgents(ssh, TargetsOf(c), bo));
-  HERD_ASSIGN_OR_RETURN(auto provider, MakeProvider(c.infra));
   HERD_RETURN_IF_ERROR(provider->Stop(c.name, c.state_dir + "/provider"));
   for (const auto& t : TargetsOf(c)) (void)ssh.CloseMaster(t);
   c.status = ClusterStatus::kStopped;
@@ -561,8 +569,9 @@ herd::Status Down(const std::string& cluster, ProgressFn progress) {
   OpenSshRunner ssh;
   Report(progress, "Tearing down " + std::to_string(c.nodes.size()) + " node(s)", 0,
          static_cast<int>(c.nodes.size()));
-  if (c.status == ClusterStatus::kUp && c.provider != "local") {
+  if (c.status == ClusterStatus::kUp && c.provider == "ssh") {
     // Machines that are not ours: cancel the jobs, stop the agents, remove what herd installed.
+    // (Local nodes and cloud instances are removed as a whole.)
     if (auto client = ConnectHead(c); client.ok()) (void)(*client)->Cancel({}, true);
     BootstrapOptions bo;
     HERD_RETURN_IF_ERROR(StopAgents(ssh, TargetsOf(c), bo));

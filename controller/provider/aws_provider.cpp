@@ -507,7 +507,7 @@ Result<std::vector<NodeHandle>> AwsProvider::Start(const std::string& cluster,
   return s.Resume(r);
 }
 
-Status AwsProvider::Stop(const std::string& cluster, const std::string& state_dir) {
+Status AwsProvider::CheckStoppable(const std::string& cluster, const std::string& state_dir) {
   HERD_RETURN_IF_ERROR(ValidateCluster(cluster));
   HERD_ASSIGN_OR_RETURN(Record r, LoadExisting(cluster, state_dir));
   if (r.use_spot) {
@@ -515,6 +515,12 @@ Status AwsProvider::Stop(const std::string& cluster, const std::string& state_di
                               " runs on spot instances, which EC2 cannot stop; use `herd down " +
                               cluster + "`");
   }
+  return Status::Ok();
+}
+
+Status AwsProvider::Stop(const std::string& cluster, const std::string& state_dir) {
+  HERD_RETURN_IF_ERROR(CheckStoppable(cluster, state_dir));
+  HERD_ASSIGN_OR_RETURN(Record r, LoadExisting(cluster, state_dir));
   Session s(*http_, getenv_, note_);
   HERD_RETURN_IF_ERROR(s.Open(r.region, &r));
   note_("Stopping " + std::to_string(r.instance_ids.size()) + " instance(s) in " + r.region);

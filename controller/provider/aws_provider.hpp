@@ -67,6 +67,8 @@ class AwsProvider : public Provider {
 
   std::string name() const override { return "aws"; }
   Result<std::vector<NodeHandle>> Provision(const ProvisionRequest& request) override;
+  // Spot instances cannot be stopped (EC2's one-time spot requests): FailedPrecondition.
+  Status CheckStoppable(const std::string& cluster, const std::string& state_dir) override;
   Status Stop(const std::string& cluster, const std::string& state_dir) override;
   Result<std::vector<NodeHandle>> Start(const std::string& cluster,
                                         const std::string& state_dir) override;

@@ -163,6 +163,11 @@ class AwsTest(unittest.TestCase):
             self.h.env = dict(saved, **env)
         try:
             return self.h.herd(*args, check=check, timeout=timeout)
+        except subprocess.TimeoutExpired as e:  # say where it stood
+            out = (e.stdout or b"").decode(errors="replace")[-4000:]
+            err = (e.stderr or b"").decode(errors="replace")[-4000:]
+            raise AssertionError(f"herd {' '.join(args)} timed out after {timeout} s\n"
+                                 f"stdout:\n{out}\nstderr:\n{err}") from None
         finally:
             self.h.env = saved
 
@@ -233,6 +238,27 @@ class AwsTest(unittest.TestCase):
         self.assertNotIn("us-east-1a", err)  # a quota is the region's: no zone failover
         self.assertEqual(self.live(), {})
         self.herd("down", "haws4", "-y")
+        self.assert_nothing_left()
+
+    def test_6_spot_instance_type_as_is_cannot_be_stopped(self):
+        task = os.path.join(self.h.dir, "spot.yaml")
+        with open(task, "w") as f:
+            f.write("resources:\n  infra: aws/us-east-1/us-east-1c\n  use_spot: true\n"
+                    "  instance_type: c6i.large\nrun: echo spot on $(hostname)\n")
+        p = self.herd("launch", "-c", "haws6", "-y", task)
+        self.assertIn("spot on haws0-", p.stdout.decode())
+        (inst,) = self.live().values()
+        self.assertEqual((inst["type"], inst["zone"], inst["spot"]),
+                         ("c6i.large", "us-east-1c", True))
+        p = self.herd("stop", "haws6", "-y", check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("herd: aws cluster haws6 runs on spot instances, which EC2 cannot stop; use "
+                      "`herd down haws6`", p.stderr.decode())
+        # Refused before anything was touched: the cluster still runs jobs.
+        self.assertEqual(self.h.clusters()["haws6"]["status"], "UP")
+        p = self.herd("exec", "haws6", "--", "echo", "still", "up")
+        self.assertIn("still up", p.stdout.decode())
+        self.herd("down", "haws6", "-y")
         self.assert_nothing_left()
 
     @unittest.skipUnless(has_torch(), "needs python3-torch")
