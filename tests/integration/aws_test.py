@@ -30,6 +30,9 @@ BIND = "127.0.20.1"
 REGION = "us-east-1"
 ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
 KEY_ID, SECRET = "AKIDHERDTESTKEY00001", "herd/test/secret/key/0000000000000000000"
+# Temporary credentials (an STS session): the fake requires the token, signed.
+TEMP = {"AWS_ACCESS_KEY_ID": "ASIAHERDTESTKEY00002", "AWS_SECRET_ACCESS_KEY": "temp/secret",
+        "AWS_SESSION_TOKEN": "herd-test-session-token"}
 UBUNTU = "099720108685"
 
 
@@ -93,7 +96,9 @@ class AwsTest(unittest.TestCase):
         cfg = {
             "bind": BIND, "port_file": os.path.join(cls.h.dir, "fake.port"), "region": REGION,
             "zones": ZONES, "no_capacity_zones": [],
-            "credentials": {KEY_ID: {"secret": SECRET}},
+            "credentials": {KEY_ID: {"secret": SECRET},
+                            TEMP["AWS_ACCESS_KEY_ID"]: {"secret": TEMP["AWS_SECRET_ACCESS_KEY"],
+                                                        "token": TEMP["AWS_SESSION_TOKEN"]}},
             "hosts": [{"ip": ip, "dir": os.path.join(cls.hosts_state, "nodes", n)}
                       for ip, n in zip(cls.pool_ips, names)],
             "test_hosts": HOSTS, "hosts_name": POOL, "hosts_state": cls.hosts_state,
@@ -198,6 +203,13 @@ class AwsTest(unittest.TestCase):
         self.assertEqual(self.state()["calls"][before + 1:], [])  # nothing to tear down
 
     # ---- tests (run in name order; each leaves the fake empty) ----
+    def test_0_no_region_says_where_to_set_one(self):
+        p = self.herd("launch", "-c", "haws0r", "--infra", "aws", "-y", "--", "true", check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("herd: no AWS region: give --infra aws/REGION", p.stderr.decode())
+        self.assertEqual(self.state()["calls"], [])
+        self.herd("down", "haws0r", "-y")
+
     def test_1_unknown_key_is_refused_and_nothing_is_made(self):
         self.refused("haws1", {"AWS_ACCESS_KEY_ID": "AKIDUNKNOWN000000000",
                                "AWS_SECRET_ACCESS_KEY": SECRET}, "AuthFailure",
@@ -211,10 +223,11 @@ class AwsTest(unittest.TestCase):
                      "provided. Check your AWS Secret Access Key and signing method.")
 
     def test_3_capacity_failover_to_the_next_zone(self):
+        # With temporary credentials from the environment (the fake checks the signed token).
         self.set_fake(no_capacity_zones=["us-east-1a"])
         try:
             p = self.herd("launch", "-c", "haws3", "--infra", f"aws/{REGION}", "-y", "--",
-                          "echo", "up on", "$(hostname)")
+                          "echo", "up on", "$(hostname)", env=TEMP)
         finally:
             self.set_fake(no_capacity_zones=[])
         out = p.stdout.decode() + p.stderr.decode()
@@ -225,7 +238,7 @@ class AwsTest(unittest.TestCase):
         self.assertIn("up on haws0-", out)
         live = self.live()
         self.assertEqual([v["zone"] for v in live.values()], ["us-east-1b"])
-        self.herd("down", "haws3", "-y")
+        self.herd("down", "haws3", "-y", env=TEMP)
         self.assert_nothing_left()
 
     def test_4_instance_limit_is_clear_and_down_cleans_up(self):
