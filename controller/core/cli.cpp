@@ -324,7 +324,7 @@ int RunCli(int argc, char** argv) {
   std::vector<std::string> launch_args;
   bool launch_detach = false, launch_yes = false, launch_no_setup = false;
   launch->add_option("-c,--cluster", launch_cluster, "cluster name (default: a new name)");
-  launch->add_option("--infra", launch_infra, "local (default) or ssh/<pool>");
+  launch->add_option("--infra", launch_infra, "local (default), ssh/<pool>, aws[/REGION[/ZONE]]");
   AddTaskFlags(launch, launch_flags);
   launch->add_flag("-d,--detach-run", launch_detach, "do not stream the job's logs");
   launch->add_flag("-y,--yes", launch_yes, "do not ask");

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "controller/bootstrap/agent_bootstrap.hpp"
+#include "controller/provider/aws_provider.hpp"
 #include "controller/provider/local_provider.hpp"
 #include "controller/provider/ssh_pool_provider.hpp"
 #include "controller/ssh/parallel.hpp"
@@ -64,13 +66,40 @@ Result<ClusterRecord> Lookup(ClusterStore& store, const std::string& name) {
   return *rec;
 }
 
-Result<std::unique_ptr<Provider>> MakeProvider(const std::string& infra) {
+bool IsAws(const std::string& infra) { return infra == "aws" || infra.rfind("aws/", 0) == 0; }
+
+// `res` (the task's resources) only matters for a provider that makes machines to fit them.
+Result<std::unique_ptr<Provider>> MakeProvider(const std::string& infra,
+                                               const Resources* res = nullptr) {
   if (infra.empty() || infra == "local") return std::unique_ptr<Provider>(new LocalProvider());
   if (infra.rfind("ssh/", 0) == 0 && infra.size() > 4) {
     return std::unique_ptr<Provider>(new SshPoolProvider(infra.substr(4)));
   }
+  if (IsAws(infra)) {
+    HERD_ASSIGN_OR_RETURN(AwsLaunchSpec spec, ParseAwsInfra(infra));
+    if (res != nullptr) {
+      spec.demand = {res->accelerator,   res->accelerator_count, res->cpus,
+                     res->cpus_at_least, res->memory_gb,         res->memory_at_least};
+      spec.instance_type = res->instance_type;
+      spec.use_spot = res->use_spot;
+      spec.disk_size_gb = res->disk_size;
+    }
+    // Each zone tried is printed on its own line, also over a live progress line.
+    auto note = [](const std::string& line) {
+      std::fprintf(stderr, "%s%s\n", ::isatty(STDERR_FILENO) ? "\r\033[K" : "", line.c_str());
+      std::fflush(stderr);
+    };
+    return std::unique_ptr<Provider>(
+        new AwsProvider(std::move(spec), nullptr, SystemGetenv, "", note));
+  }
   return InvalidArgument("infra '" + infra +
-                         "' is not available: herd provides 'local' and 'ssh/<pool>'");
+                         "' is not available: herd provides 'local', 'ssh/<pool>' and "
+                         "'aws[/REGION[/ZONE]]'");
+}
+
+// Where the other nodes (and the head's forward) reach a node.
+const std::string& InternalIp(const NodeRecord& n) {
+  return n.internal_ip.empty() ? n.ip : n.internal_ip;
 }
 
 SshTarget TargetOf(const ClusterRecord& c, const NodeRecord& n) {
@@ -117,12 +146,12 @@ std::string AgentConfigYaml(const ClusterRecord& c, std::size_t i) {
   y += "role: " + std::string(n.is_head ? "head" : "worker") + "\n";
   y += "cluster: " + c.name + "\n";
   y += "node_id: " + n.name + "\n";
-  y += "address: " + n.ip + "\n";
+  y += "address: " + InternalIp(n) + "\n";
   if (n.is_head) {
-    y += "listen: " + n.ip + ":" + std::to_string(c.head_port) + "\n";
+    y += "listen: " + InternalIp(n) + ":" + std::to_string(c.head_port) + "\n";
     y += "expected_nodes: " + std::to_string(c.nodes.size()) + "\n";
   } else {
-    y += "head: " + head->ip + ":" + std::to_string(c.head_port) + "\n";
+    y += "head: " + InternalIp(*head) + ":" + std::to_string(c.head_port) + "\n";
   }
   y += "certs: certs\nstate_dir: state\ncloud: " + c.provider + "\n";
   return y;
@@ -137,7 +166,7 @@ Result<BootstrapResult> BootstrapCluster(SshRunner& ssh, const ClusterRecord& c,
     const NodeRecord& n = c.nodes[i];
     std::string dir = c.state_dir + "/nodes/" + n.name + "/certs";
     if (!fs::exists(dir + "/agent.crt")) {
-      HERD_RETURN_IF_ERROR(tls::IssueAgentCerts(c.certs_dir, n.name, {n.ip}, dir));
+      HERD_RETURN_IF_ERROR(tls::IssueAgentCerts(c.certs_dir, n.name, {InternalIp(n)}, dir));
     }
     AgentInstall a;
     a.target = TargetOf(c, n);
@@ -323,10 +352,10 @@ Result<std::unique_ptr<HeadClient>> ConnectHead(const ClusterRecord& c) {
   }
   OpenSshRunner ssh;
   SshTarget target = TargetOf(c, *head);
-  HERD_ASSIGN_OR_RETURN(int port, ssh.ForwardLocalPort(target, head->ip, c.head_port));
+  HERD_ASSIGN_OR_RETURN(int port, ssh.ForwardLocalPort(target, InternalIp(*head), c.head_port));
   auto client = HeadClient::Connect({"127.0.0.1", static_cast<uint16_t>(port), c.certs_dir});
   // The forward lives on the shared ControlMaster; drop it when this client goes away.
-  auto cancel = [target, port, ip = head->ip, hp = c.head_port] {
+  auto cancel = [target, port, ip = InternalIp(*head), hp = c.head_port] {
     (void)RunProcess(BuildControlArgv(target, "cancel", {"-L", LocalForwardSpec(port, ip, hp)}), {},
                      limits::kSshConnectTimeout);
   };
@@ -369,7 +398,7 @@ Result<LaunchResult> Launch(const Task& task, const LaunchOptions& o) {
   } else {
     c.name = o.cluster;
     c.infra = infra.empty() ? "local" : infra;
-    c.provider = c.infra == "local" ? "local" : "ssh";
+    c.provider = c.infra == "local" ? "local" : IsAws(c.infra) ? "aws" : "ssh";
     c.state_dir = ClusterDir(c.name);
     c.certs_dir = c.state_dir + "/certs";
     c.ssh_key_path = c.state_dir + "/ssh/id_ed25519";
@@ -388,7 +417,7 @@ Result<LaunchResult> Launch(const Task& task, const LaunchOptions& o) {
   }
 
   if (fresh || c.status != ClusterStatus::kUp) {
-    HERD_ASSIGN_OR_RETURN(auto provider, MakeProvider(c.infra));
+    HERD_ASSIGN_OR_RETURN(auto provider, MakeProvider(c.infra, &res));
     Report(o.progress, "Provisioning " + std::to_string(n) + " node(s) on " + c.infra, 0, n);
     std::vector<NodeHandle> handles;
     if (!fresh && c.status == ClusterStatus::kStopped) {
@@ -412,6 +441,7 @@ Result<LaunchResult> Launch(const Task& task, const LaunchOptions& o) {
       r.identity_file = handles[i].identity_file;
       r.netns = handles[i].netns;
       r.host_home = handles[i].host_home;
+      r.internal_ip = handles[i].internal_ip;
       r.is_head = i == 0;
       c.nodes.push_back(r);
     }
@@ -499,13 +529,14 @@ herd::Status Stop(const std::string& cluster, ProgressFn progress) {
   HERD_ASSIGN_OR_RETURN(auto store, OpenStore());
   HERD_ASSIGN_OR_RETURN(ClusterRecord c, Lookup(*store, cluster));
   if (c.status == ClusterStatus::kStopped) return herd::Status::Ok();
+  HERD_ASSIGN_OR_RETURN(auto provider, MakeProvider(c.infra));
+  HERD_RETURN_IF_ERROR(provider->CheckStoppable(c.name, c.state_dir + "/provider"));
   if (auto client = ConnectHead(c); client.ok()) (void)(*client)->Cancel({}, true);
   OpenSshRunner ssh;
   Report(progress, "Stopping " + std::to_string(c.nodes.size()) + " node(s)", 0,
          static_cast<int>(c.nodes.size()));
   BootstrapOptions bo;
   HERD_RETURN_IF_ERROR(StopAgents(ssh, TargetsOf(c), bo));
-  HERD_ASSIGN_OR_RETURN(auto provider, MakeProvider(c.infra));
   HERD_RETURN_IF_ERROR(provider->Stop(c.name, c.state_dir + "/provider"));
   for (const auto& t : TargetsOf(c)) (void)ssh.CloseMaster(t);
   c.status = ClusterStatus::kStopped;
@@ -531,8 +562,9 @@ herd::Status Down(const std::string& cluster, ProgressFn progress) {
   OpenSshRunner ssh;
   Report(progress, "Tearing down " + std::to_string(c.nodes.size()) + " node(s)", 0,
          static_cast<int>(c.nodes.size()));
-  if (c.status == ClusterStatus::kUp && c.provider != "local") {
+  if (c.status == ClusterStatus::kUp && c.provider == "ssh") {
     // Machines that are not ours: cancel the jobs, stop the agents, remove what herd installed.
+    // (Local nodes and cloud instances are removed as a whole.)
     if (auto client = ConnectHead(c); client.ok()) (void)(*client)->Cancel({}, true);
     BootstrapOptions bo;
     HERD_RETURN_IF_ERROR(StopAgents(ssh, TargetsOf(c), bo));

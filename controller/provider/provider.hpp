@@ -20,6 +20,9 @@ struct NodeHandle {
   // The private key to reach it with when the provider does not authorise the cluster key (the
   // ssh pool's machines); "" means the cluster key. "{}" keeps initialisers that omit it valid.
   std::string identity_file{};
+  // The address the other nodes reach it at when that is not `ip` (a cloud VM's private address
+  // behind its public one); "" means ip.
+  std::string internal_ip{};
 };
 
 struct ProvisionRequest {
@@ -37,6 +40,9 @@ class Provider {
   // Makes num_nodes machines, head first, reachable over SSH with the cluster key. Idempotent:
   // nodes that exist and run are returned as they are; half-made ones are repaired.
   virtual Result<std::vector<NodeHandle>> Provision(const ProvisionRequest& request) = 0;
+  // Whether Stop can work, asked before anything is stopped (agents included); reads only what the
+  // provider recorded. OK by default.
+  virtual Status CheckStoppable(const std::string& cluster, const std::string& state_dir);
   // Stops every process on the nodes; the nodes and their files stay.
   virtual Status Stop(const std::string& cluster, const std::string& state_dir) = 0;
   // Brings stopped nodes back (idempotent) and returns them in the same order as Provision.

@@ -65,6 +65,7 @@ json::object NodeToJson(const NodeRecord& n) {
           {"identity_file", n.identity_file},
           {"netns", n.netns},
           {"host_home", n.host_home},
+          {"internal_ip", n.internal_ip},
           {"is_head", n.is_head}};
 }
 
@@ -79,6 +80,7 @@ Result<NodeRecord> NodeFromJson(const json::value& v) {
   HERD_RETURN_IF_ERROR(r.Str("identity_file", n.identity_file));
   HERD_RETURN_IF_ERROR(r.Str("netns", n.netns));
   HERD_RETURN_IF_ERROR(r.Str("host_home", n.host_home));
+  HERD_RETURN_IF_ERROR(r.Str("internal_ip", n.internal_ip));
   HERD_RETURN_IF_ERROR(r.Bool("is_head", n.is_head));
   return n;
 }

@@ -19,6 +19,8 @@ struct NodeRecord {
   std::string netns;          // local provider: the node's network namespace
   std::string host_home;      // local provider: the node's home directory on this machine
   bool is_head = false;
+  // Where the other nodes reach it (a cloud VM's private IP); "" means ip.
+  std::string internal_ip{};
 
   bool operator==(const NodeRecord&) const = default;
 };
@@ -32,7 +34,7 @@ Result<ClusterStatus> ParseClusterStatus(std::string_view name);
 
 struct ClusterRecord {
   std::string name;
-  std::string provider;  // "local", "ssh"
+  std::string provider;  // "local", "ssh", "aws"
   std::string infra;     // "local" / "ssh/<pool>" (the INFRA column)
   ClusterStatus status = ClusterStatus::kInit;
   std::vector<NodeRecord> nodes;  // stable order: head first (as provisioned)

@@ -138,6 +138,22 @@ inline constexpr Duration kLocalNodeStartTimeout = 15s;
 // Nodes in one local cluster: one /24 per cluster, .254 is the controller's side.
 inline constexpr int kLocalMaxNodes = 200;
 
+// ---- AWS provider (controller/provider/aws_provider, ec2_client) -----------------------------
+// One EC2 API call (connect + TLS + answer) must finish within this; connecting alone within the
+// second. The whole provision is bounded by the waits below, not by a sum of calls.
+inline constexpr Duration kAwsHttpTimeout = 30s;
+inline constexpr Duration kAwsHttpConnectTimeout = 10s;
+// DescribeInstances is polled this often while instances start, stop or terminate ...
+inline constexpr Duration kAwsPollInterval = 2s;
+// ... until they are running (RunInstances/StartInstances: EC2 takes ~10-60 s) ...
+inline constexpr Duration kAwsWaitRunning = 300s;
+// ... stopped (a GPU instance may take minutes to stop) or terminated (down waits for it, since
+// the security group cannot be deleted while an instance uses it).
+inline constexpr Duration kAwsWaitStopped = 600s;
+// After running, sshd on a fresh instance answers its banner within this (cloud-init on a GPU
+// AMI can take a few minutes); kSshWaitTotal then covers the login itself.
+inline constexpr Duration kAwsWaitSsh = 300s;
+
 // ---- Relations ----------------------------------------------------------------------------------
 static_assert(kMaxOutputChunkBytes + 4096 < kMaxFrameBytes, "a chunk and its envelope fit a frame");
 static_assert(kLogReplayChunkBytes + 4096 < kMaxFrameBytes, "a replay chunk fits a frame");
@@ -160,6 +176,10 @@ static_assert(kAgentRestartBackoffMax < kAgentRegisterTimeout,
               "a crashed agent is back well within the time the head waits for it");
 static_assert(kAgentRestartBackoffMax < kAgentStableAfter, "backoff resets only after a calm run");
 static_assert(kClusterLockPollInterval * 10 < kClusterLockWait, "a lock waiter retries many times");
+static_assert(kAwsHttpConnectTimeout < kAwsHttpTimeout, "connecting is part of one call");
+static_assert(kAwsPollInterval * 10 < kAwsWaitRunning && kAwsHttpTimeout < kAwsWaitRunning,
+              "instance states are polled many times, and a slow call does not use up the wait");
+static_assert(kAwsWaitRunning <= kAwsWaitStopped, "stopping may take longer than starting");
 static_assert(kSqliteBusyTimeout < kClusterLockWait,
               "store writes are short against whole commands");
 

@@ -27,6 +27,7 @@ struct Resources {
   std::vector<std::string> ports;  // each "8080" or "10000-10100"
   std::optional<int> disk_size;    // GB
   bool use_spot = false;
+  std::string instance_type;  // a cloud's instance type, used as is ("" = chosen from the rest)
   // Candidates, each already merged with the fields around it (SkyPilot: the fields next to
   // any_of/ordered are defaults that every candidate inherits). At most one of them is non-empty.
   std::vector<Resources> any_of, ordered;

@@ -42,6 +42,8 @@ boost::json::object ResourcesJson(const Resources& r) {
   o["ports"] = std::move(ports);
   o["disk_size"] = r.disk_size ? boost::json::value(*r.disk_size) : boost::json::value(nullptr);
   o["use_spot"] = r.use_spot;
+  o["instance_type"] =
+      r.instance_type.empty() ? boost::json::value(nullptr) : boost::json::value(r.instance_type);
   boost::json::array any_of, ordered;
   for (const Resources& c : r.any_of) any_of.emplace_back(ResourcesJson(c));
   for (const Resources& c : r.ordered) ordered.emplace_back(ResourcesJson(c));
@@ -91,6 +93,7 @@ void PrintSummary(const std::string& path, const Task& task, std::ostream& out) 
   out << "resources:   " << ResourcesSummary(task) << "\n";
   out << "infra:       " << (r.infra.empty() ? "(any)" : r.infra) << "\n";
   if (r.use_spot) out << "use_spot:    true\n";
+  if (!r.instance_type.empty()) out << "instance:    " << r.instance_type << "\n";
   if (r.disk_size) out << "disk_size:   " << *r.disk_size << " GB\n";
   if (!r.ports.empty()) {
     out << "ports:       ";

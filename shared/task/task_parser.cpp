@@ -102,14 +102,13 @@ constexpr Refused kRefusedTaskFields[] = {
     {"pool", "worker pools are not supported by herd: remove it"},
 };
 
-constexpr std::string_view kResourceFields[] = {"infra",     "cloud",    "region",       "zone",
-                                                "cpus",      "memory",   "accelerators", "ports",
-                                                "disk_size", "use_spot", "any_of",       "ordered"};
+constexpr std::string_view kResourceFields[] = {
+    "infra", "cloud",     "region",   "zone",          "cpus",   "memory", "accelerators",
+    "ports", "disk_size", "use_spot", "instance_type", "any_of", "ordered"};
 // Resource fields that only matter for choosing or creating cloud VMs.
 constexpr std::string_view kIgnoredResourceFields[] = {
-    "instance_type", "job_recovery",     "spot_recovery",  "disk_tier",
-    "network_tier",  "image_id",         "labels",         "autostop",
-    "priority",      "accelerator_args", "max_hourly_cost"};
+    "job_recovery", "spot_recovery", "disk_tier", "network_tier",     "image_id",
+    "labels",       "autostop",      "priority",  "accelerator_args", "max_hourly_cost"};
 
 template <size_t N>
 bool Contains(const std::string_view (&list)[N], std::string_view key) {
@@ -606,6 +605,15 @@ class TaskParser {
                      "expected true or false, got " + Describe(e->value));
       }
       r.use_spot = *b;
+    }
+    if (const Entry* e = field("instance_type"); e && !e->value.IsNull()) {
+      if (!IsPlainScalar(e->value) || Trim(e->value.Scalar()).empty() ||
+          e->value.Scalar().find_first_of(" \t\n") != std::string::npos) {
+        return Error(
+            e->value, Child(path, "instance_type"),
+            "expected an instance type name (e.g. p4d.24xlarge), got " + Describe(e->value));
+      }
+      r.instance_type = e->value.Scalar();
     }
     const Entry* any_of = field("any_of");
     const Entry* ordered = field("ordered");

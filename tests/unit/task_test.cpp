@@ -399,14 +399,24 @@ TEST_CASE("SkyPilot fields herd does not act on are accepted with a note") {
       "config:\n"
       "  kubernetes: {pod_config: {}}\n"
       "resources:\n"
+      "  image_id: ami-123\n"
       "  instance_type: p4d.24xlarge\n"
       "  cpus: 2\n");
   REQUIRE(t.notes.size() == 2);
   CHECK(t.notes[0] ==
         "t.yaml:1:1: config: accepted for SkyPilot compatibility; herd does not act on it");
   CHECK(t.notes[1] ==
-        "t.yaml:4:3: resources.instance_type: accepted for SkyPilot compatibility; herd does not "
+        "t.yaml:4:3: resources.image_id: accepted for SkyPilot compatibility; herd does not "
         "act on it");
+  // instance_type is used by the aws provider as is.
+  CHECK(t.resources.instance_type == "p4d.24xlarge");
+}
+
+TEST_CASE("instance_type must be a plain name") {
+  auto r = ParseTaskYaml("resources:\n  instance_type: [a, b]\n", "t.yaml");
+  REQUIRE(!r.ok());
+  CHECK(r.status().message().find("t.yaml:2:18: resources.instance_type: expected an instance "
+                                  "type name") == 0);
 }
 
 TEST_CASE("an empty file is a valid task with defaults") {

@@ -1,0 +1,338 @@
+"""The `aws` provider through the real CLI against fake_ec2.py, an EC2-shaped server on loopback
+that verifies every request's SigV4 signature and hands out network-namespace hosts (made by
+herd_test_hosts) as instances. Never contacts AWS: HERD_AWS_ENDPOINT points every call at the
+fake. Covers: a 2-node torchrun launched with --infra aws/REGION, exec with the SKYPILOT_*
+variables, stop/start (the hosts' processes really end and come back), down leaving nothing in
+the fake (instances, security group, key pair); zone failover on InsufficientInstanceCapacity;
+the account's instance limit; bad credentials (AuthFailure) and a bad signature refused by the
+fake, each with a one-line message, exit code 1 and nothing created."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import unittest
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(__file__))
+from herd_env import HerdEnv, netns_available  # noqa: E402
+import fake_ec2  # noqa: E402
+
+HOSTS = os.environ.get("TEST_HOSTS", "herd_test_hosts")
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+EXAMPLE = os.path.join(ROOT, "examples", "mingpt-ddp")
+POOL = "haws0"  # the namespace hosts: netns herd-haws0-<i>
+BIND = "127.0.20.1"
+REGION = "us-east-1"
+ZONES = ["us-east-1a", "us-east-1b", "us-east-1c"]
+KEY_ID, SECRET = "AKIDHERDTESTKEY00001", "herd/test/secret/key/0000000000000000000"
+# Temporary credentials (an STS session): the fake requires the token, signed.
+TEMP = {"AWS_ACCESS_KEY_ID": "ASIAHERDTESTKEY00002", "AWS_SECRET_ACCESS_KEY": "temp/secret",
+        "AWS_SESSION_TOKEN": "herd-test-session-token"}
+UBUNTU = "099720108685"
+
+
+def has_torch():
+    return subprocess.run(["/usr/bin/python3", "-c", "import torch"],
+                          capture_output=True).returncode == 0
+
+
+class SignatureVectors(unittest.TestCase):
+    """The fake's own SigV4 check against AWS's published vectors, so that it can be trusted to
+    judge herd's requests."""
+
+    CREDS = {"AKIDEXAMPLE": ("wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "")}
+    SCOPE = "AKIDEXAMPLE/20150830/us-east-1/service/aws4_request"
+
+    def check(self, method, query, headers, body, signed, sig):
+        auth = (f"AWS4-HMAC-SHA256 Credential={self.SCOPE}, SignedHeaders={signed}, "
+                f"Signature={sig}")
+        fake_ec2.verify(method, "/", query, headers + [("Authorization", auth)], body, self.CREDS,
+                        "us-east-1", "service")
+        bad = sig[:-1] + ("0" if sig[-1] != "0" else "1")
+        with self.assertRaises(fake_ec2.AuthError) as e:
+            fake_ec2.verify(method, "/", query, headers + [("Authorization", auth.replace(sig, bad))],
+                            body, self.CREDS, "us-east-1", "service")
+        self.assertEqual(e.exception.code, "SignatureDoesNotMatch")
+
+    def test_vectors(self):
+        base = [("Host", "example.amazonaws.com"), ("X-Amz-Date", "20150830T123600Z")]
+        self.check("GET", "", base, b"", "host;x-amz-date",
+                   "5fa00fa31553b73ebf1942676e86291e8372ff2a2260956d9b8aae1d763fbf31")
+        self.check("GET", "Param2=value2&Param1=value1", base, b"", "host;x-amz-date",
+                   "b97d918cfa904a5beff61c982a1b6f458b799221646efd99d3219ec94cdf2500")
+        self.check("POST", "", base + [("Content-Type", "application/x-www-form-urlencoded")],
+                   b"Param1=value1", "content-type;host;x-amz-date",
+                   "ff11897932ad3f4e8b18135d722051e5ac45fc38421b1da7b9d196a0fe09473a")
+
+
+@unittest.skipUnless(netns_available(), "needs root and ip netns")
+class AwsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.h = HerdEnv("aws")
+        cls.fake = None
+        cls.hosts_state = os.path.join(cls.h.dir, "hosts")
+        try:
+            cls._start()
+        except BaseException:
+            cls._stop()
+            raise
+
+    @classmethod
+    def _start(cls):
+        pool_key = os.path.join(cls.h.dir, "pool_key")
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", pool_key], check=True)
+        p = subprocess.run([HOSTS, "up", POOL, "3", cls.hosts_state, pool_key + ".pub"],
+                           capture_output=True, text=True, timeout=180)
+        if p.returncode != 0:
+            raise AssertionError(p.stderr)
+        cls.pool_ips = p.stdout.split()
+        names = [f"{POOL}-head", f"{POOL}-worker1", f"{POOL}-worker2"]
+        cfg = {
+            "bind": BIND, "port_file": os.path.join(cls.h.dir, "fake.port"), "region": REGION,
+            "zones": ZONES, "no_capacity_zones": [],
+            "credentials": {KEY_ID: {"secret": SECRET},
+                            TEMP["AWS_ACCESS_KEY_ID"]: {"secret": TEMP["AWS_SECRET_ACCESS_KEY"],
+                                                        "token": TEMP["AWS_SESSION_TOKEN"]}},
+            "hosts": [{"ip": ip, "dir": os.path.join(cls.hosts_state, "nodes", n)}
+                      for ip, n in zip(cls.pool_ips, names)],
+            "test_hosts": HOSTS, "hosts_name": POOL, "hosts_state": cls.hosts_state,
+            "images": [
+                {"id": "ami-0old", "owner": UBUNTU, "date": "2023-01-01T00:00:00.000Z",
+                 "name": "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-20230101"},
+                {"id": "ami-0new", "owner": UBUNTU, "date": "2024-06-01T00:00:00.000Z",
+                 "name": "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-20240601"},
+                {"id": "ami-0other", "owner": "111111111111", "date": "2025-01-01T00:00:00.000Z",
+                 "name": "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-20250101"}],
+        }
+        cfg_file = os.path.join(cls.h.dir, "fake.json")
+        with open(cfg_file, "w") as f:
+            json.dump(cfg, f)
+        cls.fake_log = open(os.path.join(cls.h.dir, "fake.log"), "w")
+        cls.fake = subprocess.Popen(["/usr/bin/python3", os.path.join(HERE, "fake_ec2.py"),
+                                     cfg_file], stdout=subprocess.DEVNULL, stderr=cls.fake_log)
+        deadline = time.monotonic() + 15
+        while not os.path.exists(cfg["port_file"]):
+            if time.monotonic() > deadline or cls.fake.poll() is not None:
+                raise AssertionError("fake_ec2 did not start")
+            time.sleep(0.05)
+        with open(cfg["port_file"]) as f:
+            cls.endpoint = f"http://{BIND}:{f.read().strip()}"
+        # The user's side: a credentials profile, the SSH user of the fake's hosts, and every
+        # AWS call sent to the fake.
+        aws_dir = os.path.join(cls.h.home, ".aws")
+        os.makedirs(aws_dir)
+        with open(os.path.join(aws_dir, "credentials"), "w") as f:
+            f.write(f"[herdtest]\naws_access_key_id = {KEY_ID}\n"
+                    f"aws_secret_access_key = {SECRET}\n")
+        os.makedirs(cls.h.env["HERD_HOME"], exist_ok=True)
+        with open(os.path.join(cls.h.env["HERD_HOME"], "config.yaml"), "w") as f:
+            f.write("aws:\n  ssh_user: root\n")
+        for k in list(cls.h.env):
+            if k.startswith("AWS_"):
+                del cls.h.env[k]
+        cls.h.env.update(HERD_AWS_ENDPOINT=cls.endpoint, AWS_PROFILE="herdtest")
+
+    @classmethod
+    def _stop(cls):
+        try:
+            cls.h.close()  # downs every cluster through the fake
+        finally:
+            if cls.fake is not None:
+                cls.fake.send_signal(signal.SIGTERM)
+                cls.fake.wait(timeout=10)
+                cls.fake_log.close()
+            subprocess.run([HOSTS, "down", POOL, cls.hosts_state], timeout=120)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls._stop()
+
+    # ---- helpers ----
+    def state(self):
+        with urllib.request.urlopen(self.endpoint + "/_fake/state", timeout=10) as r:
+            return json.loads(r.read())
+
+    def set_fake(self, **kw):
+        req = urllib.request.Request(self.endpoint + "/_fake/config", json.dumps(kw).encode())
+        urllib.request.urlopen(req, timeout=10).read()
+
+    def herd(self, *args, env=None, check=True, timeout=300):
+        saved = self.h.env
+        if env:
+            self.h.env = dict(saved, **env)
+        try:
+            return self.h.herd(*args, check=check, timeout=timeout)
+        except subprocess.TimeoutExpired as e:  # say where it stood
+            out = (e.stdout or b"").decode(errors="replace")[-4000:]
+            err = (e.stderr or b"").decode(errors="replace")[-4000:]
+            raise AssertionError(f"herd {' '.join(args)} timed out after {timeout} s\n"
+                                 f"stdout:\n{out}\nstderr:\n{err}") from None
+        finally:
+            self.h.env = saved
+
+    def live(self, st=None):
+        st = st or self.state()
+        return {k: v for k, v in st["instances"].items() if v["state"] != "terminated"}
+
+    def assert_nothing_left(self):
+        st = self.state()
+        self.assertEqual(self.live(st), {})
+        self.assertEqual(st["groups"], {})
+        self.assertEqual(st["keys"], {})
+
+    def refused(self, cluster, env, code, text):
+        before = len(self.state()["calls"])
+        p = self.herd("launch", "-c", cluster, "--infra", f"aws/{REGION}", "-y", "--", "true",
+                      env=env, check=False)
+        err = p.stderr.decode()
+        self.assertEqual(p.returncode, 1, err)
+        self.assertIn(f"herd: EC2 DescribeInstanceTypes in {REGION}: {code}: {text} (request id ",
+                      err)
+        self.assertNotIn("<", err)  # no XML
+        calls = self.state()["calls"][before:]
+        self.assertEqual(calls, [f"refused:{code}"] if code == "SignatureDoesNotMatch"
+                         else ["refused:AuthFailure"])
+        self.assert_nothing_left()
+        self.herd("down", cluster, "-y")
+        self.assertEqual(self.state()["calls"][before + 1:], [])  # nothing to tear down
+
+    # ---- tests (run in name order; each leaves the fake empty) ----
+    def test_0_no_region_says_where_to_set_one(self):
+        p = self.herd("launch", "-c", "haws0r", "--infra", "aws", "-y", "--", "true", check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("herd: no AWS region: give --infra aws/REGION", p.stderr.decode())
+        self.assertEqual(self.state()["calls"], [])
+        self.herd("down", "haws0r", "-y")
+
+    def test_1_unknown_key_is_refused_and_nothing_is_made(self):
+        self.refused("haws1", {"AWS_ACCESS_KEY_ID": "AKIDUNKNOWN000000000",
+                               "AWS_SECRET_ACCESS_KEY": SECRET}, "AuthFailure",
+                     "AWS was not able to validate the provided access credentials")
+
+    def test_2_bad_signature_is_refused(self):
+        self.refused("haws2", {"AWS_ACCESS_KEY_ID": KEY_ID,
+                               "AWS_SECRET_ACCESS_KEY": "not-the-secret"},
+                     "SignatureDoesNotMatch",
+                     "The request signature we calculated does not match the signature you "
+                     "provided. Check your AWS Secret Access Key and signing method.")
+
+    def test_3_capacity_failover_to_the_next_zone(self):
+        # With temporary credentials from the environment (the fake checks the signed token).
+        self.set_fake(no_capacity_zones=["us-east-1a"])
+        try:
+            p = self.herd("launch", "-c", "haws3", "--infra", f"aws/{REGION}", "-y", "--",
+                          "echo", "up on", "$(hostname)", env=TEMP)
+        finally:
+            self.set_fake(no_capacity_zones=[])
+        out = p.stdout.decode() + p.stderr.decode()
+        self.assertIn("Launching 1x m6i.2xlarge in us-east-1a (1/3)", out)
+        self.assertRegex(out, r"us-east-1a: InsufficientInstanceCapacity: We currently do not have "
+                              r"sufficient m6i.2xlarge capacity .*; trying the next zone")
+        self.assertIn("Launching 1x m6i.2xlarge in us-east-1b (2/3)", out)
+        self.assertIn("up on haws0-", out)
+        live = self.live()
+        self.assertEqual([v["zone"] for v in live.values()], ["us-east-1b"])
+        self.herd("down", "haws3", "-y", env=TEMP)
+        self.assert_nothing_left()
+
+    def test_4_instance_limit_is_clear_and_down_cleans_up(self):
+        p = self.herd("launch", "-c", "haws4", "--infra", f"aws/{REGION}/us-east-1c",
+                      "--num-nodes", "4", "-y", "--", "true", check=False)
+        err = p.stderr.decode()
+        self.assertEqual(p.returncode, 1, err)
+        self.assertIn(f"herd: EC2 RunInstances in {REGION}: InstanceLimitExceeded: You have "
+                      f"requested more instances (4) than your current instance limit of 3", err)
+        self.assertNotIn("us-east-1a", err)  # a quota is the region's: no zone failover
+        self.assertEqual(self.live(), {})
+        self.herd("down", "haws4", "-y")
+        self.assert_nothing_left()
+
+    def test_6_spot_instance_type_as_is_cannot_be_stopped(self):
+        task = os.path.join(self.h.dir, "spot.yaml")
+        with open(task, "w") as f:
+            f.write("resources:\n  infra: aws/us-east-1/us-east-1c\n  use_spot: true\n"
+                    "  instance_type: c6i.large\nrun: echo spot on $(hostname)\n")
+        p = self.herd("launch", "-c", "haws6", "-y", task)
+        self.assertIn("spot on haws0-", p.stdout.decode())
+        (inst,) = self.live().values()
+        self.assertEqual((inst["type"], inst["zone"], inst["spot"]),
+                         ("c6i.large", "us-east-1c", True))
+        p = self.herd("stop", "haws6", "-y", check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("herd: aws cluster haws6 runs on spot instances, which EC2 cannot stop; use "
+                      "`herd down haws6`", p.stderr.decode())
+        # Refused before anything was touched: the cluster still runs jobs.
+        self.assertEqual(self.h.clusters()["haws6"]["status"], "UP")
+        p = self.herd("exec", "haws6", "--", "echo", "still", "up")
+        self.assertIn("still up", p.stdout.decode())
+        self.herd("down", "haws6", "-y")
+        self.assert_nothing_left()
+
+    @unittest.skipUnless(has_torch(), "needs python3-torch")
+    def test_5_two_node_torchrun_exec_stop_start_down(self):
+        os.chdir(EXAMPLE)  # workdir: . as a user runs it from the example's folder
+        p = self.herd("launch", "-c", "haws5", "--infra", f"aws/{REGION}", "-y",
+                      "--env", "MAX_EPOCHS=1", "--env", "MAX_ITERS=4",
+                      "train-multinode-cpu.yaml", timeout=600)
+        out = p.stdout.decode()
+        self.assertIn("Job finished (status: SUCCEEDED).", p.stderr.decode())
+        self.assertEqual(len(set(re.findall(r"world_size=4 rank=(\d)", out))), 4, out[-3000:])
+        c = self.h.clusters()["haws5"]
+        self.assertEqual(c["infra"], f"aws/{REGION}")
+        ips = [n["ip"] for n in c["nodes"]]
+        self.assertEqual(len(ips), 2)
+        self.assertTrue(set(ips) <= set(self.pool_ips), ips)
+        self.assertIn(f"head node: {ips[0]}", out)
+        # What herd made in EC2: 2 tagged instances of the catalog's type for cpus: 2+, the
+        # group (SSH from the caller, all within the group) and the cluster key as key pair.
+        st = self.state()
+        live = self.live(st)
+        self.assertEqual(sorted(v["tags"]["Name"] for v in live.values()),
+                         ["haws5-head", "haws5-worker1"])
+        self.assertTrue(all(v["tags"]["herd-cluster"] == "haws5" and v["type"] == "c6i.large"
+                            and v["state"] == "running" for v in live.values()), live)
+        (gid, group), = st["groups"].items()
+        self.assertEqual(group["name"], "herd-haws5")
+        self.assertIn(["-1", None, None, "group", gid], group["rules"])
+        self.assertTrue(any(r[:3] == ["tcp", "22", "22"] and r[3] == "cidr"
+                            and r[4].endswith("/32") for r in group["rules"]), group["rules"])
+        with open(os.path.join(self.h.env["HERD_HOME"], "clusters", "haws5", "ssh",
+                               "id_ed25519.pub")) as f:
+            self.assertEqual(st["keys"]["herd-haws5"]["material"], f.read().strip())
+        self.assertIn("DescribeImages", st["calls"])  # the newest Ubuntu image was looked up
+
+        p = self.herd("exec", "haws5", "--num-nodes", "2", "--",
+                      "echo", "rank=$SKYPILOT_NODE_RANK", "n=$SKYPILOT_NUM_NODES",
+                      "ips=$(echo $SKYPILOT_NODE_IPS | tr ' ' ,)", "info=$SKYPILOT_CLUSTER_INFO")
+        out = p.stdout.decode()
+        for rank in (0, 1):
+            self.assertIn(f"rank={rank} n=2 ips={ips[0]},{ips[1]} info=", out)
+        self.assertIn('"cloud": "aws"'.replace(" ", ""), out.replace(" ", ""))
+
+        self.herd("stop", "haws5", "-y")
+        self.assertEqual({v["state"] for v in self.live().values()}, {"stopped"})
+        self.assertEqual(self.h.clusters()["haws5"]["status"], "STOPPED")
+        # Stopped means the machine's processes are gone: no sshd answers.
+        r = self.h.ssh("haws5", "true", timeout=60)
+        self.assertNotEqual(r.returncode, 0)
+
+        self.herd("start", "haws5", "-y")
+        self.assertEqual({v["state"] for v in self.live().values()}, {"running"})
+        p = self.herd("exec", "haws5", "--num-nodes", "2", "--", "echo", "back",
+                      "rank=$SKYPILOT_NODE_RANK")
+        self.assertIn("back rank=0", p.stdout.decode())
+        self.assertIn("back rank=1", p.stdout.decode())
+
+        self.herd("down", "haws5", "-y")
+        self.assert_nothing_left()
+        self.assertNotIn("haws5", self.h.clusters())
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

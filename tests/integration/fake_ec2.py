@@ -1,0 +1,575 @@
+"""A small EC2-shaped test server: the Query API calls herd's aws provider makes, answered with the
+XML shapes of the EC2 API reference (errors as <Response><Errors><Error>..), every request's SigV4
+signature verified with its own implementation (hmac/hashlib, independent of libcurl's), and
+instances that are network-namespace hosts made by herd_test_hosts (sshd, user root).
+
+RunInstances hands out free hosts of the pool and authorises the imported key pair's public key
+on them; StopInstances ends every process of the host; StartInstances brings sshd back;
+TerminateInstances ends the processes, wipes the home and frees the host.
+
+    fake_ec2.py CONFIG.json   (see AwsTest in aws_test.py for the fields)
+
+Beside the EC2 API (POST /): GET /checkip (the caller's address, as checkip.amazonaws.com),
+GET /_fake/state (instances, groups, key pairs as JSON) and POST /_fake/config (JSON merged into
+the config: e.g. {"no_capacity_zones": [...]}) for the test. Standard library only."""
+
+import base64
+import datetime
+import fnmatch
+import hashlib
+import hmac
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import urllib.parse
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from xml.sax.saxutils import escape
+
+NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
+MAX_SKEW = datetime.timedelta(minutes=15)
+
+
+# ---- SigV4, written from AWS's description (not libcurl's) ------------------------------------
+
+def _hmac(key, msg):
+    return hmac.new(key, msg.encode(), hashlib.sha256).digest()
+
+
+def _uri_encode(s, keep_slash=False):
+    return urllib.parse.quote(s, safe="-_.~" + ("/" if keep_slash else ""))
+
+
+def canonical_request(method, path, query, headers, signed, payload):
+    """headers: list of (name, value) as received; signed: lower-case names."""
+    pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+    cq = "&".join(f"{k}={v}" for k, v in sorted((_uri_encode(k), _uri_encode(v))
+                                                  for k, v in pairs))
+    values = {}
+    for name, value in headers:
+        values.setdefault(name.lower(), []).append(" ".join(value.strip().split()))
+    lines = "".join(f"{h}:{','.join(values.get(h, []))}\n" for h in signed)
+    return "\n".join([method, _uri_encode(path or "/", keep_slash=True), cq, lines,
+                      ";".join(signed), hashlib.sha256(payload).hexdigest()])
+
+
+def signature(secret, amz_date, region, service, creq):
+    scope = f"{amz_date[:8]}/{region}/{service}/aws4_request"
+    sts = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope,
+                     hashlib.sha256(creq.encode()).hexdigest()])
+    k = _hmac(("AWS4" + secret).encode(), amz_date[:8])
+    for part in (region, service, "aws4_request"):
+        k = _hmac(k, part)
+    return hmac.new(k, sts.encode(), hashlib.sha256).hexdigest()
+
+
+class AuthError(Exception):
+    def __init__(self, status, code, message):
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def verify(method, path, query, headers, payload, credentials, region, service="ec2",
+           now=None):
+    """Raises AuthError unless the request is signed by a known key for region/service."""
+    auth = [v for k, v in headers if k.lower() == "authorization"]
+    if not auth:
+        raise AuthError(401, "MissingAuthenticationToken", "Request is missing Authentication Token")
+    algo, _, rest = auth[0].partition(" ")
+    fields = dict(p.strip().split("=", 1) for p in rest.split(",") if "=" in p)
+    if algo != "AWS4-HMAC-SHA256" or not {"Credential", "SignedHeaders", "Signature"} <= set(fields):
+        raise AuthError(400, "IncompleteSignature", f"Authorization header is malformed: {auth[0]}")
+    key_id, date, scope_region, scope_service, terminator = (fields["Credential"].split("/") +
+                                                             [""] * 5)[:5]
+    if key_id not in credentials:
+        raise AuthError(401, "AuthFailure",
+                        "AWS was not able to validate the provided access credentials")
+    dates = {v for k, v in headers if k.lower() == "x-amz-date"}
+    if len(dates) != 1:
+        raise AuthError(400, "IncompleteSignature", "need exactly one X-Amz-Date value")
+    amz_date = dates.pop()
+    if (date != amz_date[:8] or scope_region != region or scope_service != service
+            or terminator != "aws4_request"):
+        raise AuthError(403, "SignatureDoesNotMatch",
+                        f"Credential should be scoped to a valid region ('{region}'), service "
+                        f"('{service}') and date ('{amz_date[:8]}')")
+    signed = fields["SignedHeaders"].split(";")
+    if "host" not in signed or "x-amz-date" not in signed or signed != sorted(signed):
+        raise AuthError(403, "SignatureDoesNotMatch", "host and x-amz-date must be signed")
+    secret, token = credentials[key_id]
+    if token:
+        sent = [v for k, v in headers if k.lower() == "x-amz-security-token"]
+        if sent != [token] or "x-amz-security-token" not in signed:
+            raise AuthError(401, "AuthFailure", "The security token included in the request is "
+                                                "invalid")
+    want = signature(secret, amz_date, region, service,
+                     canonical_request(method, path, query, headers, signed, payload))
+    if not hmac.compare_digest(want, fields["Signature"]):
+        raise AuthError(403, "SignatureDoesNotMatch",
+                        "The request signature we calculated does not match the signature you "
+                        "provided. Check your AWS Secret Access Key and signing method.")
+    if now is not None:
+        when = datetime.datetime.strptime(amz_date, "%Y%m%dT%H%M%SZ").replace(
+            tzinfo=datetime.timezone.utc)
+        if abs(now - when) > MAX_SKEW:
+            raise AuthError(400, "RequestExpired", f"Request has expired. Timestamp {amz_date}")
+
+
+# ---- The EC2 model ------------------------------------------------------------------------------
+
+class Ec2Error(Exception):
+    def __init__(self, code, message, status=400):
+        super().__init__(message)
+        self.code, self.message, self.status = code, message, status
+
+
+INSTANCE_TYPES = {  # name: (vcpus, memory MiB, gpu, count)
+    "m6i.large": (2, 8192, None, 0), "m6i.xlarge": (4, 16384, None, 0),
+    "m6i.2xlarge": (8, 32768, None, 0), "c6i.large": (2, 4096, None, 0),
+    "c6i.xlarge": (4, 8192, None, 0), "g6.xlarge": (4, 16384, "L4", 1),
+    "g5.xlarge": (4, 16384, "A10G", 1), "p4d.24xlarge": (96, 1179648, "A100", 8),
+}
+
+
+def _items(params, prefix):
+    """Values of prefix.1, prefix.2, ... in order."""
+    out, i = [], 1
+    while f"{prefix}.{i}" in params:
+        out.append(params[f"{prefix}.{i}"])
+        i += 1
+    return out
+
+
+def _filters(params):
+    out, i = [], 1
+    while f"Filter.{i}.Name" in params:
+        out.append((params[f"Filter.{i}.Name"], _items(params, f"Filter.{i}.Value")))
+        i += 1
+    return out
+
+
+def _tag_specs(params, resource_type):
+    tags, i = {}, 1
+    while f"TagSpecification.{i}.ResourceType" in params:
+        if params[f"TagSpecification.{i}.ResourceType"] == resource_type:
+            j = 1
+            while f"TagSpecification.{i}.Tag.{j}.Key" in params:
+                tags[params[f"TagSpecification.{i}.Tag.{j}.Key"]] = params.get(
+                    f"TagSpecification.{i}.Tag.{j}.Value", "")
+                j += 1
+        i += 1
+    return tags
+
+
+def _tag_xml(tags):
+    return "<tagSet>" + "".join(f"<item><key>{escape(k)}</key><value>{escape(v)}</value></item>"
+                                for k, v in sorted(tags.items())) + "</tagSet>"
+
+
+class Ec2:
+    def __init__(self, config):
+        self.config = config
+        self.lock = threading.RLock()
+        self.instances = {}  # id -> dict
+        self.groups = {}     # id -> dict(name, rules, tags)
+        self.keys = {}       # name -> dict(material, tags)
+        self.calls = []      # action names, in order
+        self.free = list(range(len(config["hosts"])))
+
+    def _host_cmd(self, *args):
+        p = subprocess.run([self.config["test_hosts"], *args, ], capture_output=True, text=True,
+                           timeout=120)
+        if p.returncode != 0:
+            raise Ec2Error("InternalError", f"test host command failed: {p.stderr.strip()}", 500)
+
+    def _stop_host(self, index):
+        self._host_cmd("stop-host", self.config["hosts_name"], self.config["hosts_state"],
+                       str(index))
+
+    def _start_hosts(self):
+        self._host_cmd("start", self.config["hosts_name"], self.config["hosts_state"])
+
+    def _advance(self, inst):
+        """Each look moves a transition on, as EC2's asynchronous state changes do."""
+        nxt = {"pending": "running", "stopping": "stopped", "shutting-down": "terminated"}
+        if inst["state"] in nxt:
+            inst["state"] = nxt[inst["state"]]
+            if inst["state"] == "terminated":
+                self.free.append(inst["host"])
+                self.free.sort()
+
+    def _instance_xml(self, i):
+        host = self.config["hosts"][i["host"]]
+        public = f"<ipAddress>{host['ip']}</ipAddress>" if i["state"] == "running" else ""
+        codes = {"pending": 0, "running": 16, "shutting-down": 32, "terminated": 48,
+                 "stopping": 64, "stopped": 80}
+        spot = "<instanceLifecycle>spot</instanceLifecycle>" if i["spot"] else ""
+        return (f"<item><instanceId>{i['id']}</instanceId><imageId>{i['image']}</imageId>"
+                f"<instanceState><code>{codes[i['state']]}</code><name>{i['state']}</name>"
+                f"</instanceState><privateIpAddress>{host['ip']}</privateIpAddress>{public}"
+                f"<keyName>{escape(i['key'])}</keyName><instanceType>{i['type']}</instanceType>"
+                f"<placement><availabilityZone>{i['zone']}</availabilityZone></placement>"
+                f"<groupSet><item><groupId>{i['group']}</groupId></item></groupSet>{spot}"
+                f"{_tag_xml(i['tags'])}</item>")
+
+    def _state_change(self, ids, new_state):
+        out = ""
+        for iid in ids:
+            i = self.instances[iid]
+            prev = i["state"]
+            i["state"] = new_state(i)
+            out += (f"<item><instanceId>{iid}</instanceId><currentState><name>{i['state']}"
+                    f"</name></currentState><previousState><name>{prev}</name></previousState>"
+                    f"</item>")
+        return f"<instancesSet>{out}</instancesSet>"
+
+    def _known(self, ids):
+        for iid in ids:
+            if iid not in self.instances:
+                raise Ec2Error("InvalidInstanceID.NotFound",
+                               f"The instance ID '{iid}' does not exist")
+        return ids
+
+    def call(self, action, p):
+        with self.lock:
+            self.calls.append(action)
+            handler = getattr(self, "do_" + action, None)
+            if handler is None:
+                raise Ec2Error("InvalidAction",
+                               f"The action {action} is not valid for this web service.")
+            return handler(p)
+
+    def do_DescribeInstanceTypes(self, p):
+        names = _items(p, "InstanceType")
+        bad = [n for n in names if n not in INSTANCE_TYPES]
+        if bad:
+            raise Ec2Error("InvalidInstanceType",
+                           f"The following supplied instance types do not exist: [{', '.join(bad)}]")
+        out = ""
+        for n in names or sorted(INSTANCE_TYPES):
+            vcpus, mib, gpu, count = INSTANCE_TYPES[n]
+            g = (f"<gpuInfo><gpus><item><name>{gpu}</name><manufacturer>NVIDIA</manufacturer>"
+                 f"<count>{count}</count></item></gpus></gpuInfo>") if gpu else ""
+            out += (f"<item><instanceType>{n}</instanceType><vCpuInfo><defaultVCpus>{vcpus}"
+                    f"</defaultVCpus></vCpuInfo><memoryInfo><sizeInMiB>{mib}</sizeInMiB>"
+                    f"</memoryInfo>{g}</item>")
+        return f"<instanceTypeSet>{out}</instanceTypeSet>"
+
+    def do_DescribeAvailabilityZones(self, p):
+        return "<availabilityZoneInfo>" + "".join(
+            f"<item><zoneName>{z}</zoneName><zoneState>available</zoneState>"
+            f"<regionName>{self.config['region']}</regionName></item>"
+            for z in self.config["zones"]) + "</availabilityZoneInfo>"
+
+    def do_DescribeImages(self, p):
+        owners = _items(p, "Owner")
+        images = self.config["images"]
+        for name, values in _filters(p):
+            if name == "name":
+                images = [i for i in images if any(fnmatch.fnmatchcase(i["name"], v)
+                                                   for v in values)]
+            elif name == "state":
+                images = [i for i in images if "available" in values]
+        images = [i for i in images if not owners or i["owner"] in owners]
+        return "<imagesSet>" + "".join(
+            f"<item><imageId>{i['id']}</imageId><imageOwnerId>{i['owner']}</imageOwnerId>"
+            f"<name>{escape(i['name'])}</name><creationDate>{i['date']}</creationDate>"
+            f"<imageState>available</imageState></item>" for i in images) + "</imagesSet>"
+
+    def do_ImportKeyPair(self, p):
+        name = p.get("KeyName", "")
+        if name in self.keys:
+            raise Ec2Error("InvalidKeyPair.Duplicate", f"The keypair '{name}' already exists.")
+        try:
+            material = base64.b64decode(p.get("PublicKeyMaterial", ""), validate=True).decode()
+        except Exception:
+            raise Ec2Error("InvalidKey.Format", "Key is not in valid OpenSSH public key format")
+        if not material.startswith(("ssh-", "ecdsa-")):
+            raise Ec2Error("InvalidKey.Format", "Key is not in valid OpenSSH public key format")
+        self.keys[name] = {"material": material.strip(), "tags": _tag_specs(p, "key-pair")}
+        return (f"<keyName>{escape(name)}</keyName><keyFingerprint>"
+                f"{hashlib.md5(material.encode()).hexdigest()}</keyFingerprint>"
+                f"<keyPairId>key-{uuid.uuid4().hex[:17]}</keyPairId>")
+
+    def do_DeleteKeyPair(self, p):
+        self.keys.pop(p.get("KeyName", ""), None)  # EC2 answers true for a missing key, too
+        return "<return>true</return>"
+
+    def do_DescribeKeyPairs(self, p):
+        names = sorted(self.keys)
+        for name, values in _filters(p):
+            if name == "key-name":
+                names = [n for n in names if n in values]
+        return "<keySet>" + "".join(f"<item><keyName>{escape(n)}</keyName></item>"
+                                    for n in names) + "</keySet>"
+
+    def do_CreateSecurityGroup(self, p):
+        name = p.get("GroupName", "")
+        if not name or not p.get("GroupDescription"):
+            raise Ec2Error("MissingParameter", "GroupName and GroupDescription are required")
+        if any(g["name"] == name for g in self.groups.values()):
+            raise Ec2Error("InvalidGroup.Duplicate",
+                           f"The security group '{name}' already exists for VPC 'vpc-fake'")
+        gid = "sg-" + uuid.uuid4().hex[:17]
+        self.groups[gid] = {"name": name, "rules": [], "tags": _tag_specs(p, "security-group")}
+        return f"<return>true</return><groupId>{gid}</groupId>"
+
+    def _group(self, gid):
+        if gid not in self.groups:
+            raise Ec2Error("InvalidGroup.NotFound", f"The security group '{gid}' does not exist")
+        return self.groups[gid]
+
+    def do_AuthorizeSecurityGroupIngress(self, p):
+        g = self._group(p.get("GroupId", ""))
+        i, rules = 1, []
+        while f"IpPermissions.{i}.IpProtocol" in p:
+            pre = f"IpPermissions.{i}"
+            base = (p[f"{pre}.IpProtocol"], p.get(f"{pre}.FromPort"), p.get(f"{pre}.ToPort"))
+            j = 1
+            while f"{pre}.IpRanges.{j}.CidrIp" in p:
+                rules.append(base + ("cidr", p[f"{pre}.IpRanges.{j}.CidrIp"]))
+                j += 1
+            j = 1
+            while f"{pre}.Groups.{j}.GroupId" in p:
+                self._group(p[f"{pre}.Groups.{j}.GroupId"])
+                rules.append(base + ("group", p[f"{pre}.Groups.{j}.GroupId"]))
+                j += 1
+            i += 1
+        if not rules:
+            raise Ec2Error("MissingParameter", "No IpPermissions given")
+        for r in rules:
+            if list(r) in g["rules"]:
+                raise Ec2Error("InvalidPermission.Duplicate",
+                               f"the specified rule \"peer: {r[4]}, {r[0]}\" already exists")
+        g["rules"] += [list(r) for r in rules]
+        return "<return>true</return>"
+
+    def do_DeleteSecurityGroup(self, p):
+        gid = p.get("GroupId", "")
+        self._group(gid)
+        if any(i["group"] == gid and i["state"] != "terminated" for i in self.instances.values()):
+            raise Ec2Error("DependencyViolation", f"resource {gid} has a dependent object")
+        del self.groups[gid]
+        return "<return>true</return>"
+
+    def do_DescribeSecurityGroups(self, p):
+        gids = sorted(self.groups)
+        for name, values in _filters(p):
+            if name == "group-name":
+                gids = [g for g in gids if self.groups[g]["name"] in values]
+        return "<securityGroupInfo>" + "".join(
+            f"<item><groupId>{g}</groupId><groupName>{escape(self.groups[g]['name'])}</groupName>"
+            f"</item>" for g in gids) + "</securityGroupInfo>"
+
+    def do_RunInstances(self, p):
+        try:
+            lo, hi = int(p.get("MinCount", "")), int(p.get("MaxCount", ""))
+        except ValueError:
+            raise Ec2Error("InvalidParameterValue", "MinCount and MaxCount must be integers")
+        if lo < 1 or hi < lo:
+            raise Ec2Error("InvalidParameterValue", f"Invalid MinCount {lo} / MaxCount {hi}")
+        image, itype = p.get("ImageId", ""), p.get("InstanceType", "")
+        if not any(i["id"] == image for i in self.config["images"]):
+            raise Ec2Error("InvalidAMIID.NotFound", f"The image id '[{image}]' does not exist")
+        if itype not in INSTANCE_TYPES:
+            raise Ec2Error("InvalidParameterValue", f"Invalid value '{itype}' for InstanceType.")
+        key = p.get("KeyName", "")
+        if key not in self.keys:
+            raise Ec2Error("InvalidKeyPair.NotFound", f"The key pair '{key}' does not exist")
+        groups = _items(p, "SecurityGroupId")
+        for g in groups:
+            self._group(g)
+        zone = p.get("Placement.AvailabilityZone") or self.config["zones"][0]
+        if zone not in self.config["zones"]:
+            raise Ec2Error("InvalidParameterValue", f"Invalid availability zone: [{zone}]")
+        if zone in self.config.get("no_capacity_zones", []):
+            raise Ec2Error("InsufficientInstanceCapacity",
+                           f"We currently do not have sufficient {itype} capacity in the "
+                           f"Availability Zone you requested ({zone}). Our system will be working "
+                           f"on provisioning additional capacity. You can currently get {itype} "
+                           f"capacity by not specifying an Availability Zone in your request or "
+                           f"choosing {', '.join(z for z in self.config['zones'] if z != zone)}.",
+                           500)
+        if len(self.free) < lo:
+            raise Ec2Error("InstanceLimitExceeded",
+                           f"You have requested more instances ({lo}) than your current instance "
+                           f"limit of {len(self.free)} allows for the specified instance type.")
+        spot = p.get("InstanceMarketOptions.MarketType") == "spot"
+        tags = _tag_specs(p, "instance")
+        made = []
+        for _ in range(min(hi, len(self.free))):
+            host = self.free.pop(0)
+            node_dir = self.config["hosts"][host]["dir"]
+            # A fresh machine: an empty home and the key pair as root's only key.
+            home = os.path.join(node_dir, "home")
+            for entry in os.listdir(home):
+                path = os.path.join(home, entry)
+                shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) \
+                    else os.remove(path)
+            with open(os.path.join(node_dir, "authorized_keys"), "w") as f:
+                f.write(self.keys[key]["material"] + "\n")
+            iid = "i-" + uuid.uuid4().hex[:17]
+            self.instances[iid] = {"id": iid, "host": host, "state": "pending", "type": itype,
+                                   "image": image, "key": key, "zone": zone,
+                                   "group": groups[0] if groups else "", "spot": spot,
+                                   "tags": dict(tags)}
+            made.append(iid)
+        self._start_hosts()
+        return (f"<reservationId>r-{uuid.uuid4().hex[:17]}</reservationId>"
+                f"<ownerId>123456789012</ownerId><instancesSet>"
+                + "".join(self._instance_xml(self.instances[i]) for i in made) + "</instancesSet>")
+
+    def do_CreateTags(self, p):
+        ids = self._known(_items(p, "ResourceId"))
+        i = 1
+        while f"Tag.{i}.Key" in p:
+            for iid in ids:
+                self.instances[iid]["tags"][p[f"Tag.{i}.Key"]] = p.get(f"Tag.{i}.Value", "")
+            i += 1
+        return "<return>true</return>"
+
+    def do_DescribeInstances(self, p):
+        ids = self._known(_items(p, "InstanceId")) or sorted(self.instances)
+        found = []
+        for iid in ids:
+            i = self.instances[iid]
+            self._advance(i)
+            ok = True
+            for name, values in _filters(p):
+                if name.startswith("tag:"):
+                    ok = ok and i["tags"].get(name[4:]) in values
+                elif name == "instance-state-name":
+                    ok = ok and i["state"] in values
+                elif name == "instance-id":
+                    ok = ok and iid in values
+                else:
+                    raise Ec2Error("InvalidParameterValue",
+                                   f"The filter '{name}' is invalid")
+            if ok:
+                found.append(i)
+        return ("<reservationSet>" + "".join(
+            f"<item><reservationId>r-{i['id'][2:]}</reservationId><instancesSet>"
+            f"{self._instance_xml(i)}</instancesSet></item>" for i in found) + "</reservationSet>")
+
+    def do_StopInstances(self, p):
+        ids = self._known(_items(p, "InstanceId"))
+        for iid in ids:
+            i = self.instances[iid]
+            if i["spot"]:
+                raise Ec2Error("UnsupportedOperation",
+                               f"You can't stop the Spot Instance '{iid}' because it is "
+                               f"associated with a one-time Spot Instance request.")
+            if i["state"] not in ("running", "stopping", "stopped", "pending"):
+                raise Ec2Error("IncorrectInstanceState",
+                               f"The instance '{iid}' is not in a state from which it can be "
+                               f"stopped.")
+        for iid in ids:
+            self._stop_host(self.instances[iid]["host"])
+        return self._state_change(
+            ids, lambda i: "stopped" if i["state"] == "stopped" else "stopping")
+
+    def do_StartInstances(self, p):
+        ids = self._known(_items(p, "InstanceId"))
+        for iid in ids:
+            if self.instances[iid]["state"] not in ("stopped", "running", "pending"):
+                raise Ec2Error("IncorrectInstanceState",
+                               f"The instance '{iid}' is not in a state from which it can be "
+                               f"started.")
+        self._start_hosts()
+        return self._state_change(
+            ids, lambda i: "running" if i["state"] == "running" else "pending")
+
+    def do_TerminateInstances(self, p):
+        ids = self._known(_items(p, "InstanceId"))
+        for iid in ids:
+            if self.instances[iid]["state"] not in ("terminated", "shutting-down"):
+                self._stop_host(self.instances[iid]["host"])
+        return self._state_change(
+            ids, lambda i: i["state"] if i["state"] in ("terminated", "shutting-down")
+            else "shutting-down")
+
+    def snapshot(self):
+        with self.lock:
+            return {"instances": {k: {x: v[x] for x in ("state", "type", "zone", "tags", "spot",
+                                                        "key", "group")}
+                                  for k, v in self.instances.items()},
+                    "groups": self.groups, "keys": self.keys, "calls": self.calls,
+                    "free_hosts": self.free}
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):  # keep the test's output readable
+        pass
+
+    def _send(self, status, body, ctype="text/xml;charset=UTF-8"):
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _error(self, status, code, message):
+        self._send(status, f"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Response><Errors><Error>"
+                           f"<Code>{escape(code)}</Code><Message>{escape(message)}</Message>"
+                           f"</Error></Errors><RequestID>{uuid.uuid4()}</RequestID></Response>")
+
+    def do_GET(self):
+        ec2 = self.server.ec2
+        if self.path == "/checkip":
+            return self._send(200, self.client_address[0] + "\n", "text/plain")
+        if self.path == "/_fake/state":
+            return self._send(200, json.dumps(ec2.snapshot()), "application/json")
+        self._error(400, "InvalidAction", "GET is not served here")
+
+    def do_POST(self):
+        ec2 = self.server.ec2
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        if self.path == "/_fake/config":
+            with ec2.lock:
+                ec2.config.update(json.loads(body))
+            return self._send(200, "{}", "application/json")
+        url = urllib.parse.urlsplit(self.path)
+        try:
+            verify("POST", url.path, url.query, list(self.headers.items()), body,
+                   {k: (v["secret"], v.get("token", "")) for k, v in
+                    ec2.config["credentials"].items()},
+                   ec2.config["region"], now=datetime.datetime.now(datetime.timezone.utc))
+        except AuthError as e:
+            with ec2.lock:
+                ec2.calls.append("refused:" + e.code)
+            return self._error(e.status, e.code, e.message)
+        params = dict(urllib.parse.parse_qsl(body.decode(), keep_blank_values=True))
+        if params.get("Version") != "2016-11-15":
+            return self._error(400, "InvalidParameterValue", "Version must be 2016-11-15")
+        action = params.pop("Action", "")
+        params.pop("Version")
+        try:
+            inner = ec2.call(action, params)
+        except Ec2Error as e:
+            return self._error(e.status, e.code, e.message)
+        self._send(200, f"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<{action}Response "
+                        f"xmlns=\"{NS}\"><requestId>{uuid.uuid4()}</requestId>{inner}"
+                        f"</{action}Response>")
+
+
+def main():
+    with open(sys.argv[1]) as f:
+        config = json.load(f)
+    server = ThreadingHTTPServer((config["bind"], 0), Handler)
+    server.daemon_threads = True
+    server.ec2 = Ec2(config)
+    tmp = config["port_file"] + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(str(server.server_address[1]))
+    os.rename(tmp, config["port_file"])
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
