@@ -246,7 +246,8 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
     node.conn->Close();
   }
   bool was_alive = node.alive;
-  // A higher incarnation is a new agent process: what the old one supervised is not its to report.
+  // A higher incarnation is a new agent process. It adopts what the old one supervised (its
+  // persisted process table) and reports it in running[]; a process it does not report was lost.
   bool agent_restarted = node.incarnation != 0 && reg.incarnation() > node.incarnation;
   node.info = reg.node();
   node.incarnation = reg.incarnation();
@@ -278,6 +279,13 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
         // Started (or about to be) by the previous agent: starting it again would run it twice.
         lost_jobs.push_back(job_id);
         break;
+      }
+      if (p != progress.end() && !proc.started) {
+        // Its ProcessStarted was lost with the old connection (or a restarted head never got it).
+        ProcessStarted started;
+        *started.mutable_key() = proc.start.key();
+        started.set_pid(p->second->pid());
+        HandleStarted(started);
       }
       if (p == progress.end()) {  // the StartProcess was lost with the old connection
         *m.mutable_start() = proc.start;

@@ -62,6 +62,15 @@ inline constexpr Duration kKillSweepTimeout = 5s;
 // After a job process exits, its output pipes are read until EOF for at most this long: a daemon it
 // left behind with stdout still open must not keep the job running.
 inline constexpr Duration kProcessOutputDrainAfterExit = 2s;
+// A job process's supervisor (herdlet --step) reports the job's pid, or why it could not exec it,
+// within this; Spawn fails otherwise. Starting one program: far below any client timeout.
+inline constexpr Duration kStepStartTimeout = 10s;
+// Where the kernel offers no pidfd or inotify (gVisor), the agent checks its supervisors'
+// liveness and follows their logs this often (else only on events).
+inline constexpr Duration kSupervisorPollInterval = 100ms;
+// Exited processes a worker remembers (persisted with its process table) so that the head can
+// still fetch their exit after a reconnect; the oldest jobs' entries are dropped beyond this.
+inline constexpr int kMaxExitedProcessesKept = 1000;
 // Exit code recorded for a rank that herd killed because another rank failed (as SkyPilot).
 inline constexpr int kKilledRankExitCode = 137;
 // GPU detection runs `nvidia-smi` when NVML cannot be loaded; a hung driver must not stall the

@@ -34,14 +34,32 @@ class FakeLauncher : public ProcessLauncher {
     ProcessCallbacks callbacks;
     uint64_t offset = 0;
     bool exited = false;
+    int adopted_pid = 0;
   };
   explicit FakeLauncher(boost::asio::io_context& io) : io_(io) {}
 
-  Result<int> Spawn(const SpawnRequest& request, ProcessCallbacks callbacks) override {
+  Result<ProcessHandle> Spawn(const SpawnRequest& request, ProcessCallbacks callbacks) override {
     std::lock_guard lock(mu_);
     procs_.push_back({request, std::move(callbacks)});
     cv_.notify_all();
-    return 1000 + static_cast<int>(procs_.size());
+    ProcessHandle h;
+    h.pid = 1000 + static_cast<int>(procs_.size());
+    h.supervisor_pid = h.pid + 1000;
+    h.group = request.group;
+    h.log_path = request.log_path;
+    return h;
+  }
+  // Adopted processes join the list like spawned ones (the test drives them the same way).
+  Status Adopt(const ProcessHandle& handle, uint64_t from, ProcessCallbacks callbacks) override {
+    std::lock_guard lock(mu_);
+    Proc p{{}, std::move(callbacks)};
+    p.request.group = handle.group;
+    p.request.log_path = handle.log_path;
+    p.offset = from;
+    p.adopted_pid = handle.pid;
+    procs_.push_back(std::move(p));
+    cv_.notify_all();
+    return Status::Ok();
   }
   void KillGroup(const std::string& group, std::chrono::milliseconds) override {
     std::lock_guard lock(mu_);
