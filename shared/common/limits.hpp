@@ -42,6 +42,13 @@ inline constexpr Duration kHeartbeatInterval = 2s;
 // ... and the head marks a node lost after this many missed heartbeats.
 inline constexpr int kHeartbeatMissesBeforeLost = 4;
 inline constexpr Duration kNodeLostAfter = kHeartbeatInterval * kHeartbeatMissesBeforeLost;
+// The head looks for lost nodes this often, so a node is declared lost at most this late.
+inline constexpr Duration kNodeCheckInterval = 500ms;
+// A user sees the job of a lost node (agent killed with its processes, link down, machine
+// stopped) FAILED, naming the node and rank, within this of the node's last message. A mere agent
+// restart (its supervisor restarts it after kAgentRestartBackoffInitial) re-registers and adopts
+// its processes well before kNodeLostAfter, so it fails nothing.
+inline constexpr Duration kNodeLossReportedWithin = 10s;
 // Re-registration after a drop: capped exponential backoff.
 inline constexpr Duration kReconnectBackoffInitial = 100ms;
 inline constexpr Duration kReconnectBackoffMax = 3s;
@@ -154,6 +161,11 @@ static_assert(kHeartbeatInterval * 2 < kWebsocketIdleTimeout,
               "heartbeats keep the websocket busy long before its idle timeout");
 static_assert(kNodeLostAfter < kWebsocketIdleTimeout + kHeartbeatInterval * 4,
               "a lost node is noticed on the order of the websocket timeout");
+static_assert(kNodeLostAfter + kNodeCheckInterval < kNodeLossReportedWithin,
+              "a lost node's job is failed within the promised time");
+static_assert(kAgentRestartBackoffInitial + kAgentStartSettle + kHandshakeTimeout / 4 <
+                  kNodeLostAfter,
+              "an agent restarted by its supervisor registers again before its node is lost");
 static_assert(kReconnectBackoffMax < kNodeLostAfter,
               "an agent retries several times before the head gives up on it");
 static_assert(kKillGracePeriod < 2s, "other ranks die within 2 s of the first failure");

@@ -111,7 +111,8 @@ class GangTest(unittest.TestCase):
             self.assertEqual(info["cluster_name"], "gang")
             self.assertEqual(set(info), {"cluster_name", "cloud", "region", "zone"})
             self.assertEqual(env["SKYPILOT_USER"], os.environ.get("USER", "root"))
-            self.assertEqual(env["PYTHONUNBUFFERED"], "1")
+            # stdout is a pty, so Python line-buffers; herd does not force unbuffered output.
+            self.assertEqual(env["PYTHONUNBUFFERED"], "<unset>")
             self.assertEqual(env["MY_VAR"], "from-flag")  # --env beats the YAML
             self.assertEqual(env["CUDA_VISIBLE_DEVICES"], "0,1")  # run keeps the agent's
         # Setup ran on every node of the cluster, each with its cluster rank, CUDA unset.
@@ -360,18 +361,34 @@ class GangTest(unittest.TestCase):
         self.assertIn("1 adopted", self.cluster.agent_log(1))
 
     def test_zz_workers_reregister_after_head_restart(self):
-        task = write_task(self.tasks, "longrun.yaml", "num_nodes: 2\nrun: |\n  sleep 1000\n")
+        task = write_task(self.tasks, "longrun.yaml",
+                          "num_nodes: 2\nrun: |\n  for i in $(seq 1 50); do "
+                          "echo line $SKYPILOT_NODE_RANK $i; sleep 0.1; done\n")
         p = run([HERD, "exec", *self.cluster.target(), *self.cluster.marker_env("orphan"), "-d",
                  task])
         job = job_id_of(p.stderr)
         self.cluster.wait_state(job, {"RUNNING"})
-        self.cluster.restart_head()
-        self.cluster.wait_nodes(4, timeout=30)
-        # The job the old head ran is FAILED_DRIVER and nothing of it is left.
-        self.assertEqual(self.cluster.wait_state(job, {"FAILED_DRIVER"})["status"], "FAILED_DRIVER")
-        deadline = time.time() + 10
-        while self.cluster.leftovers("orphan") and time.time() < deadline:
-            time.sleep(0.1)
+        # A client following the job reattaches across the head's restart.
+        follower = subprocess.Popen([HERD, "logs", *self.cluster.target(), str(job)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            time.sleep(1)
+            self.cluster.restart_head()
+            self.cluster.wait_nodes(4, timeout=30)
+            # The job the old head ran goes on under the new one and succeeds.
+            self.assertEqual(self.cluster.wait_state(job, {"SUCCEEDED", "FAILED", "FAILED_DRIVER"},
+                                                     timeout=60)["status"], "SUCCEEDED")
+            out, err = follower.communicate(timeout=60)
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+                follower.wait()
+        self.assertEqual(follower.returncode, 0, err)
+        for text in (out.decode(), self.cluster.herd("logs", "--no-follow", str(job)).stdout.decode()):
+            for rank in (0, 1):
+                got = [int(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                       if f") line {rank} " in line]
+                self.assertEqual(got, list(range(1, 51)), text)  # each line once, in order
         self.assertEqual(self.cluster.leftovers("orphan"), [])
         log = self.cluster.agent_log(1)
         self.assertIn("connection to head lost", log)

@@ -92,7 +92,7 @@ class LoopbackCluster:
         path = os.path.join(ndir, "herdlet.yaml")
         with open(path, "w") as f:
             json.dump(cfg, f)  # JSON is YAML
-        env = dict(os.environ)
+        env = self._agent_env()
         # Setup must not see this; run does (REFERENCE.md).
         env["CUDA_VISIBLE_DEVICES"] = "0,1"
         env["HOME"] = os.path.join(ndir, "home")
@@ -103,13 +103,22 @@ class LoopbackCluster:
         log.close()
         self.procs.append(p)
 
+    @staticmethod
+    def _agent_env():
+        """The agents' environment: this test's, without what ctest sets for Python tests (an
+        agent started by its supervisor would not have PYTHONUNBUFFERED)."""
+        env = dict(os.environ)
+        env.pop("PYTHONUNBUFFERED", None)
+        return env
+
     def restart_agent(self, i):
         """Stops worker i's herdlet and starts it again (a new incarnation)."""
         proc = self.procs[i]
-        os.killpg(proc.pid, signal.SIGTERM)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=10)
         ndir = os.path.join(self.dir, self.node_id(i))
-        env = dict(os.environ, HOME=os.path.join(ndir, "home"), CUDA_VISIBLE_DEVICES="0,1")
+        env = dict(self._agent_env(), HOME=os.path.join(ndir, "home"), CUDA_VISIBLE_DEVICES="0,1")
         log = open(os.path.join(ndir, "herdlet.log"), "ab")
         self.procs[i] = subprocess.Popen([HERDLET, "--config", os.path.join(ndir, "herdlet.yaml")],
                                          stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -128,7 +137,7 @@ class LoopbackCluster:
         cfg["listen"] = f"{self.addresses[0]}:{self.port}"
         with open(path, "w") as f:
             json.dump(cfg, f)
-        env = dict(os.environ, HOME=os.path.join(ndir, "home"), CUDA_VISIBLE_DEVICES="0,1")
+        env = dict(self._agent_env(), HOME=os.path.join(ndir, "home"), CUDA_VISIBLE_DEVICES="0,1")
         log = open(os.path.join(ndir, "herdlet.log"), "ab")
         self.procs[0] = subprocess.Popen([HERDLET, "--config", path], stdout=log,
                                          stderr=subprocess.STDOUT, env=env,
