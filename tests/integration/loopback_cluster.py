@@ -111,8 +111,9 @@ class LoopbackCluster:
         env.pop("PYTHONUNBUFFERED", None)
         return env
 
-    def restart_agent(self, i):
-        """Stops worker i's herdlet and starts it again (a new incarnation)."""
+    def restart_agent(self, i, binary=None):
+        """Stops worker i's herdlet and starts it again (a new incarnation), from `binary` if
+        given (an in-place upgrade)."""
         proc = self.procs[i]
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
@@ -120,7 +121,8 @@ class LoopbackCluster:
         ndir = os.path.join(self.dir, self.node_id(i))
         env = dict(self._agent_env(), HOME=os.path.join(ndir, "home"), CUDA_VISIBLE_DEVICES="0,1")
         log = open(os.path.join(ndir, "herdlet.log"), "ab")
-        self.procs[i] = subprocess.Popen([HERDLET, "--config", os.path.join(ndir, "herdlet.yaml")],
+        self.procs[i] = subprocess.Popen([binary or HERDLET, "--config",
+                                          os.path.join(ndir, "herdlet.yaml")],
                                          stdout=log, stderr=subprocess.STDOUT, env=env,
                                          start_new_session=True)
         log.close()

@@ -5,6 +5,7 @@ local processes sharing one stdout stay whole."""
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -99,7 +100,10 @@ class SurviveTest(unittest.TestCase):
             self.cluster.restart_agent(1)  # the worker agent, twice
             self.assertIn(pid, self.cluster.leftovers("lossless"))  # adopted, not restarted
             time.sleep(1)
-            self.cluster.restart_agent(1)
+            # The second restart is an in-place upgrade: another herdlet binary takes over.
+            upgraded = os.path.join(self.tasks, "herdlet-upgraded")
+            shutil.copy2(shutil.which(os.environ.get("HERDLET", "herdlet")), upgraded)
+            self.cluster.restart_agent(1, binary=upgraded)
             # The worker stalls (SIGSTOP: no FIN, no heartbeat) for less than kNodeLostAfter.
             os.kill(self.cluster.procs[1].pid, signal.SIGSTOP)
             time.sleep(2)
@@ -120,7 +124,7 @@ class SurviveTest(unittest.TestCase):
                 self.assertIsNone(count_rank_lines(text, rank, per_rank))
                 # The last, unterminated line, delivered (ended with a newline by the head).
                 self.assertEqual(text.count(f"unterminated r{rank}\n"), 1)
-        self.assertIn("1 adopted", self.cluster.agent_log(1))
+        self.assertEqual(self.cluster.agent_log(1).count(", 1 adopted"), 2)  # both restarts
 
     def _node_loss(self, tag, inject, recover):
         job = self.submit(tag, "num_nodes: 3\nrun: |\n  echo up $SKYPILOT_NODE_RANK; sleep 1000\n")
