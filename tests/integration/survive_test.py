@@ -1,5 +1,6 @@
 """Jobs that survive their agents (issue 7): a head and two workers on 127.0.40.1-3 from the real
-binaries, driven with the real `herd` CLI. Agent restarts are adopted (same pids, every line once),
+binaries, driven with the real `herd` CLI. Agent restarts (one of them an in-place upgrade) are
+adopted (same pids, every line once), a dropped connection (ss -K) and a stall lose nothing,
 a lost node fails its job within limits::kNodeLossReportedWithin naming node and rank, and lines of
 local processes sharing one stdout stay whole."""
 
@@ -74,6 +75,12 @@ class SurviveTest(unittest.TestCase):
             time.sleep(0.1)
         self.fail(f"{pattern!r} not in the log of job {job}:\n{self.log(job)[-2000:]}")
 
+    def drop_connections(self, worker_addr):
+        """Aborts every TCP connection between the worker's address and the head's port."""
+        head, port = ADDRS[0], str(self.cluster.port)
+        run(["ss", "-K", "src", worker_addr, "dst", head, "dport", "=", port])
+        run(["ss", "-K", "src", head, "sport", "=", port, "dst", worker_addr])
+
     def test_nothing_lost_across_agent_restarts_client_reattach_and_a_stall(self):
         per_rank = TOTAL_LINES // 2
         batches = 10
@@ -104,6 +111,11 @@ class SurviveTest(unittest.TestCase):
             upgraded = os.path.join(self.tasks, "herdlet-upgraded")
             shutil.copy2(shutil.which(os.environ.get("HERDLET", "herdlet")), upgraded)
             self.cluster.restart_agent(1, binary=upgraded)
+            # Its link drops: both ends of its connection to the head are aborted (ss -K), three
+            # times; the agent redials and the head fetches what it missed.
+            for _ in range(3):
+                self.drop_connections(ADDRS[1])
+                time.sleep(0.5)
             # The worker stalls (SIGSTOP: no FIN, no heartbeat) for less than kNodeLostAfter.
             os.kill(self.cluster.procs[1].pid, signal.SIGSTOP)
             time.sleep(2)
@@ -125,6 +137,8 @@ class SurviveTest(unittest.TestCase):
                 # The last, unterminated line, delivered (ended with a newline by the head).
                 self.assertEqual(text.count(f"unterminated r{rank}\n"), 1)
         self.assertEqual(self.cluster.agent_log(1).count(", 1 adopted"), 2)  # both restarts
+        # The dropped connections were noticed (and the agent came back each time).
+        self.assertIn("connection to head lost", self.cluster.agent_log(1).split(", 1 adopted")[-1])
 
     def _node_loss(self, tag, inject, recover):
         job = self.submit(tag, "num_nodes: 3\nrun: |\n  echo up $SKYPILOT_NODE_RANK; sleep 1000\n")
