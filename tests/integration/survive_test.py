@@ -150,6 +150,10 @@ class SurviveTest(unittest.TestCase):
         detected = time.time() - t0
         print(f"\n{tag}: job FAILED {detected:.1f} s after the fault", file=sys.stderr)
         self.assertEqual(job_info["status"], "FAILED")
+        # `herd queue` names the node and the rank too.
+        self.assertEqual((job_info["first_failed_node"], job_info["first_failed_rank"]),
+                         ("hadp-worker2", 2))
+        self.assertIn("hadp-worker2 (rank 2) was lost", job_info["message"])
         self.assertLess(detected, NODE_LOSS_REPORTED_WITHIN)
         log = self.log(job)
         self.assertIn("node hadp-worker2 (rank 2) was lost", log)
