@@ -44,9 +44,11 @@ def processes_with_marker(marker):
 
 
 class LoopbackCluster:
-    def __init__(self, name, addresses, gpus_per_node=2, gpu_name="L4", cpus=4):
+    def __init__(self, name, addresses, gpus_per_node=2, gpu_name="L4", cpus=4, wrappers=None):
         self.name = name
         self.addresses = addresses
+        # Per node index: a command prefix for its herdlet (e.g. ["ip", "netns", "exec", NS]).
+        self.wrappers = wrappers or {}
         self.dir = tempfile.mkdtemp(prefix=f"herd-{name}-")
         os.chmod(self.dir, 0o700)
         self.marker_value = uuid.uuid4().hex
@@ -98,8 +100,8 @@ class LoopbackCluster:
         env["HOME"] = os.path.join(ndir, "home")
         os.makedirs(env["HOME"])
         log = open(os.path.join(ndir, "herdlet.log"), "wb")
-        p = subprocess.Popen([HERDLET, "--config", path], stdout=log, stderr=subprocess.STDOUT,
-                             env=env, start_new_session=True)
+        p = subprocess.Popen([*self.wrappers.get(i, []), HERDLET, "--config", path], stdout=log,
+                             stderr=subprocess.STDOUT, env=env, start_new_session=True)
         log.close()
         self.procs.append(p)
 
@@ -121,7 +123,7 @@ class LoopbackCluster:
         ndir = os.path.join(self.dir, self.node_id(i))
         env = dict(self._agent_env(), HOME=os.path.join(ndir, "home"), CUDA_VISIBLE_DEVICES="0,1")
         log = open(os.path.join(ndir, "herdlet.log"), "ab")
-        self.procs[i] = subprocess.Popen([binary or HERDLET, "--config",
+        self.procs[i] = subprocess.Popen([*self.wrappers.get(i, []), binary or HERDLET, "--config",
                                           os.path.join(ndir, "herdlet.yaml")],
                                          stdout=log, stderr=subprocess.STDOUT, env=env,
                                          start_new_session=True)

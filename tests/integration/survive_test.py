@@ -237,5 +237,89 @@ class SurviveTest(unittest.TestCase):
         self.assertEqual(next_i, {str(r): 10000 for r in range(4)})
 
 
+
+def free_subnet():
+    """A /30 of 10.213.240-253.x that no address or route of this machine uses (the local
+    provider hashes clusters into 10.213.0.0/16 and skips used subnets the same way)."""
+    used = run(["ip", "-o", "addr"]).stdout.decode() + run(["ip", "route"]).stdout.decode()
+    for third in range(253, 239, -1):
+        for fourth in range(0, 256, 4):
+            prefix = f"10.213.{third}."
+            if f"{prefix}{fourth + 1}" not in used and f"10.213.{third}.0/24" not in used:
+                return prefix, fourth
+    raise unittest.SkipTest("no free test subnet")
+
+
+@unittest.skipUnless(os.geteuid() == 0 and shutil.which("ip"), "needs root and ip")
+class LinkDownTest(unittest.TestCase):
+    """A worker in a network namespace of its own, linked to the head by a veth pair: its link
+    goes down while a job runs, then comes back."""
+
+    @classmethod
+    def setUpClass(cls):
+        tag = str(os.getpid() % 100000)
+        cls.ns = f"hadp-{tag}"
+        cls.host_if, cls.ns_if = f"hadpr{tag}", f"hadpn{tag}"
+        prefix, base = free_subnet()
+        cls.head_ip, cls.node_ip = f"{prefix}{base + 1}", f"{prefix}{base + 2}"
+        cls.cluster = None
+        try:
+            run(["ip", "netns", "add", cls.ns])
+            run(["ip", "link", "add", cls.host_if, "type", "veth", "peer", "name", cls.ns_if])
+            run(["ip", "link", "set", cls.ns_if, "netns", cls.ns])
+            run(["ip", "addr", "add", f"{cls.head_ip}/30", "dev", cls.host_if])
+            run(["ip", "link", "set", cls.host_if, "up"])
+            run(["ip", "-n", cls.ns, "addr", "add", f"{cls.node_ip}/30", "dev", cls.ns_if])
+            run(["ip", "-n", cls.ns, "link", "set", cls.ns_if, "up"])
+            run(["ip", "-n", cls.ns, "link", "set", "lo", "up"])
+            cls.cluster = LoopbackCluster("hadpns", [cls.head_ip, cls.node_ip],
+                                          wrappers={1: ["ip", "netns", "exec", cls.ns]})
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.cluster:
+            cls.cluster.close()
+        subprocess.run(["ip", "link", "del", cls.host_if], capture_output=True)
+        subprocess.run(["ip", "netns", "del", cls.ns], capture_output=True)
+
+    def test_link_down_fails_the_job_and_the_node_returns(self):
+        c = self.cluster
+        task = write_task(tempfile.gettempdir(), f"hadp-link-{os.getpid()}.yaml",
+                          "num_nodes: 2\nrun: |\n  echo up $SKYPILOT_NODE_RANK; sleep 1000\n")
+        try:
+            p = run([HERD, "exec", *c.target(), *c.marker_env("link"), "-d", task])
+        finally:
+            os.unlink(task)
+        job = job_id_of(p.stderr)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            log = c.herd("logs", "--no-follow", str(job), check=False).stdout
+            if b") up 0\n" in log and b") up 1\n" in log:
+                break
+            time.sleep(0.1)
+        t0 = time.time()
+        run(["ip", "-n", self.ns, "link", "set", self.ns_if, "down"])
+        try:
+            info = c.wait_state(job, {"FAILED", "FAILED_DRIVER", "SUCCEEDED"}, timeout=30)
+            detected = time.time() - t0
+        finally:
+            run(["ip", "-n", self.ns, "link", "set", self.ns_if, "up"])
+        print(f"\nlink down: job FAILED {detected:.1f} s after the fault", file=sys.stderr)
+        self.assertEqual(info["status"], "FAILED")
+        self.assertLess(detected, NODE_LOSS_REPORTED_WITHIN)
+        self.assertIn("hadpns-worker1 (rank 1) was lost", info["message"])
+        # The link is back: the same agent registers again and its leftover rank is killed.
+        c.wait_nodes(2, timeout=40)
+        deadline = time.time() + 10
+        while c.leftovers("link") and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(c.leftovers("link"), [])
+        p = c.herd("exec", "--num-nodes", "2", "--", "echo", "again", "$SKYPILOT_NODE_RANK")
+        self.assertIn(b"again 1\n", p.stdout)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
