@@ -1,13 +1,19 @@
 // herdlet: the on-node agent. All logic lives in agent/core; this only parses the command line.
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <string_view>
 
 #include "agent/core/agentd.hpp"
 #include "agent/core/node_probe.hpp"
 #include "agent/gpu/system_gpu_probe.hpp"
+#include "agent/process/step.hpp"
 #include "shared/common/log.hpp"
 
 int main(int argc, char** argv) {
+  // The supervisor of one job process (agent/process/step.hpp), started by the agent itself.
+  if (argc > 1 && std::string_view(argv[1]) == "--step") {
+    return herd::agent::RunStep(argc - 1, argv + 1);
+  }
   CLI::App app{"herdlet: the herd node agent (head or worker role, from its config)"};
   std::string config_path;
   std::string level = "info";

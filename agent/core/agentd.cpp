@@ -24,7 +24,9 @@ int RunAgent(const AgentConfig& config) {
   }
   UvProcessLauncher launcher(
       [&io](std::function<void()> fn) { boost::asio::post(io, std::move(fn)); },
-      "herd/" + config.node_id + "-" + *instance);
+      "herd/" + config.node_id + "-" + *instance,
+      // Each job process gets a supervisor: this very binary in its step mode (agent/main.cpp).
+      std::vector<std::string>{"/proc/self/exe", "--step"});
   SystemGpuProbe gpus;
 
   AgentConfig worker_config = config;

@@ -246,7 +246,8 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
     node.conn->Close();
   }
   bool was_alive = node.alive;
-  // A higher incarnation is a new agent process: what the old one supervised is not its to report.
+  // A higher incarnation is a new agent process. It adopts what the old one supervised (its
+  // persisted process table) and reports it in running[]; a process it does not report was lost.
   bool agent_restarted = node.incarnation != 0 && reg.incarnation() > node.incarnation;
   node.info = reg.node();
   node.incarnation = reg.incarnation();
@@ -274,10 +275,17 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
       if (proc.node_id != id || proc.exited) continue;
       auto p = progress.find(name);
       HeadToAgent m;
-      if (p == progress.end() && agent_restarted) {
+      if (p == progress.end() && (agent_restarted || proc.restored)) {
         // Started (or about to be) by the previous agent: starting it again would run it twice.
         lost_jobs.push_back(job_id);
         break;
+      }
+      if (p != progress.end() && !proc.started) {
+        // Its ProcessStarted was lost with the old connection (or a restarted head never got it).
+        ProcessStarted started;
+        *started.mutable_key() = proc.start.key();
+        started.set_pid(p->second->pid());
+        HandleStarted(started);
       }
       if (p == progress.end()) {  // the StartProcess was lost with the old connection
         *m.mutable_start() = proc.start;
@@ -295,6 +303,22 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
       kill.mutable_kill()->set_attempt(run.rec.info.attempt());
       conn->Send(proto::Encode(kill));
     }
+  }
+  // Processes the agent still runs of jobs that are over here (failed while its node was lost,
+  // or ended while it was away): kill them, once per job.
+  std::set<std::pair<int64_t, int32_t>> stale;
+  for (const auto& p : reg.running()) {
+    if (p.exited()) continue;
+    auto job = jobs_.find(p.key().job_id());
+    if (job == jobs_.end() || job->second.rec.info.attempt() != p.key().attempt())
+      stale.emplace(p.key().job_id(), p.key().attempt());
+  }
+  for (const auto& [job_id, attempt] : stale) {
+    HERD_LOG(kInfo) << "node " << id << " still runs job " << job_id << ", which is over: killing";
+    HeadToAgent kill;
+    kill.mutable_kill()->set_job_id(job_id);
+    kill.mutable_kill()->set_attempt(attempt);
+    conn->Send(proto::Encode(kill));
   }
   for (const auto& [job_id, attempt] : orphaned_) {
     HeadToAgent kill;
@@ -314,7 +338,7 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
     KillJobProcesses(run);
     Finalize(job_id, JOB_STATE_FAILED_DRIVER,
              "ERROR: Job " + std::to_string(job_id) + " failed: the agent on " + id +
-                 " restarted while the job ran");
+                 " restarted and does not know the job's process there");
   }
   Schedule();
 }
@@ -338,6 +362,7 @@ void Head::HandleStarted(const ProcessStarted& started) {
   proc->pid = started.pid();
   proc->label.pid = started.pid();
   proc->prefixer = std::make_unique<LinePrefixer>(PrefixFor(proc->label));
+  Journal(*run, "s " + ProcessKeyString(started.key()) + " " + std::to_string(started.pid()));
 }
 
 void Head::HandleOutput(const ProcessOutput& out) {
@@ -360,7 +385,11 @@ void Head::HandleOutput(const ProcessOutput& out) {
   std::string lines;
   proc->prefixer->Feed(fresh, lines);
   proc->received = end;
-  if (!lines.empty()) AppendLog(*run, lines);
+  if (!lines.empty()) {
+    AppendLog(*run, lines,
+              "o " + ProcessKeyString(out.key()) + " " +
+                  std::to_string(proc->received - proc->prefixer->pending_bytes()));
+  }
   if (proc->exit_waiting_for_output && proc->received >= proc->exit.output_bytes()) {
     proc->exit_waiting_for_output = false;
     ProcessExit(*run, *proc);
@@ -402,7 +431,7 @@ void Head::CheckNodes() {
   }
   for (const auto& id : lost) NodeLost(id);
   CheckAutostop();
-  check_timer_.expires_after(limits::kHeartbeatInterval);
+  check_timer_.expires_after(limits::kNodeCheckInterval);
   auto alive = alive_;
   check_timer_.async_wait([this, alive](boost::system::error_code ec) {
     if (!ec && *alive) CheckNodes();
@@ -410,7 +439,7 @@ void Head::CheckNodes() {
 }
 
 void Head::NodeLost(const std::string& node_id) {
-  HERD_LOG(kError) << "node " << node_id << " lost: no heartbeat for "
+  HERD_LOG(kError) << "node " << node_id << " lost: no message for "
                    << limits::kNodeLostAfter.count() << " ms";
   nodes_[node_id].alive = false;
   std::vector<int64_t> failed;
@@ -424,15 +453,28 @@ void Head::NodeLost(const std::string& node_id) {
   }
   for (int64_t id : failed) {
     auto& run = jobs_.at(id);
+    std::string ranks;
     for (auto& [name, proc] : run.procs) {
       if (proc.node_id == node_id && !proc.exited) {
         proc.exited = true;
         proc.exit_code = limits::kKilledRankExitCode;
+        ranks += (ranks.empty() ? "" : ", ") +
+                 std::string(proc.label.setup ? "setup rank " : "rank ") +
+                 std::to_string(proc.label.rank);
+        if (!proc.label.setup && run.rec.info.first_failed_rank() < 0) {
+          run.rec.info.set_first_failed_rank(proc.label.rank);
+          run.rec.info.set_first_failed_node(node_id);
+        }
       }
     }
+    if (run.rec.info.first_failed_node().empty()) run.rec.info.set_first_failed_node(node_id);
+    // The other nodes' processes die now; the lost node's, if it comes back, when it registers
+    // again (HandleRegister kills what it still runs of jobs that are over).
     KillJobProcesses(run);
-    Finalize(id, JOB_STATE_FAILED_DRIVER,
-             "ERROR: Job " + std::to_string(id) + " failed: node " + node_id + " was lost");
+    Finalize(id, run.in_setup ? JOB_STATE_FAILED_SETUP : JOB_STATE_FAILED,
+             "ERROR: Job " + std::to_string(id) + " failed: node " + node_id + " (" + ranks +
+                 ") was lost: no message from it for " +
+                 std::to_string(limits::kNodeLostAfter.count() / 1000) + " s");
   }
   Schedule();
 }
@@ -705,13 +747,116 @@ void Head::Recover() {
     run.fd = ::open(rec.info.log_path().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     struct stat st {};
     if (run.fd >= 0 && ::fstat(run.fd, &st) == 0) run.log_size = static_cast<uint64_t>(st.st_size);
-    if (rec.info.state() != JOB_STATE_PENDING) {
-      // This head cannot re-attach to processes started by a previous head process.
+    if (rec.info.state() != JOB_STATE_PENDING && !RestoreRun(run)) {
+      // No journal (a job of an older head): its processes cannot be followed again.
       orphaned_.emplace_back(id, rec.info.attempt());
       Finalize(id, JOB_STATE_FAILED_DRIVER,
                "ERROR: Job " + std::to_string(id) + " failed: the head restarted while it ran");
     }
   }
+}
+
+void Head::Journal(JobRun& run, const std::string& line) {
+  if (run.journal_fd < 0) {
+    std::string path = (fs::path(run.rec.info.log_path()).parent_path() / "run.journal").string();
+    run.journal_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (run.journal_fd < 0) {
+      HERD_LOG(kError) << "cannot open " << path << ": " << std::strerror(errno) << "; job "
+                       << run.rec.info.job_id() << " would not survive a head restart";
+      return;
+    }
+  }
+  std::string l = line + "\n";
+  // One write per record: a head killed mid-way leaves whole lines (a torn last one is ignored).
+  if (::write(run.journal_fd, l.data(), l.size()) != static_cast<ssize_t>(l.size())) {
+    HERD_LOG(kError) << "cannot append to the journal of job " << run.rec.info.job_id() << ": "
+                     << std::strerror(errno);
+  }
+}
+
+bool Head::RestoreRun(JobRun& run) {
+  const int64_t id = run.rec.info.job_id();
+  std::string path = (fs::path(run.rec.info.log_path()).parent_path() / "run.journal").string();
+  std::ifstream in(path);
+  if (!in) return false;
+  uint64_t committed_size = 0;
+  std::map<std::string, uint64_t> committed;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (in.eof()) break;  // no '\n': torn by a crash
+    std::istringstream f(line);
+    std::string tag;
+    f >> tag;
+    if (tag == "p") {
+      int64_t job;
+      int32_t attempt;
+      int kind, rank, setup, num_nodes;
+      std::string node, ip, log_name;
+      f >> job >> attempt >> kind >> rank >> node >> setup >> num_nodes >> ip >> log_name;
+      if (!f) continue;
+      StartProcess sp;
+      sp.mutable_key()->set_job_id(job);
+      sp.mutable_key()->set_attempt(attempt);
+      sp.mutable_key()->set_kind(static_cast<ProcessKind>(kind));
+      sp.mutable_key()->set_rank(rank);
+      sp.set_log_name(log_name);
+      ProcEntry& proc = run.procs[ProcessKeyString(sp.key())];
+      proc.start = sp;
+      proc.restored = true;
+      proc.node_id = node;
+      proc.label.setup = setup != 0;
+      proc.label.rank = rank;
+      proc.label.ip = ip;
+      proc.label.num_nodes = num_nodes;
+    } else if (tag == "s") {
+      std::string key;
+      int pid = 0;
+      f >> key >> pid;
+      auto it = run.procs.find(key);
+      if (!f || it == run.procs.end()) continue;
+      it->second.started = true;
+      it->second.pid = pid;
+      it->second.label.pid = pid;
+    } else if (tag == "o" || tag == "x") {
+      uint64_t size;
+      std::string key;
+      uint64_t value;
+      f >> size >> key >> value;
+      auto it = run.procs.find(key);
+      if (!f || it == run.procs.end()) continue;
+      committed_size = size;
+      if (tag == "o") {
+        committed[key] = value;
+      } else {
+        it->second.exited = true;
+        it->second.exit_code = static_cast<int>(value);
+        it->second.exit.set_exit_code(static_cast<int>(value));
+      }
+    }
+  }
+  if (run.procs.empty()) return false;
+  // Whatever run.log holds beyond the last record was appended by a head that died before it
+  // recorded it; it comes again from the agents.
+  if (run.fd < 0 || ::ftruncate(run.fd, static_cast<off_t>(committed_size)) != 0) return false;
+  run.log_size = committed_size;
+  run.in_setup = run.rec.info.state() == JOB_STATE_SETTING_UP;
+  for (const auto& n : run.rec.info.node_ids()) run.gang.push_back(n);
+  for (auto& [key, proc] : run.procs) {
+    proc.received = committed.count(key) ? committed[key] : 0;
+    if (proc.started || proc.exited) {
+      proc.prefixer = std::make_unique<LinePrefixer>(PrefixFor(proc.label));
+    }
+    if (proc.exited && proc.exit_code != 0) run.killing = true;  // fail fast was under way
+    // A node that does not come back is lost like any other (CheckNodes).
+    NodeEntry& node = nodes_[proc.node_id];
+    if (!proc.exited && !node.alive) {
+      node.alive = true;
+      node.last_seen = Clock::now();
+    }
+  }
+  HERD_LOG(kInfo) << "job " << id << " restored from " << path << ": " << run.procs.size()
+                  << " process(es), run.log at " << committed_size << " bytes";
+  return true;
 }
 
 void Head::Schedule() {
@@ -829,6 +974,11 @@ void Head::StartPhase(JobRun& run, bool setup) {
     proc.label.rank = rank;
     proc.label.ip = nodes_.at(node_id).info.addresses(0);
     proc.label.num_nodes = static_cast<int>(setup ? cluster.size() : run.gang.size());
+    Journal(run, "p " + std::to_string(id) + " " + std::to_string(attempt) + " " +
+                     std::to_string(static_cast<int>(sp->key().kind())) + " " +
+                     std::to_string(rank) + " " + node_id + " " + std::to_string(setup) + " " +
+                     std::to_string(proc.label.num_nodes) + " " + proc.label.ip + " " +
+                     sp->log_name());
     SendToAgent(node_id, msg);
   }
 }
@@ -861,6 +1011,8 @@ void Head::ProcessExit(JobRun& run, ProcEntry& proc) {
   } else if (proc.exit_code != 0 && run.killing) {
     proc.exit_code = limits::kKilledRankExitCode;  // killed by herd, as SkyPilot reports it
   }
+  Journal(run, "x " + std::to_string(run.log_size) + " " + ProcessKeyString(proc.start.key()) +
+                   " " + std::to_string(proc.exit_code));
   MaybeAdvance(run);
 }
 
@@ -942,6 +1094,10 @@ void Head::Finalize(int64_t job_id, JobState state, const std::string& error_lin
   HERD_LOG(kInfo) << "job " << job_id << " " << proto::JobStateName(state);
   PersistAndNotify(run, true);
   if (run.fd >= 0) ::close(run.fd);
+  if (run.journal_fd >= 0) {
+    ::close(run.journal_fd);
+    ::unlink((fs::path(run.rec.info.log_path()).parent_path() / "run.journal").c_str());
+  }
   jobs_.erase(it);
   // Freed resources may let the next job start; defer to keep this call's callers simple.
   auto alive = alive_;
@@ -950,7 +1106,7 @@ void Head::Finalize(int64_t job_id, JobState state, const std::string& error_lin
   });
 }
 
-void Head::AppendLog(JobRun& run, std::string_view bytes) {
+void Head::AppendLog(JobRun& run, std::string_view bytes, const std::string& journal) {
   if (run.fd >= 0) {
     std::size_t done = 0;
     while (done < bytes.size()) {
@@ -963,6 +1119,12 @@ void Head::AppendLog(JobRun& run, std::string_view bytes) {
       }
       done += static_cast<std::size_t>(n);
     }
+  }
+  // Journaled before any client sees the bytes: a restarted head never takes back what a client
+  // printed ("o SIZE KEY COMMITTED").
+  if (!journal.empty()) {
+    Journal(run, journal.substr(0, 1) + " " + std::to_string(run.log_size + bytes.size()) +
+                     journal.substr(1));
   }
   for (auto sub = run.subs.begin(); sub != run.subs.end();) {
     auto conn = sub->conn.lock();

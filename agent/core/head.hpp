@@ -66,6 +66,7 @@ class Head {
   };
   struct ProcEntry {
     herd::v1::StartProcess start;  // kept to re-send after a re-registration
+    bool restored = false;         // rebuilt from the journal: `start` holds only key and log
     std::string node_id;
     ProcessLabel label;
     int pid = 0;
@@ -90,6 +91,9 @@ class Head {
     bool cancel_requested = false;
     int fd = -1;
     uint64_t log_size = 0;
+    // run.journal next to run.log: what a restarted head needs to carry on with the job (its
+    // processes, their pids and exits, and how many output bytes of each are in run.log).
+    int journal_fd = -1;
     std::vector<Subscriber> subs;
   };
 
@@ -121,6 +125,9 @@ class Head {
 
   // Jobs.
   void Recover();
+  // Rebuilds a SETTING_UP/RUNNING job from its journal; false when it cannot.
+  bool RestoreRun(JobRun& run);
+  void Journal(JobRun& run, const std::string& line);
   void Schedule();
   void StartJob(JobRun& run, const Placement& placement);
   void StartPhase(JobRun& run, bool setup);
@@ -128,7 +135,8 @@ class Head {
   void MaybeAdvance(JobRun& run);
   void KillJobProcesses(JobRun& run);
   void Finalize(int64_t job_id, herd::v1::JobState state, const std::string& error_line);
-  void AppendLog(JobRun& run, std::string_view bytes);
+  // journal: a record ("o KEY COMMITTED") written with run.log's new size once the bytes are in.
+  void AppendLog(JobRun& run, std::string_view bytes, const std::string& journal = "");
   void PersistAndNotify(JobRun& run, bool end_of_stream);
   Status ReplayLog(const ConnPtr& conn, uint64_t request_id, int64_t job_id,
                    const std::string& path, uint64_t from, uint64_t to);

@@ -2,12 +2,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "agent/core/node_probe.hpp"
+#include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 #include "shared/proto/frame.hpp"
@@ -46,6 +48,7 @@ Worker::~Worker() {
 
 Status Worker::Start() {
   HERD_ASSIGN_OR_RETURN(incarnation_, NextIncarnation(config_.state_dir));
+  AdoptProcesses();
   node_ = ProbeNode(config_, gpus_, is_head_);
   HERD_LOG(kInfo) << "node " << node_.node_id() << " incarnation " << incarnation_ << ": "
                   << node_.cpus() << " cpus, " << node_.gpu_count() << " gpus ("
@@ -234,6 +237,30 @@ void Worker::HandleStart(const herd::v1::StartProcess& start) {
   fs::create_directories(req.cwd, ec);  // ~/sky_workdir may not exist before the first sync
   req.log_path = p.log_path;
 
+  auto handle = launcher_.Spawn(req, CallbacksFor(name));
+  if (!handle.ok()) {
+    HERD_LOG(kError) << "cannot start " << name << ": " << handle.status().message();
+    p.exited = true;
+    *p.exit.mutable_key() = p.key;
+    p.exit.set_exit_code(127);
+    p.exit.set_spawn_error(handle.status().message());
+    PersistProcesses();
+    AgentToHead msg;
+    *msg.mutable_exited() = p.exit;
+    Send(msg);
+    return;
+  }
+  p.handle = *handle;
+  p.pid = handle->pid;
+  p.output_bytes = handle->log_start;
+  PersistProcesses();  // before the head hears of it: a process it knows is one we can adopt
+  AgentToHead msg;
+  *msg.mutable_started()->mutable_key() = p.key;
+  msg.mutable_started()->set_pid(p.pid);
+  Send(msg);
+}
+
+ProcessCallbacks Worker::CallbacksFor(const std::string& name) {
   auto alive = alive_;
   ProcessCallbacks cb;
   cb.on_output = [this, alive, name](uint64_t offset, std::string_view data) {
@@ -243,38 +270,100 @@ void Worker::HandleStart(const herd::v1::StartProcess& start) {
     pit->second.output_bytes = offset + data.size();
     SendOutput(pit->second.key, offset, data);
   };
-  cb.on_exit = [this, alive, name](int exit_code, int term_signal, uint64_t total) {
+  cb.on_exit = [this, alive, name](int exit_code, int term_signal, uint64_t end) {
     if (!*alive) return;
     auto pit = procs_.find(name);
-    if (pit == procs_.end()) return;
+    if (pit == procs_.end() || pit->second.exited) return;
     Proc& proc = pit->second;
     proc.exited = true;
-    proc.output_bytes = total;
+    proc.output_bytes = end;
     *proc.exit.mutable_key() = proc.key;
     proc.exit.set_exit_code(exit_code);
     proc.exit.set_term_signal(term_signal);
-    proc.exit.set_output_bytes(total);
+    proc.exit.set_output_bytes(end);
+    PersistProcesses();
     AgentToHead msg;
     *msg.mutable_exited() = proc.exit;
     Send(msg);
   };
-  auto pid = launcher_.Spawn(req, std::move(cb));
-  if (!pid.ok()) {
-    HERD_LOG(kError) << "cannot start " << name << ": " << pid.status().message();
-    p.exited = true;
-    *p.exit.mutable_key() = p.key;
-    p.exit.set_exit_code(127);
-    p.exit.set_spawn_error(pid.status().message());
-    AgentToHead msg;
-    *msg.mutable_exited() = p.exit;
-    Send(msg);
+  return cb;
+}
+
+void Worker::PersistProcesses() {
+  // Bounded: the exits of the oldest jobs are forgotten first (the head has long had them).
+  std::vector<std::pair<int64_t, std::string>> exited;
+  for (const auto& [name, p] : procs_)
+    if (p.exited) exited.emplace_back(p.key.job_id(), name);
+  if (exited.size() > static_cast<std::size_t>(limits::kMaxExitedProcessesKept)) {
+    std::sort(exited.begin(), exited.end());
+    for (std::size_t i = 0; i + limits::kMaxExitedProcessesKept < exited.size(); ++i)
+      procs_.erase(exited[i].second);
+  }
+  herd::v1::ProcessTable table;
+  for (const auto& [name, p] : procs_) {
+    auto* e = table.add_processes();
+    *e->mutable_key() = p.key;
+    e->set_pid(p.pid);
+    e->set_supervisor_pid(p.handle.supervisor_pid);
+    e->set_supervisor_start(p.handle.supervisor_start);
+    e->set_group(p.handle.group);
+    e->set_log_path(p.log_path);
+    e->set_log_start(p.handle.log_start);
+    e->set_exited(p.exited);
+    if (p.exited) *e->mutable_exit() = p.exit;
+  }
+  std::string path = config_.state_dir + "/processes.pb";
+  if (auto s = WriteFileAtomic(path, table.SerializeAsString(), 0600); !s.ok()) {
+    HERD_LOG(kError) << "cannot persist the process table: " << s.message()
+                     << "; a restarted agent would not find these processes";
+  }
+}
+
+void Worker::AdoptProcesses() {
+  std::string path = config_.state_dir + "/processes.pb";
+  auto bytes = ReadFile(path);
+  if (!bytes.ok()) return;  // first start
+  herd::v1::ProcessTable table;
+  if (!table.ParseFromString(*bytes)) {
+    HERD_LOG(kError) << path << ": not a process table; starting without it";
     return;
   }
-  p.pid = *pid;
-  AgentToHead msg;
-  *msg.mutable_started()->mutable_key() = p.key;
-  msg.mutable_started()->set_pid(p.pid);
-  Send(msg);
+  int adopted = 0;
+  for (const auto& e : table.processes()) {
+    std::string name = ProcessKeyString(e.key());
+    Proc& p = procs_[name];
+    p.key = e.key();
+    p.log_path = e.log_path();
+    p.pid = e.pid();
+    p.handle.pid = e.pid();
+    p.handle.supervisor_pid = e.supervisor_pid();
+    p.handle.supervisor_start = e.supervisor_start();
+    p.handle.group = e.group();
+    p.handle.log_path = e.log_path();
+    p.handle.log_start = e.log_start();
+    if (e.exited()) {
+      p.exited = true;
+      p.exit = e.exit();
+      p.output_bytes = e.exit().output_bytes();
+      continue;
+    }
+    // Follow from the log's current end; the head asks for what it lacks below that (Register's
+    // output_bytes -> ResendOutput).
+    std::error_code ec;
+    uint64_t size = fs::file_size(p.log_path, ec);
+    p.output_bytes = ec ? p.handle.log_start : std::max<uint64_t>(size, p.handle.log_start);
+    if (auto s = launcher_.Adopt(p.handle, p.output_bytes, CallbacksFor(name)); !s.ok()) {
+      HERD_LOG(kError) << "cannot adopt " << name << ": " << s.message();
+      p.exited = true;
+      *p.exit.mutable_key() = p.key;
+      p.exit.set_exit_code(limits::kKilledRankExitCode);
+      p.exit.set_output_bytes(p.output_bytes);
+      continue;
+    }
+    ++adopted;
+  }
+  HERD_LOG(kInfo) << "process table: " << table.processes_size() << " known, " << adopted
+                  << " adopted";
 }
 
 void Worker::HandleKill(const herd::v1::KillJob& kill) {

@@ -41,6 +41,7 @@ class Worker {
     herd::v1::ProcessKey key;
     std::string log_path;
     int pid = 0;
+    ProcessHandle handle;  // how to find it again after an agent restart
     uint64_t output_bytes = 0;
     bool exited = false;
     herd::v1::ProcessExited exit;
@@ -58,6 +59,11 @@ class Worker {
   void HandleKill(const herd::v1::KillJob& kill);
   void HandleResend(const herd::v1::ResendOutput& resend);
   void SendOutput(const herd::v1::ProcessKey& key, uint64_t offset, std::string_view data);
+  ProcessCallbacks CallbacksFor(const std::string& name);
+  // The process table in <state_dir>/processes.pb: written after every start and exit, read at
+  // Start() to adopt what the previous agent process started.
+  void PersistProcesses();
+  void AdoptProcesses();
 
   boost::asio::io_context& io_;
   AgentConfig config_;

@@ -46,6 +46,8 @@ std::optional<ProcStat> ReadStat(int pid) {
   st.ppid = static_cast<int>(std::strtol(p, &end, 10));
   std::strtol(end, &end, 10);  // pgrp
   st.session = static_cast<int>(std::strtol(end, &end, 10));
+  for (int field = 7; field < 22; ++field) std::strtoll(end, &end, 10);  // tty_nr .. itrealvalue
+  st.start_time = std::strtoull(end, &end, 10);
   return st;
 }
 

@@ -2,6 +2,7 @@
 // as a child subreaper. Linux only.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -14,6 +15,7 @@ struct ProcStat {
   char state = '?';  // 'R', 'S', 'Z', ...
   int ppid = 0;
   int session = 0;
+  uint64_t start_time = 0;  // field 22: clock ticks after boot; with the pid, names one process
 };
 
 // nullopt when the process does not exist (any more).

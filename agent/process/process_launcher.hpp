@@ -22,21 +22,38 @@ struct SpawnRequest {
   std::vector<std::string> unset_env;      // removed from the agent's environment
   std::string cwd;                         // empty: inherit
   // Every byte of stdout and stderr is appended here (the node-local log) before on_output runs.
+  // Required: the log is how the agent sees a process's output, also after an agent restart.
   std::string log_path;
+};
+
+// What an agent keeps (persisted in its state dir) to find a process again after a restart.
+struct ProcessHandle {
+  int pid = 0;                    // the job process
+  int supervisor_pid = 0;         // its supervisor (step), which outlives the agent
+  uint64_t supervisor_start = 0;  // the supervisor's start time: guards against pid reuse
+  std::string group;
+  std::string log_path;
+  uint64_t log_start = 0;  // the log's size when the process started
 };
 
 struct ProcessCallbacks {
   // Bytes from stdout or stderr, in the order read; offset is their position in log_path.
   std::function<void(uint64_t offset, std::string_view data)> on_output;
-  // After the last on_output. exit_code is 128+signal when killed by a signal.
-  std::function<void(int exit_code, int term_signal, uint64_t total_bytes)> on_exit;
+  // After the last on_output. exit_code is 128+signal when killed by a signal; end_offset is the
+  // log's size after the process's last byte.
+  std::function<void(int exit_code, int term_signal, uint64_t end_offset)> on_exit;
 };
 
 class ProcessLauncher {
  public:
   virtual ~ProcessLauncher() = default;
-  // Starts the process in its own session (so it does not die with the agent) and returns its pid.
-  virtual Result<int> Spawn(const SpawnRequest& request, ProcessCallbacks callbacks) = 0;
+  // Starts the process in its own session (so it does not die with the agent).
+  virtual Result<ProcessHandle> Spawn(const SpawnRequest& request, ProcessCallbacks callbacks) = 0;
+  // Supervises a process that an earlier launcher (a previous agent process) spawned: its output
+  // from from_offset on, then its exit. A process that ended meanwhile is reported at once (what
+  // its log holds from from_offset, then its exit record).
+  virtual Status Adopt(const ProcessHandle& handle, uint64_t from_offset,
+                       ProcessCallbacks callbacks) = 0;
   // SIGTERM to every process of the group, including descendants that called setsid, then SIGKILL
   // to whatever is left after grace; repeated sweeps until nothing of the group is left.
   virtual void KillGroup(const std::string& group, std::chrono::milliseconds grace) = 0;

@@ -1,9 +1,12 @@
 #include "agent/process/uv_process_launcher.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <uv.h>
@@ -22,6 +25,7 @@
 
 #include "agent/process/cgroup_tree.hpp"
 #include "agent/process/proc_scan.hpp"
+#include "agent/process/step.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 
@@ -32,33 +36,21 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Spawned through this when cgroups work, so the process is in its group's cgroup before it can
-// fork: it writes its own pid into cgroup.procs ($1) and execs the program. A failed write only
-// costs the cgroup (the environment sweep still finds the process), never the job.
-constexpr const char* kCgroupWrapper = "{ echo $$ >\"$1\"; } 2>/dev/null; shift; exec \"$@\"";
-
-// Pids that a uv_process_t of some launcher owns. The orphan reaper must leave them to libuv,
-// whose SIGCHLD handling waits for each of them by pid.
-std::mutex g_registry_mu;
-std::set<int> g_uv_children;  // guarded by g_registry_mu
+// Serialises the orphan reaper of every launcher in the process.
+std::mutex g_reap_mu;
 
 // As a child subreaper this process inherits the orphans of its jobs (setsid'd daemons, children
-// of a killed rank). Reap those that died, and nothing else: an adopted orphan is recognised by
-// being in another session than ours (spawned jobs call setsid) and not being libuv's.
+// of a killed rank), and the supervisors it spawned are its children too. Reap those that died,
+// and nothing else: they are in another session than ours (supervisors call setsid).
 void ReapAdoptedZombies() {
-  std::lock_guard lock(g_registry_mu);
+  std::lock_guard lock(g_reap_mu);
   const int self = ::getpid();
   const int own_session = ::getsid(0);
   for (int pid : procfs::AllPids()) {
     auto st = procfs::ReadStat(pid);
     if (!st || st->state != 'Z' || st->ppid != self || st->session == own_session) continue;
-    if (g_uv_children.count(pid)) continue;
     ::waitpid(pid, nullptr, WNOHANG);
   }
-}
-
-std::string UvError(std::string_view what, int err) {
-  return std::string(what) + ": " + uv_strerror(err);
 }
 
 // Looks argv[0] up the way execvp would in the child: in the child's PATH, relative paths from
@@ -105,27 +97,21 @@ std::filesystem::path FirstMissing(const std::filesystem::path& path) {
 }  // namespace
 
 struct UvProcessLauncher::Impl {
-  // One spawned process: its libuv handles, its log file and what is known of its end.
+  // One supervised process: its supervisor's liveness watch, the follow of its log, and where it
+  // has been read to.
   struct Child {
     Impl* impl = nullptr;
-    uv_process_t process{};
-    uv_pipe_t out{};
-    uv_pipe_t err{};
-    int handles_open = 3;  // process + 2 pipes (+ the drain timer); done when all are closed
-    bool out_open = true, err_open = true;
-    bool drain_timer_open = false;
-    uv_timer_t drain_timer{};
-    bool spawned = false;
-    std::string group;
-    int pid = 0;
-    int log_fd = -1;
-    bool log_error_reported = false;
-    uint64_t total_bytes = 0;
-    int64_t exit_status = 0;
-    int term_signal = 0;
+    ProcessHandle handle;
+    std::string exit_path;
+    uint64_t offset = 0;  // next log byte to deliver
+    int read_fd = -1;
+    int pidfd = -1;
+    uv_poll_t pid_poll{};
+    uv_fs_event_t fs_event{};
+    int handles_open = 0;                             // freed when the last one is closed
+    bool poll_liveness = false, poll_output = false;  // left to the shared poll timer
+    bool finished = false;
     std::shared_ptr<ProcessCallbacks> callbacks;
-    std::unique_ptr<char[]> buffer = std::make_unique<char[]>(kReadBufferBytes);
-    static constexpr size_t kReadBufferBytes = 64 * 1024;
   };
 
   // One KillGroup in progress.
@@ -139,10 +125,12 @@ struct UvProcessLauncher::Impl {
     bool kill_logged = false;
   };
 
-  Impl(std::function<void(std::function<void()>)> post_fn, std::string scope)
+  Impl(std::function<void(std::function<void()>)> post_fn, std::string scope,
+       std::vector<std::string> step)
       : post(std::move(post_fn)),
         cgroups(scope.empty() ? std::nullopt : DetectCgroupHierarchy(), scope),
-        scope_(scope) {}
+        scope_(scope),
+        step_command(std::move(step)) {}
 
   // The environment marker of a group. /proc is shared by every agent on the machine (test nodes
   // are namespaces of one kernel), so the marker names this launcher's scope too: a sweep for
@@ -154,9 +142,11 @@ struct UvProcessLauncher::Impl {
   std::function<void(std::function<void()>)> post;
   CgroupTree cgroups;
   std::string scope_;
+  std::vector<std::string> step_command;
   uv_loop_t loop{};
   uv_async_t wake{};
   uv_signal_t sigchld{};
+  uv_timer_t poll_timer{};
   std::thread thread;
 
   std::mutex mu;
@@ -195,13 +185,20 @@ struct UvProcessLauncher::Impl {
     for (auto& fn : batch) fn();
   }
 
-  static void OnSigchld(uv_signal_t*, int) { ReapAdoptedZombies(); }
+  static void OnSigchld(uv_signal_t* handle, int) {
+    ReapAdoptedZombies();
+    // A supervisor of ours died: where there is no pidfd to say so, look now.
+    auto* self = static_cast<Impl*>(handle->data);
+    self->CheckPolled(false);
+  }
 
   // ---- Spawn ----------------------------------------------------------------------------------
 
-  Result<int> DoSpawn(const SpawnRequest& req, ProcessCallbacks callbacks) {
+  Result<ProcessHandle> DoSpawn(const SpawnRequest& req, ProcessCallbacks callbacks) {
     if (req.argv.empty() || req.argv[0].empty()) return InvalidArgument("empty argv");
     if (req.group.empty()) return InvalidArgument("empty process group");
+    if (req.log_path.empty()) return InvalidArgument("no log path");
+    if (step_command.empty()) return FailedPrecondition("no supervisor program configured");
     if (stopping) return FailedPrecondition("launcher is shutting down");
 
     std::map<std::string, std::string> env;
@@ -213,7 +210,9 @@ struct UvProcessLauncher::Impl {
     }
     for (const auto& key : req.unset_env) env.erase(key);
     for (const auto& [key, value] : req.env) env[key] = value;
-    env[kGroupEnvVar] = Marker(req.group);
+    // The supervisor must not carry the marker (the kill sweep would signal it); it gives it to
+    // the job process.
+    env.erase(kGroupEnvVar);
 
     if (!req.cwd.empty()) {
       struct stat st {};
@@ -225,36 +224,46 @@ struct UvProcessLauncher::Impl {
         std::string program,
         ResolveProgram(req.argv[0], path_it == env.end() ? "" : path_it->second, req.cwd));
 
-    auto child = std::make_unique<Child>();
-    child->impl = this;
-    child->group = req.group;
-    child->callbacks = std::make_shared<ProcessCallbacks>(std::move(callbacks));
-    std::filesystem::path created;  // what to remove again if the spawn fails
-    if (!req.log_path.empty()) {
-      std::filesystem::path log(req.log_path);
-      created = FirstMissing(log);
-      std::error_code ec;
-      if (log.has_parent_path()) std::filesystem::create_directories(log.parent_path(), ec);
-      if (ec) return IoError("creating the directory of " + req.log_path + ": " + ec.message());
-      child->log_fd = ::open(req.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-      if (child->log_fd < 0) {
-        Status s = ErrnoError("opening log " + req.log_path, errno);
-        if (!created.empty()) std::filesystem::remove_all(created, ec);
-        return s;
-      }
+    std::filesystem::path log(req.log_path);
+    std::filesystem::path created = FirstMissing(log);  // what to remove again if the spawn fails
+    std::error_code ec;
+    auto undo = [&] {
+      if (!created.empty()) std::filesystem::remove_all(created, ec);
+    };
+    if (log.has_parent_path()) std::filesystem::create_directories(log.parent_path(), ec);
+    if (ec) return IoError("creating the directory of " + req.log_path + ": " + ec.message());
+    int fd = ::open(req.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      Status s = ErrnoError("opening log " + req.log_path, errno);
+      undo();
+      return s;
     }
+    struct stat log_st {};
+    ::fstat(fd, &log_st);
+    ::close(fd);
+    const std::string exit_path = ExitRecordPath(req.log_path);
+    ::unlink(exit_path.c_str());  // an earlier process's record is not this one's
 
-    std::vector<std::string> args;
+    std::vector<std::string> args = step_command;
+    for (std::string a : {"--log", req.log_path.c_str(), "--exit", exit_path.c_str(), "--marker"})
+      args.push_back(a);
+    args.push_back(std::string(kGroupEnvVar) + "=" + Marker(req.group));
     if (cgroups.enabled()) {
       auto procs = cgroups.Prepare(req.group);
       if (procs.ok()) {
-        args = {"/bin/sh", "-c", kCgroupWrapper, "herd-spawn", *procs};
+        args.push_back("--cgroup-procs");
+        args.push_back(*procs);
       } else if (!cgroup_warned) {
         cgroup_warned = true;
         HERD_LOG(kWarn) << "cannot create a cgroup for group " << req.group << ": "
                         << procs.status().ToString() << "; relying on the environment sweep";
       }
     }
+    if (!req.cwd.empty()) {
+      args.push_back("--cwd");
+      args.push_back(req.cwd);
+    }
+    args.push_back("--");
     args.push_back(program);
     args.insert(args.end(), req.argv.begin() + 1, req.argv.end());
 
@@ -267,172 +276,236 @@ struct UvProcessLauncher::Impl {
     for (auto& e : env_strings) env_c.push_back(e.data());
     env_c.push_back(nullptr);
 
-    uv_pipe_init(&loop, &child->out, 0);
-    uv_pipe_init(&loop, &child->err, 0);
-    child->out.data = child->err.data = child->process.data = child.get();
-    uv_stdio_container_t stdio[3];
-    stdio[0].flags = UV_IGNORE;  // /dev/null
-    stdio[1].flags = static_cast<uv_stdio_flags>(UV_CREATE_PIPE | UV_WRITABLE_PIPE);
-    stdio[1].data.stream = reinterpret_cast<uv_stream_t*>(&child->out);
-    stdio[2].flags = static_cast<uv_stdio_flags>(UV_CREATE_PIPE | UV_WRITABLE_PIPE);
-    stdio[2].data.stream = reinterpret_cast<uv_stream_t*>(&child->err);
-    uv_process_options_t options{};
-    options.exit_cb = &Impl::OnExit;
-    options.file = argv_c[0];
-    options.args = argv_c.data();
-    options.env = env_c.data();
-    options.cwd = req.cwd.empty() ? nullptr : req.cwd.c_str();
-    options.flags = UV_PROCESS_DETACHED;  // setsid: the job outlives the agent
-    options.stdio_count = 3;
-    options.stdio = stdio;
-
-    int rc;
-    {
-      // Held across the fork so that no reaper sees the new child before it is registered.
-      std::lock_guard lock(g_registry_mu);
-      rc = uv_spawn(&loop, &child->process, &options);
-      if (rc == 0) g_uv_children.insert(child->process.pid);
-    }
-    Child* c = child.release();  // from here on owned by its handles' close callbacks
+    auto fail = [&](Status s) {
+      if (children_per_group.count(req.group) == 0) RemoveCgroupSoon(req.group);
+      undo();
+      return s;
+    };
+    int hs[2];
+    if (::pipe2(hs, O_CLOEXEC) != 0) return fail(ErrnoError("pipe", errno));
+    posix_spawn_file_actions_t files;
+    posix_spawn_file_actions_init(&files);
+    posix_spawn_file_actions_addopen(&files, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&files, hs[1], 1);
+    posix_spawn_file_actions_addopen(&files, 2, "/dev/null", O_WRONLY, 0);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t none, defaults;
+    sigemptyset(&none);
+    sigemptyset(&defaults);
+    for (int sig : {SIGPIPE, SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&defaults, sig);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &defaults);
+    // setsid: the supervisor and its job outlive the agent.
+    posix_spawnattr_setflags(&attr,
+                             POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    pid_t step = 0;
+    int rc = ::posix_spawn(&step, argv_c[0], &files, &attr, argv_c.data(), env_c.data());
+    posix_spawn_file_actions_destroy(&files);
+    posix_spawnattr_destroy(&attr);
+    ::close(hs[1]);
     if (rc != 0) {
-      for (uv_handle_t* h :
-           {reinterpret_cast<uv_handle_t*>(&c->process), reinterpret_cast<uv_handle_t*>(&c->out),
-            reinterpret_cast<uv_handle_t*>(&c->err)})
-        uv_close(h, &Impl::OnClose);
-      if (children_per_group.count(req.group) == 0) {
-        RemoveCgroupSoon(req.group);
+      ::close(hs[0]);
+      return fail(ErrnoError("starting the supervisor " + step_command[0], rc));
+    }
+    // The supervisor answers once the job process was exec'd: "ok PID" or "err ERRNO MESSAGE".
+    std::string answer;
+    auto deadline = Clock::now() + limits::kStepStartTimeout;
+    while (answer.find('\n') == std::string::npos) {
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) break;
+      struct pollfd pfd = {hs[0], POLLIN, 0};
+      if (::poll(&pfd, 1, static_cast<int>(left)) < 0 && errno != EINTR) break;
+      char buf[512];
+      ssize_t n = ::read(hs[0], buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      answer.append(buf, static_cast<size_t>(n));
+    }
+    ::close(hs[0]);
+    if (answer.rfind("ok ", 0) != 0) {
+      ::kill(step, SIGKILL);
+      {
+        std::lock_guard lock(g_reap_mu);
+        ::waitpid(step, nullptr, 0);
       }
-      std::error_code ec;
-      if (c->log_fd >= 0) ::close(c->log_fd);
-      c->log_fd = -1;
-      if (!created.empty()) std::filesystem::remove_all(created, ec);
-      std::string msg = UvError("spawning " + req.argv[0], rc);
-      return rc == UV_ENOENT ? NotFound(msg) : IoError(msg);
+      if (answer.rfind("err ", 0) == 0) {
+        int err = std::atoi(answer.c_str() + 4);
+        std::string msg = answer.substr(answer.find(' ', 4) + 1);
+        while (!msg.empty() && msg.back() == '\n') msg.pop_back();
+        return fail(err == ENOENT ? NotFound("spawning " + msg) : IoError("spawning " + msg));
+      }
+      return fail(IoError("the supervisor of " + req.argv[0] + " did not report within " +
+                          std::to_string(limits::kStepStartTimeout.count()) + " ms"));
     }
-    c->spawned = true;
-    c->pid = c->process.pid;
+    auto* c = new Child;
+    c->impl = this;
+    c->handle.pid = std::atoi(answer.c_str() + 3);
+    c->handle.supervisor_pid = step;
+    auto st = procfs::ReadStat(step);
+    c->handle.supervisor_start = st ? st->start_time : 0;
+    c->handle.group = req.group;
+    c->handle.log_path = req.log_path;
+    c->handle.log_start = static_cast<uint64_t>(log_st.st_size);
+    c->offset = c->handle.log_start;
+    c->exit_path = exit_path;
+    c->callbacks = std::make_shared<ProcessCallbacks>(std::move(callbacks));
+    HERD_LOG(kDebug) << "spawned pid " << c->handle.pid << " (" << req.argv[0]
+                     << ") under supervisor " << step << " in group " << req.group;
+    ProcessHandle handle = c->handle;
+    Watch(c);
+    return handle;
+  }
+
+  Status DoAdopt(const ProcessHandle& h, uint64_t from, ProcessCallbacks callbacks) {
+    if (h.log_path.empty() || h.group.empty() || h.supervisor_pid <= 0)
+      return InvalidArgument("incomplete process handle");
+    if (stopping) return FailedPrecondition("launcher is shutting down");
+    auto* c = new Child;
+    c->impl = this;
+    c->handle = h;
+    c->offset = from;
+    c->exit_path = ExitRecordPath(h.log_path);
+    c->callbacks = std::make_shared<ProcessCallbacks>(std::move(callbacks));
+    HERD_LOG(kInfo) << "adopting pid " << h.pid << " (supervisor " << h.supervisor_pid << ", group "
+                    << h.group << ") from log offset " << from;
+    Watch(c);
+    return Status::Ok();
+  }
+
+  // The supervisor is still the process it was (not a zombie, not a reused pid).
+  static bool SupervisorAlive(const Child* c) {
+    auto st = procfs::ReadStat(c->handle.supervisor_pid);
+    if (!st || st->state == 'Z' || st->state == 'X') return false;
+    return c->handle.supervisor_start == 0 || st->start_time == c->handle.supervisor_start;
+  }
+
+  void Watch(Child* c) {
     children.insert(c);
-    ++children_per_group[c->group];
-    uv_read_start(reinterpret_cast<uv_stream_t*>(&c->out), &Impl::OnAlloc, &Impl::OnRead);
-    uv_read_start(reinterpret_cast<uv_stream_t*>(&c->err), &Impl::OnAlloc, &Impl::OnRead);
-    HERD_LOG(kDebug) << "spawned pid " << c->pid << " (" << req.argv[0] << ") in group "
-                     << req.group;
-    return c->pid;
+    ++children_per_group[c->handle.group];
+    c->read_fd = ::open(c->handle.log_path.c_str(), O_RDONLY | O_CLOEXEC);
+    // Liveness: a pidfd polls readable when the process exits; else /proc, by the poll timer.
+    int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, c->handle.supervisor_pid, 0));
+    if (pidfd >= 0 && SupervisorAlive(c)) {
+      c->pidfd = pidfd;
+      uv_poll_init(&loop, &c->pid_poll, pidfd);
+      c->pid_poll.data = c;
+      ++c->handles_open;
+      uv_poll_start(&c->pid_poll, UV_READABLE, &Impl::OnPidfd);
+    } else {
+      if (pidfd >= 0) ::close(pidfd);
+      c->poll_liveness = true;
+    }
+    // Output: inotify on the log; else the poll timer reads it.
+    uv_fs_event_init(&loop, &c->fs_event);
+    c->fs_event.data = c;
+    ++c->handles_open;
+    if (uv_fs_event_start(&c->fs_event, &Impl::OnFsEvent, c->handle.log_path.c_str(), 0) != 0) {
+      c->poll_output = true;
+    }
+    if (c->poll_liveness || c->poll_output) EnsurePollTimer();
+    ReadNew(c, UINT64_MAX);
+    if (!SupervisorAlive(c)) Finish(c);
   }
 
-  static void OnAlloc(uv_handle_t* handle, size_t, uv_buf_t* buf) {
+  void EnsurePollTimer() {
+    if (uv_is_active(reinterpret_cast<uv_handle_t*>(&poll_timer))) return;
+    auto every = static_cast<uint64_t>(limits::kSupervisorPollInterval.count());
+    uv_timer_start(&poll_timer, &Impl::OnPollTimer, every, every);
+  }
+
+  static void OnPollTimer(uv_timer_t* timer) { static_cast<Impl*>(timer->data)->CheckPolled(true); }
+
+  // Children without a pidfd (or inotify): their liveness (and output) by looking.
+  void CheckPolled(bool read_output) {
+    bool any = false;
+    std::vector<Child*> snapshot(children.begin(), children.end());
+    for (Child* c : snapshot) {
+      if (!c->poll_liveness && !c->poll_output) continue;
+      any = true;
+      if (read_output && c->poll_output) ReadNew(c, UINT64_MAX);
+      if (c->poll_liveness && !SupervisorAlive(c)) Finish(c);
+    }
+    if (!any) uv_timer_stop(&poll_timer);
+  }
+
+  static void OnPidfd(uv_poll_t* handle, int, int) {
     auto* c = static_cast<Child*>(handle->data);
-    // One buffer per child is enough: libuv hands each read to OnRead before the next alloc.
-    *buf = uv_buf_init(c->buffer.get(), Child::kReadBufferBytes);
+    c->impl->Finish(c);
   }
 
-  static void OnRead(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf) {
-    auto* c = static_cast<Child*>(stream->data);
-    if (nread > 0) {
-      c->impl->Append(c, buf->base, static_cast<size_t>(nread));
-    } else if (nread < 0) {  // EOF, or an error that ends the stream just the same
-      ClosePipe(c, reinterpret_cast<uv_pipe_t*>(stream));
-    }
+  static void OnFsEvent(uv_fs_event_t* handle, const char*, int, int) {
+    auto* c = static_cast<Child*>(handle->data);
+    if (!c->finished) c->impl->ReadNew(c, UINT64_MAX);
   }
 
-  static void ClosePipe(Child* c, uv_pipe_t* pipe) {
-    bool& open = pipe == &c->out ? c->out_open : c->err_open;
-    if (!open) return;
-    open = false;
-    uv_read_stop(reinterpret_cast<uv_stream_t*>(pipe));
-    uv_close(reinterpret_cast<uv_handle_t*>(pipe), &Impl::OnClose);
-    if (!c->out_open && !c->err_open && c->drain_timer_open) {
-      c->drain_timer_open = false;
-      uv_timer_stop(&c->drain_timer);
-      uv_close(reinterpret_cast<uv_handle_t*>(&c->drain_timer), &Impl::OnClose);
-    }
-  }
-
-  // The process exited but something it started still holds its stdout or stderr (a daemon that
-  // did not redirect them): stop waiting for EOF after kProcessOutputDrainAfterExit, so the job
-  // ends when its process does. Whatever was left running is swept when the job ends.
-  static void OnDrainTimeout(uv_timer_t* timer) {
-    auto* c = static_cast<Child*>(timer->data);
-    HERD_LOG(kInfo) << "pid " << c->pid << " exited but its output is still held open; closing it";
-    c->drain_timer_open = false;
-    uv_close(reinterpret_cast<uv_handle_t*>(timer), &Impl::OnClose);
-    ClosePipe(c, &c->out);
-    ClosePipe(c, &c->err);
-  }
-
-  // Appends to the log, then delivers the same bytes with their position in the log.
-  void Append(Child* c, const char* data, size_t n) {
-    auto deliver = [this, c](uint64_t offset, const char* p, size_t len) {
-      Post([cb = c->callbacks, offset, bytes = std::string(p, len)] {
+  // Delivers the log's bytes from c->offset up to `limit` (or its current end).
+  void ReadNew(Child* c, uint64_t limit) {
+    if (c->read_fd < 0) c->read_fd = ::open(c->handle.log_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (c->read_fd < 0) return;
+    struct stat st {};
+    if (::fstat(c->read_fd, &st) != 0) return;
+    uint64_t end = std::min<uint64_t>(static_cast<uint64_t>(st.st_size), limit);
+    while (c->offset < end) {
+      size_t want = static_cast<size_t>(std::min<uint64_t>(end - c->offset, kReadChunk));
+      std::string bytes(want, '\0');
+      ssize_t n = ::pread(c->read_fd, bytes.data(), want, static_cast<off_t>(c->offset));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      bytes.resize(static_cast<size_t>(n));
+      uint64_t offset = c->offset;
+      c->offset += static_cast<uint64_t>(n);
+      Post([cb = c->callbacks, offset, bytes = std::move(bytes)] {
         if (cb->on_output) cb->on_output(offset, bytes);
       });
+    }
+  }
+  static constexpr size_t kReadChunk = 256 * 1024;
+
+  // The supervisor is gone: deliver the rest of the log, then the exit it recorded.
+  void Finish(Child* c) {
+    if (c->finished) return;
+    c->finished = true;
+    auto record = ReadExitRecord(c->exit_path);
+    int code, sig;
+    if (record) {
+      ReadNew(c, record->end);
+      code = record->exit_code;
+      sig = record->term_signal;
+    } else {
+      // Killed before it could record anything (kill -9, OOM): the job's output ends here.
+      ReadNew(c, UINT64_MAX);
+      HERD_LOG(kWarn) << "the supervisor of pid " << c->handle.pid << " (group " << c->handle.group
+                      << ") died without an exit record; reporting it killed";
+      code = 128 + SIGKILL;
+      sig = SIGKILL;
+    }
+    Post([cb = c->callbacks, code, sig, end = c->offset] {
+      if (cb->on_exit) cb->on_exit(code, sig, end);
+    });
+    Release(c);
+    if (--children_per_group[c->handle.group] == 0) {
+      children_per_group.erase(c->handle.group);
+      if (!stopping) RemoveCgroupSoon(c->handle.group);
+    }
+  }
+
+  // Closes the child's handles; it is freed with the last one.
+  void Release(Child* c) {
+    children.erase(c);
+    if (c->read_fd >= 0) ::close(c->read_fd);
+    c->read_fd = -1;
+    auto close = [](uv_handle_t* h) {
+      if (!uv_is_closing(h)) uv_close(h, &Impl::OnChildHandleClosed);
     };
-    if (c->log_fd < 0) {  // no log: offsets count this process's bytes
-      deliver(c->total_bytes, data, n);
-      c->total_bytes += n;
-      return;
-    }
-    while (n > 0) {
-      ssize_t w = ::write(c->log_fd, data, n);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        if (!c->log_error_reported) {
-          c->log_error_reported = true;
-          HERD_LOG(kError) << "writing the log of pid " << c->pid << ": " << std::strerror(errno);
-        }
-        // The bytes still reach the callback, at the offset they would have had.
-        struct stat st {};
-        ::fstat(c->log_fd, &st);
-        deliver(static_cast<uint64_t>(st.st_size), data, n);
-        c->total_bytes += n;
-        return;
-      }
-      // O_APPEND: after the write the position is the end of exactly these bytes, whoever else
-      // appends to the same file.
-      off_t end = ::lseek(c->log_fd, 0, SEEK_CUR);
-      deliver(static_cast<uint64_t>(end - w), data, static_cast<size_t>(w));
-      data += w;
-      n -= static_cast<size_t>(w);
-      c->total_bytes += static_cast<uint64_t>(w);
-    }
+    if (c->pidfd >= 0) close(reinterpret_cast<uv_handle_t*>(&c->pid_poll));
+    close(reinterpret_cast<uv_handle_t*>(&c->fs_event));
   }
 
-  static void OnExit(uv_process_t* process, int64_t exit_status, int term_signal) {
-    auto* c = static_cast<Child*>(process->data);
-    c->exit_status = exit_status;
-    c->term_signal = term_signal;
-    {
-      std::lock_guard lock(g_registry_mu);
-      g_uv_children.erase(c->pid);
-    }
-    uv_close(reinterpret_cast<uv_handle_t*>(process), &Impl::OnClose);
-    if (c->out_open || c->err_open) {
-      uv_timer_init(process->loop, &c->drain_timer);
-      c->drain_timer.data = c;
-      c->drain_timer_open = true;
-      ++c->handles_open;
-      uv_timer_start(&c->drain_timer, &Impl::OnDrainTimeout,
-                     static_cast<uint64_t>(limits::kProcessOutputDrainAfterExit.count()), 0);
-    }
-  }
-
-  // The child is finished when its process has exited and both pipes reached EOF.
-  static void OnClose(uv_handle_t* handle) {
+  static void OnChildHandleClosed(uv_handle_t* handle) {
     auto* c = static_cast<Child*>(handle->data);
     if (--c->handles_open > 0) return;
-    Impl* self = c->impl;
-    if (c->log_fd >= 0) ::close(c->log_fd);
-    if (c->spawned) {
-      self->children.erase(c);
-      int exit_code = c->term_signal ? 128 + c->term_signal : static_cast<int>(c->exit_status);
-      self->Post([cb = c->callbacks, exit_code, sig = c->term_signal, total = c->total_bytes] {
-        if (cb->on_exit) cb->on_exit(exit_code, sig, total);
-      });
-      if (--self->children_per_group[c->group] == 0) {
-        self->children_per_group.erase(c->group);
-        if (!self->stopping) self->RemoveCgroupSoon(c->group);
-      }
-    }
+    if (c->pidfd >= 0) ::close(c->pidfd);
     delete c;
   }
 
@@ -536,21 +609,9 @@ struct UvProcessLauncher::Impl {
     }
     kills.clear();
     std::vector<Child*> live(children.begin(), children.end());
-    {
-      std::lock_guard lock(g_registry_mu);
-      for (Child* c : live) g_uv_children.erase(c->pid);  // let another launcher reap them
-    }
-    for (Child* c : live) {
-      for (uv_handle_t* h :
-           {reinterpret_cast<uv_handle_t*>(&c->process), reinterpret_cast<uv_handle_t*>(&c->out),
-            reinterpret_cast<uv_handle_t*>(&c->err)})
-        if (!uv_is_closing(h)) uv_close(h, &Impl::OnClose);
-      if (c->drain_timer_open) {
-        c->drain_timer_open = false;
-        uv_close(reinterpret_cast<uv_handle_t*>(&c->drain_timer), &Impl::OnClose);
-      }
-    }
+    for (Child* c : live) Release(c);  // no callback any more; a new launcher can adopt them
     uv_close(reinterpret_cast<uv_handle_t*>(&wake), nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&poll_timer), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&sigchld), nullptr);
     for (const auto& [group, until] : pending_removals) cgroups.Remove(group);  // a last try
     uv_close(reinterpret_cast<uv_handle_t*>(&removal_timer), nullptr);
@@ -558,8 +619,10 @@ struct UvProcessLauncher::Impl {
 };
 
 UvProcessLauncher::UvProcessLauncher(std::function<void(std::function<void()>)> post,
-                                     std::string cgroup_scope)
-    : impl_(std::make_unique<Impl>(std::move(post), std::move(cgroup_scope))) {
+                                     std::string cgroup_scope,
+                                     std::vector<std::string> step_command)
+    : impl_(std::make_unique<Impl>(std::move(post), std::move(cgroup_scope),
+                                   std::move(step_command))) {
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
     HERD_LOG(kWarn) << "PR_SET_CHILD_SUBREAPER: " << std::strerror(errno);
   }
@@ -567,6 +630,9 @@ UvProcessLauncher::UvProcessLauncher(std::function<void(std::function<void()>)> 
   uv_async_init(&impl_->loop, &impl_->wake, &Impl::OnWake);
   impl_->wake.data = impl_.get();
   uv_signal_init(&impl_->loop, &impl_->sigchld);
+  impl_->sigchld.data = impl_.get();
+  uv_timer_init(&impl_->loop, &impl_->poll_timer);
+  impl_->poll_timer.data = impl_.get();
   uv_signal_start(&impl_->sigchld, &Impl::OnSigchld, SIGCHLD);
   uv_timer_init(&impl_->loop, &impl_->removal_timer);
   impl_->removal_timer.data = impl_.get();
@@ -580,10 +646,20 @@ UvProcessLauncher::~UvProcessLauncher() {
   uv_loop_close(&impl_->loop);
 }
 
-Result<int> UvProcessLauncher::Spawn(const SpawnRequest& request, ProcessCallbacks callbacks) {
-  std::promise<Result<int>> result;
+Result<ProcessHandle> UvProcessLauncher::Spawn(const SpawnRequest& request,
+                                               ProcessCallbacks callbacks) {
+  std::promise<Result<ProcessHandle>> result;
   auto future = result.get_future();
   impl_->RunOnLoop([&] { result.set_value(impl_->DoSpawn(request, std::move(callbacks))); });
+  return future.get();
+}
+
+Status UvProcessLauncher::Adopt(const ProcessHandle& handle, uint64_t from_offset,
+                                ProcessCallbacks callbacks) {
+  std::promise<Status> result;
+  auto future = result.get_future();
+  impl_->RunOnLoop(
+      [&] { result.set_value(impl_->DoAdopt(handle, from_offset, std::move(callbacks))); });
   return future.get();
 }
 

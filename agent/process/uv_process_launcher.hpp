@@ -1,11 +1,17 @@
-// ProcessLauncher on libuv: one uv_loop on a thread of its own supervises every job process of the
+// ProcessLauncher on libuv: one uv_loop on a thread of its own watches every job process of the
 // agent; callbacks reach the owner through its `post` function, never on the loop thread.
+//
+// Each job process runs under its own supervisor (agent/process/step.hpp), started in a session
+// of its own: the supervisor holds the job's stdout/stderr (a pty) and writes the node-local log
+// and an exit record. This launcher follows the log (inotify, else polling) and watches the
+// supervisor (pidfd, else /proc), so processes survive the agent and a new launcher adopts them.
 #pragma once
 
 #include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "agent/process/process_launcher.hpp"
 
@@ -16,9 +22,12 @@ class UvProcessLauncher : public ProcessLauncher {
   // post(fn) must run fn later on the owner's thread, in the order posted, and must not block.
   // cgroup_scope names the directory (under the agent's own cgroup) holding one cgroup per group;
   // empty: no cgroups, the environment sweep alone (as on a machine without usable cgroups).
+  // step_command starts a supervisor (argv prefix, e.g. {"/proc/self/exe", "--step"}); the
+  // supervisor's own arguments follow it.
   // Makes this process a child subreaper, so orphaned job descendants are reparented to (and
   // reaped by) it rather than escaping to init.
-  UvProcessLauncher(std::function<void(std::function<void()>)> post, std::string cgroup_scope);
+  UvProcessLauncher(std::function<void(std::function<void()>)> post, std::string cgroup_scope,
+                    std::vector<std::string> step_command);
   // Stops supervising: running processes keep running (they are in their own sessions) and no
   // callback is posted any more. A new launcher can still KillGroup them.
   ~UvProcessLauncher() override;
@@ -27,7 +36,11 @@ class UvProcessLauncher : public ProcessLauncher {
   UvProcessLauncher& operator=(const UvProcessLauncher&) = delete;
 
   // Thread-safe. Errors (no such program, bad cwd, log file not writable) leave nothing behind.
-  Result<int> Spawn(const SpawnRequest& request, ProcessCallbacks callbacks) override;
+  // Returns once the job process was exec'd (or could not be).
+  Result<ProcessHandle> Spawn(const SpawnRequest& request, ProcessCallbacks callbacks) override;
+  // Thread-safe.
+  Status Adopt(const ProcessHandle& handle, uint64_t from_offset,
+               ProcessCallbacks callbacks) override;
   // Thread-safe, returns at once; the kill runs on the loop thread: SIGTERM now, SIGKILL after
   // grace, then sweeps every limits::kKillSweepInterval for up to limits::kKillSweepTimeout.
   void KillGroup(const std::string& group, std::chrono::milliseconds grace) override;

@@ -90,7 +90,6 @@ std::string ClusterInfoJson(const JobEnvContext& ctx) {
 
 std::map<std::string, std::string> RunEnv(const JobEnvContext& ctx, int rank) {
   EnvMap env;
-  env["PYTHONUNBUFFERED"] = "1";
   AddTaskEnvs(ctx, env);
   SetBoth(env, "NODE_RANK", std::to_string(rank));
   SetBoth(env, "NODE_IPS", JoinLines(ctx.gang_ips));

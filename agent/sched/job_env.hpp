@@ -42,8 +42,7 @@ std::string ClusterInfoJson(const JobEnvContext& ctx);
 
 // The environment of the run process of `rank` (0-based index into ctx.gang_ips, so a job on a
 // subset of the cluster is renumbered 0..k-1 in the order given). Precedence, lowest first:
-//   PYTHONUNBUFFERED=1 (a default: a task may set PYTHONUNBUFFERED itself)
-//   < the task's envs < the task's secrets
+//   the task's envs < the task's secrets
 //   < herd's identity variables SKYPILOT_NODE_RANK, _NODE_IPS, _NUM_NODES, _NUM_GPUS_PER_NODE,
 //     _TASK_ID, _CLUSTER_INFO, _USER and their HERD_* twins, and CUDA_VISIBLE_DEVICES = the rank's
 //     GPU indices joined by ',' when the job was given GPUs ("0,1,2,3").
@@ -55,7 +54,10 @@ std::map<std::string, std::string> RunEnv(const JobEnvContext& ctx, int rank);
 
 // The environment of the setup process on the cluster node `setup_rank` (index into
 // ctx.cluster_ips). Setup runs on every node of the cluster, so SKYPILOT_NUM_NODES is the number
-// of cluster nodes here (as SkyPilot). Same precedence as RunEnv; no PYTHONUNBUFFERED default.
+// of cluster nodes here (as SkyPilot). Same precedence as RunEnv.
+// PYTHONUNBUFFERED is not set here: a job's stdout is a pty (agent/process/step.hpp), on which
+// Python line-buffers, writing each line whole; only where the supervisor falls back to a pipe
+// does it default PYTHONUNBUFFERED=1 (SkyPilot's behaviour).
 std::map<std::string, std::string> SetupEnv(const JobEnvContext& ctx, int setup_rank);
 
 // Variables removed from the setup process's environment: setup sees every GPU of the node.

@@ -42,6 +42,13 @@ inline constexpr Duration kHeartbeatInterval = 2s;
 // ... and the head marks a node lost after this many missed heartbeats.
 inline constexpr int kHeartbeatMissesBeforeLost = 4;
 inline constexpr Duration kNodeLostAfter = kHeartbeatInterval * kHeartbeatMissesBeforeLost;
+// The head looks for lost nodes this often, so a node is declared lost at most this late.
+inline constexpr Duration kNodeCheckInterval = 500ms;
+// A user sees the job of a lost node (agent killed with its processes, link down, machine
+// stopped) FAILED, naming the node and rank, within this of the node's last message. A mere agent
+// restart (its supervisor restarts it after kAgentRestartBackoffInitial) re-registers and adopts
+// its processes well before kNodeLostAfter, so it fails nothing.
+inline constexpr Duration kNodeLossReportedWithin = 10s;
 // Re-registration after a drop: capped exponential backoff.
 inline constexpr Duration kReconnectBackoffInitial = 100ms;
 inline constexpr Duration kReconnectBackoffMax = 3s;
@@ -62,6 +69,15 @@ inline constexpr Duration kKillSweepTimeout = 5s;
 // After a job process exits, its output pipes are read until EOF for at most this long: a daemon it
 // left behind with stdout still open must not keep the job running.
 inline constexpr Duration kProcessOutputDrainAfterExit = 2s;
+// A job process's supervisor (herdlet --step) reports the job's pid, or why it could not exec it,
+// within this; Spawn fails otherwise. Starting one program: far below any client timeout.
+inline constexpr Duration kStepStartTimeout = 10s;
+// Where the kernel offers no pidfd or inotify (gVisor), the agent checks its supervisors'
+// liveness and follows their logs this often (else only on events).
+inline constexpr Duration kSupervisorPollInterval = 100ms;
+// Exited processes a worker remembers (persisted with its process table) so that the head can
+// still fetch their exit after a reconnect; the oldest jobs' entries are dropped beyond this.
+inline constexpr int kMaxExitedProcessesKept = 1000;
 // Exit code recorded for a rank that herd killed because another rank failed (as SkyPilot).
 inline constexpr int kKilledRankExitCode = 137;
 // GPU detection runs `nvidia-smi` when NVML cannot be loaded; a hung driver must not stall the
@@ -161,6 +177,11 @@ static_assert(kHeartbeatInterval * 2 < kWebsocketIdleTimeout,
               "heartbeats keep the websocket busy long before its idle timeout");
 static_assert(kNodeLostAfter < kWebsocketIdleTimeout + kHeartbeatInterval * 4,
               "a lost node is noticed on the order of the websocket timeout");
+static_assert(kNodeLostAfter + kNodeCheckInterval < kNodeLossReportedWithin,
+              "a lost node's job is failed within the promised time");
+static_assert(kAgentRestartBackoffInitial + kAgentStartSettle + kHandshakeTimeout / 4 <
+                  kNodeLostAfter,
+              "an agent restarted by its supervisor registers again before its node is lost");
 static_assert(kReconnectBackoffMax < kNodeLostAfter,
               "an agent retries several times before the head gives up on it");
 static_assert(kKillGracePeriod < 2s, "other ranks die within 2 s of the first failure");

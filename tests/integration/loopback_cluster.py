@@ -44,12 +44,15 @@ def processes_with_marker(marker):
 
 
 class LoopbackCluster:
-    def __init__(self, name, addresses, gpus_per_node=2, gpu_name="L4", cpus=4, agent_env=None):
+    def __init__(self, name, addresses, gpus_per_node=2, gpu_name="L4", cpus=4, agent_env=None,
+                 wrappers=None):
         """gpus_per_node: declared in each agent's config (`gpus:`), or a list with one entry per
         node where None means "not declared: the agent probes" (NVML first, see agent_env)."""
         self.name = name
         self.addresses = addresses
         self.agent_env = dict(agent_env or {})
+        # Per node index: a command prefix for its herdlet (e.g. ["ip", "netns", "exec", NS]).
+        self.wrappers = wrappers or {}
         self.dir = tempfile.mkdtemp(prefix=f"herd-{name}-")
         os.chmod(self.dir, 0o700)
         self.marker_value = uuid.uuid4().hex
@@ -97,27 +100,36 @@ class LoopbackCluster:
         path = os.path.join(ndir, "herdlet.yaml")
         with open(path, "w") as f:
             json.dump(cfg, f)  # JSON is YAML
-        env = dict(os.environ, **self.agent_env)
+        env = self._agent_env()
         # Setup must not see this; run does (REFERENCE.md).
         env["CUDA_VISIBLE_DEVICES"] = "0,1"
         env["HOME"] = os.path.join(ndir, "home")
         os.makedirs(env["HOME"])
         log = open(os.path.join(ndir, "herdlet.log"), "wb")
-        p = subprocess.Popen([HERDLET, "--config", path], stdout=log, stderr=subprocess.STDOUT,
-                             env=env, start_new_session=True)
+        p = subprocess.Popen([*self.wrappers.get(i, []), HERDLET, "--config", path], stdout=log,
+                             stderr=subprocess.STDOUT, env=env, start_new_session=True)
         log.close()
         self.procs.append(p)
 
-    def restart_agent(self, i):
-        """Stops worker i's herdlet and starts it again (a new incarnation)."""
+    def _agent_env(self):
+        """The agents' environment: this test's plus agent_env, without what ctest sets for Python
+        tests (an agent started by its supervisor would not have PYTHONUNBUFFERED)."""
+        env = dict(os.environ, **self.agent_env)
+        env.pop("PYTHONUNBUFFERED", None)
+        return env
+
+    def restart_agent(self, i, binary=None):
+        """Stops worker i's herdlet and starts it again (a new incarnation), from `binary` if
+        given (an in-place upgrade)."""
         proc = self.procs[i]
-        os.killpg(proc.pid, signal.SIGTERM)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=10)
         ndir = os.path.join(self.dir, self.node_id(i))
-        env = dict(os.environ, **self.agent_env, HOME=os.path.join(ndir, "home"),
-                   CUDA_VISIBLE_DEVICES="0,1")
+        env = dict(self._agent_env(), HOME=os.path.join(ndir, "home"), CUDA_VISIBLE_DEVICES="0,1")
         log = open(os.path.join(ndir, "herdlet.log"), "ab")
-        self.procs[i] = subprocess.Popen([HERDLET, "--config", os.path.join(ndir, "herdlet.yaml")],
+        self.procs[i] = subprocess.Popen([*self.wrappers.get(i, []), binary or HERDLET, "--config",
+                                          os.path.join(ndir, "herdlet.yaml")],
                                          stdout=log, stderr=subprocess.STDOUT, env=env,
                                          start_new_session=True)
         log.close()
@@ -134,8 +146,7 @@ class LoopbackCluster:
         cfg["listen"] = f"{self.addresses[0]}:{self.port}"
         with open(path, "w") as f:
             json.dump(cfg, f)
-        env = dict(os.environ, **self.agent_env, HOME=os.path.join(ndir, "home"),
-                   CUDA_VISIBLE_DEVICES="0,1")
+        env = dict(self._agent_env(), HOME=os.path.join(ndir, "home"), CUDA_VISIBLE_DEVICES="0,1")
         log = open(os.path.join(ndir, "herdlet.log"), "ab")
         self.procs[0] = subprocess.Popen([HERDLET, "--config", path], stdout=log,
                                          stderr=subprocess.STDOUT, env=env,

@@ -10,6 +10,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -17,6 +19,7 @@
 #include "agent/core/worker.hpp"
 #include "agent/gpu/system_gpu_probe.hpp"
 #include "controller/core/head_client.hpp"
+#include "shared/common/limits.hpp"
 #include "shared/tls/certs.hpp"
 
 namespace herd::agent {
@@ -34,14 +37,32 @@ class FakeLauncher : public ProcessLauncher {
     ProcessCallbacks callbacks;
     uint64_t offset = 0;
     bool exited = false;
+    int adopted_pid = 0;
   };
   explicit FakeLauncher(boost::asio::io_context& io) : io_(io) {}
 
-  Result<int> Spawn(const SpawnRequest& request, ProcessCallbacks callbacks) override {
+  Result<ProcessHandle> Spawn(const SpawnRequest& request, ProcessCallbacks callbacks) override {
     std::lock_guard lock(mu_);
     procs_.push_back({request, std::move(callbacks)});
     cv_.notify_all();
-    return 1000 + static_cast<int>(procs_.size());
+    ProcessHandle h;
+    h.pid = 1000 + static_cast<int>(procs_.size());
+    h.supervisor_pid = h.pid + 1000;
+    h.group = request.group;
+    h.log_path = request.log_path;
+    return h;
+  }
+  // Adopted processes join the list like spawned ones (the test drives them the same way).
+  Status Adopt(const ProcessHandle& handle, uint64_t from, ProcessCallbacks callbacks) override {
+    std::lock_guard lock(mu_);
+    Proc p{{}, std::move(callbacks)};
+    p.request.group = handle.group;
+    p.request.log_path = handle.log_path;
+    p.offset = from;
+    p.adopted_pid = handle.pid;
+    procs_.push_back(std::move(p));
+    cv_.notify_all();
+    return Status::Ok();
   }
   void KillGroup(const std::string& group, std::chrono::milliseconds) override {
     std::lock_guard lock(mu_);
@@ -69,6 +90,10 @@ class FakeLauncher : public ProcessLauncher {
     auto it = procs_[i].request.env.find(k);
     return it == procs_[i].request.env.end() ? "" : it->second;
   }
+  int adopted_pid(std::size_t i) {
+    std::lock_guard lock(mu_);
+    return procs_[i].adopted_pid;
+  }
   std::string group(std::size_t i) {
     std::lock_guard lock(mu_);
     return procs_[i].request.group;
@@ -86,6 +111,10 @@ class FakeLauncher : public ProcessLauncher {
     Proc& p = procs_[i];
     uint64_t off = p.offset;
     p.offset += data.size();
+    if (!p.request.log_path.empty()) {  // as the supervisor would: the node-local log first
+      fs::create_directories(fs::path(p.request.log_path).parent_path());
+      std::ofstream(p.request.log_path, std::ios::app | std::ios::binary) << data;
+    }
     boost::asio::post(io_, [cb = p.callbacks, off, data] { cb.on_output(off, data); });
   }
   void Exit(std::size_t i, int code) {
@@ -126,6 +155,7 @@ struct Cluster {
   std::unique_ptr<Head> head;
   std::vector<std::unique_ptr<FakeLauncher>> launchers;
   std::vector<std::unique_ptr<Worker>> workers;
+  std::vector<AgentConfig> configs;
   FakeGpus gpus;
   std::thread thread;
   uint16_t port = 0;
@@ -159,6 +189,7 @@ struct Cluster {
       c.certs_dir = certs;
       c.state_dir = (dir / ("state" + std::to_string(i))).string();
       c.cpus = 4;
+      configs.push_back(c);
       launchers.push_back(std::make_unique<FakeLauncher>(io));
       workers.push_back(std::make_unique<Worker>(io, c, *launchers.back(), gpus, i == 0));
       REQUIRE(workers.back()->Start().ok());
@@ -179,6 +210,24 @@ struct Cluster {
     workers.clear();
     head.reset();
     fs::remove_all(dir);
+  }
+  // Runs fn on the io thread and waits for it.
+  void OnIo(std::function<void()> fn) {
+    std::promise<void> done;
+    boost::asio::post(io, [&] {
+      fn();
+      done.set_value();
+    });
+    done.get_future().wait();
+  }
+  // Worker i's agent process ends and a new one (a new incarnation, with a new launcher) starts.
+  void RestartWorker(int i) {
+    OnIo([&] {
+      workers[i].reset();
+      launchers[i] = std::make_unique<FakeLauncher>(io);
+      workers[i] = std::make_unique<Worker>(io, configs[i], *launchers[i], gpus, i == 0);
+      REQUIRE(workers[i]->Start().ok());
+    });
   }
   std::unique_ptr<controller::HeadClient> Client() {
     auto c = controller::HeadClient::Connect({"127.0.0.1", port, (dir / "certs").string()});
@@ -271,6 +320,52 @@ TEST_CASE("a failing setup never starts run") {
   CHECK(c.launchers[1]->spawns() == 1);
   CHECK(follow.log.find("ERROR: Job 1's setup failed with return code list: [137, 7]") !=
         std::string::npos);
+}
+
+TEST_CASE("a restarted worker adopts its process: no failure, every byte once") {
+  Cluster c;
+  auto client = c.Client();
+  auto job = client->Submit(TwoNodes("", "echo run"), "carol");
+  REQUIRE(job.ok());
+  Follow follow(c, *job);
+  REQUIRE(c.launchers[0]->WaitSpawns(1));
+  REQUIRE(c.launchers[1]->WaitSpawns(1));
+  c.launchers[1]->Print(0, "before\npart");
+  std::this_thread::sleep_for(300ms);
+  c.RestartWorker(1);
+  REQUIRE(c.launchers[1]->WaitSpawns(1));  // adopted from the persisted table, not spawned
+  CHECK(c.launchers[1]->adopted_pid(0) == 1001);
+  c.launchers[1]->Print(0, "ial\nafter\n");
+  c.launchers[1]->Exit(0, 0);
+  c.launchers[0]->Exit(0, 0);
+  follow.Join();
+  CHECK(follow.last.state() == herd::v1::JOB_STATE_SUCCEEDED);
+  CHECK(follow.log.find("(worker1, rank=1, pid=1001, ip=127.0.0.1) before\n"
+                        "(worker1, rank=1, pid=1001, ip=127.0.0.1) partial\n"
+                        "(worker1, rank=1, pid=1001, ip=127.0.0.1) after\n") != std::string::npos);
+}
+
+TEST_CASE(
+    "a silent node fails its job FAILED, naming node and rank, and the other rank is killed") {
+  Cluster c;
+  auto client = c.Client();
+  auto job = client->Submit(TwoNodes("", "echo run"), "dave");
+  REQUIRE(job.ok());
+  Follow follow(c, *job);
+  REQUIRE(c.launchers[0]->WaitSpawns(1));
+  REQUIRE(c.launchers[1]->WaitSpawns(1));
+  auto t0 = std::chrono::steady_clock::now();
+  c.OnIo([&] { c.workers[1]->Stop(); });  // the node goes away and does not come back
+  follow.Join();
+  auto took = std::chrono::steady_clock::now() - t0;
+  CHECK(took >= limits::kNodeLostAfter - 500ms);
+  CHECK(took < limits::kNodeLossReportedWithin);
+  CHECK(follow.last.state() == herd::v1::JOB_STATE_FAILED);
+  CHECK(follow.last.first_failed_rank() == 1);
+  CHECK(follow.last.first_failed_node() == "unit-worker1");
+  CHECK(follow.log.find("ERROR: Job 1 failed: node unit-worker1 (rank 1) was lost") !=
+        std::string::npos);
+  CHECK(c.launchers[0]->kills() == std::vector<std::string>{JobGroupName(*job, 1)});
 }
 
 herd::v1::TaskSpec GpuJob(int nodes, double gpus) {

@@ -43,7 +43,6 @@ const char* kInfo =
 TEST_CASE("RunEnv of a 2-of-4-node job: every variable, exact values") {
   Fixture f;
   const Env want0 = {
-      {"PYTHONUNBUFFERED", "1"},
       {"MODEL", "gpt2"},
       {"HF_TOKEN", "hf_secret"},
       {"SKYPILOT_NODE_RANK", "0"},
@@ -86,7 +85,7 @@ TEST_CASE("NODE_IPS has one line per node and NUM_NODES matches it") {
 TEST_CASE("user envs and secrets cannot override herd's identity variables") {
   Fixture f;
   (*f.spec.mutable_secrets())["SKYPILOT_NODE_IPS"] = "1.2.3.4";
-  (*f.spec.mutable_envs())["PYTHONUNBUFFERED"] = "0";  // a default, the task may change it
+  (*f.spec.mutable_envs())["PYTHONUNBUFFERED"] = "0";  // the task's own setting is kept
   (*f.spec.mutable_envs())["HF_TOKEN"] = "plain";      // the secret of the same name wins
   for (int rank : {0, 1}) {
     const Env env = RunEnv(f.ctx, rank);
@@ -208,7 +207,7 @@ TEST_CASE("a context without a spec still gives every herd variable") {
   ctx.gang_ips = {"127.0.0.1"};
   ctx.cluster_ips = {"127.0.0.1"};
   const Env env = RunEnv(ctx, 0);
-  CHECK(env.size() == 15);  // PYTHONUNBUFFERED + 7 variables x 2 names
+  CHECK(env.size() == 14);  // 7 variables x 2 names (no PYTHONUNBUFFERED: stdout is a pty)
   CHECK(env.at("SKYPILOT_NUM_GPUS_PER_NODE") == "0");
   CHECK(env.at("SKYPILOT_NODE_IPS") == "127.0.0.1");
   CHECK(SetupEnv(ctx, 0).size() == 14);

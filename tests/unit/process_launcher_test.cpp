@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -24,6 +25,7 @@
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using herd::agent::ProcessCallbacks;
+using herd::agent::ProcessHandle;
 using herd::agent::SpawnRequest;
 using herd::agent::UvProcessLauncher;
 
@@ -148,6 +150,9 @@ std::vector<int> MarkedPids(const std::string& group) {
   return pids;
 }
 
+// The supervisor program (herdlet runs itself with --step; the tests use a small build of it).
+const std::vector<std::string> kStep = {HERD_STEP_PROGRAM};
+
 // Group names unique to this test process, so that parallel runs do not see each other's processes.
 std::string G(const std::string& name) { return name + "-" + std::to_string(::getpid()); }
 
@@ -170,7 +175,7 @@ struct Fixture {
     std::string tmpl = (fs::temp_directory_path() / "herd-proc-test-XXXXXX").string();
     REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
     dir = tmpl;
-    launcher = std::make_unique<UvProcessLauncher>(queue.Poster(), scope);
+    launcher = std::make_unique<UvProcessLauncher>(queue.Poster(), scope, kStep);
   }
   ~Fixture() {
     for (int pid : extra_pids)
@@ -203,16 +208,20 @@ struct Fixture {
     fs::remove_all(dir, ec);
   }
 
-  // Spawns with a fresh group; REQUIREs success.
+  // Spawns with a fresh group; REQUIREs success. Returns the job process's pid.
   int Spawn(const std::string& group, std::vector<std::string> argv, Recorder& rec,
             SpawnRequest extra = {}) {
+    return SpawnHandle(group, std::move(argv), rec, std::move(extra)).pid;
+  }
+  ProcessHandle SpawnHandle(const std::string& group, std::vector<std::string> argv, Recorder& rec,
+                            SpawnRequest extra = {}) {
     groups.push_back(group);
     extra.group = group;
     extra.argv = std::move(argv);
     if (extra.log_path.empty()) extra.log_path = (dir / (group + ".log")).string();
-    auto pid = launcher->Spawn(extra, rec.Callbacks());
-    REQUIRE_MESSAGE(pid.ok(), pid.status().ToString());
-    return *pid;
+    auto h = launcher->Spawn(extra, rec.Callbacks());
+    REQUIRE_MESSAGE(h.ok(), h.status().ToString());
+    return *h;
   }
 
   bool WaitExit(Recorder& rec, std::chrono::milliseconds timeout = 10s) {
@@ -238,8 +247,9 @@ TEST_CASE("isolation in use") {
   MESSAGE("process isolation: " << UvProcessLauncher::DescribeIsolation());
   const bool have_cgroups = UvProcessLauncher::DescribeIsolation().rfind("cgroup", 0) == 0;
   PostQueue queue;
-  CHECK(UvProcessLauncher(queue.Poster(), "herd-test").CgroupDir("g").empty() != have_cgroups);
-  CHECK(UvProcessLauncher(queue.Poster(), "").CgroupDir("g").empty());
+  CHECK(UvProcessLauncher(queue.Poster(), "herd-test", kStep).CgroupDir("g").empty() !=
+        have_cgroups);
+  CHECK(UvProcessLauncher(queue.Poster(), "", kStep).CgroupDir("g").empty());
 }
 
 TEST_CASE("output bytes reach the log and the callback unaltered, with their offsets") {
@@ -274,7 +284,7 @@ TEST_CASE("a second process appends to an existing log; stderr is captured too")
           req);
   REQUIRE(f.WaitExit(rec));
   CHECK(rec.output == "e1\nout\ne2");
-  CHECK(rec.total_bytes == 9);
+  CHECK(rec.total_bytes == 17 + 9);  // the log's end after the process's last byte
   CHECK(ReadFile(log) == "previous attempt\ne1\nout\ne2");
   CheckChunksTileLog(rec, log, 17);
 }
@@ -451,7 +461,7 @@ TEST_CASE("two agents on one machine: a group name in one scope never kills the 
   // Test nodes are namespaces of one kernel: every agent sees every process in /proc.
   Fixture f(true);
   std::string other_scope = "herd-test-" + std::to_string(::getpid()) + "/node-2";
-  UvProcessLauncher other(f.queue.Poster(), other_scope);
+  UvProcessLauncher other(f.queue.Poster(), other_scope, kStep);
   Recorder mine, theirs;
   f.Spawn(G("job1-a1"), Sh("sleep 1000 & echo $!; wait"), mine);
   SpawnRequest req;
@@ -523,7 +533,7 @@ TEST_CASE("processes outlive the launcher, and a new launcher can still kill the
   int script = f.Spawn(G("survivor"), Sh("sleep 1000 & echo $!; wait"), rec);
   REQUIRE(f.queue.RunUntil([&] { return rec.Pids().size() == 1; }, 5s));
   int sleeper = rec.Pids()[0];
-  f.launcher = std::make_unique<UvProcessLauncher>(f.queue.Poster(), f.scope);  // "restart"
+  f.launcher = std::make_unique<UvProcessLauncher>(f.queue.Poster(), f.scope, kStep);  // "restart"
   f.queue.RunFor(200ms);
   CHECK(Alive(script));
   CHECK(Alive(sleeper));
@@ -540,7 +550,8 @@ TEST_CASE("Spawn from several threads at once") {
   Fixture f;
   constexpr int kThreads = 4;
   std::vector<Recorder> recs(kThreads);
-  std::vector<herd::Result<int>> results(kThreads, herd::Result<int>(0));
+  std::vector<herd::Result<ProcessHandle>> results(kThreads,
+                                                   herd::Result<ProcessHandle>(ProcessHandle{}));
   std::vector<std::thread> threads;
   for (int i = 0; i < kThreads; ++i) {
     f.groups.push_back(G("t" + std::to_string(i)));
@@ -558,4 +569,121 @@ TEST_CASE("Spawn from several threads at once") {
     REQUIRE(f.WaitExit(recs[i]));
     CHECK(recs[i].output == std::to_string(i));
   }
+}
+
+TEST_CASE("a new launcher adopts a running process: the rest of its output once, then its exit") {
+  Fixture f;
+  Recorder first;
+  ProcessHandle h = f.SpawnHandle(
+      G("adopt"),
+      Sh("for i in $(seq 1 60); do echo line $i; sleep 0.02; done; printf tail; exit 3"), first);
+  REQUIRE(f.queue.RunUntil([&] { return first.output.find("line 5\n") != std::string::npos; }, 5s));
+  CHECK(h.supervisor_pid != h.pid);
+  CHECK(h.supervisor_start > 0);
+  f.launcher.reset();  // the agent dies; its processes do not
+  CHECK(Alive(h.pid));
+  CHECK(Alive(h.supervisor_pid));
+  const uint64_t seen = h.log_start + first.output.size();
+  std::this_thread::sleep_for(200ms);  // output goes on while no agent runs
+  f.launcher = std::make_unique<UvProcessLauncher>(f.queue.Poster(), f.scope, kStep);
+  Recorder second;
+  REQUIRE(f.launcher->Adopt(h, seen, second.Callbacks()).ok());
+  REQUIRE(f.WaitExit(second));
+  CHECK_FALSE(first.exited);
+  CHECK(second.exit_code == 3);
+  CHECK(second.term_signal == 0);
+  std::string all = first.output + second.output;
+  std::string expected;
+  for (int i = 1; i <= 60; ++i) expected += "line " + std::to_string(i) + "\n";
+  CHECK(all == expected + "tail");
+  CHECK(second.total_bytes == all.size());
+  CheckChunksTileLog(second, f.dir / (G("adopt") + ".log"), seen);
+}
+
+TEST_CASE("a process that ended while no launcher watched is reported from its exit record") {
+  Fixture f;
+  Recorder first;
+  ProcessHandle h = f.SpawnHandle(G("gone"), Sh("echo one; sleep 0.3; echo two; exit 5"), first);
+  REQUIRE(f.queue.RunUntil([&] { return first.output == "one\n"; }, 5s));
+  f.launcher.reset();
+  // Its supervisor was a child of this process: reap it as init or a subreaper would.
+  for (int i = 0; i < 100 && ProcState(h.supervisor_pid) != 'Z'; ++i)
+    std::this_thread::sleep_for(20ms);
+  REQUIRE(ProcState(h.supervisor_pid) == 'Z');
+  f.launcher = std::make_unique<UvProcessLauncher>(f.queue.Poster(), f.scope, kStep);
+  Recorder second;
+  REQUIRE(f.launcher->Adopt(h, 4, second.Callbacks()).ok());
+  REQUIRE(f.WaitExit(second, 2s));
+  CHECK(second.output == "two\n");
+  CHECK(second.exit_code == 5);
+  CHECK(second.total_bytes == 8);
+}
+
+TEST_CASE("a supervisor killed with SIGKILL is reported as a killed process") {
+  Fixture f;
+  Recorder rec;
+  ProcessHandle h = f.SpawnHandle(G("svkill"), Sh("echo up; exec sleep 1000"), rec);
+  REQUIRE(f.queue.RunUntil([&] { return rec.output == "up\n"; }, 5s));
+  ::kill(h.supervisor_pid, SIGKILL);
+  REQUIRE(f.WaitExit(rec, 3s));
+  CHECK(rec.exit_code == 137);
+  CHECK(rec.term_signal == SIGKILL);
+  f.launcher->KillGroup(G("svkill"), 100ms);  // the orphaned job process
+  CHECK(f.queue.RunUntil([&] { return !Alive(h.pid); }, 3s));
+}
+
+TEST_CASE("stdout is a raw terminal: bytes unaltered, programs line-buffer") {
+  Fixture f;
+  Recorder rec;
+  SpawnRequest req;
+  req.unset_env = {"PYTHONUNBUFFERED", "TERM"};
+  f.Spawn(G("tty"),
+          Sh("test -t 1 && echo stdout-tty; test -t 2 && echo stderr-tty >&2; "
+             "test -t 0 || echo stdin-not-tty; echo \"$TERM $PAGER ${PYTHONUNBUFFERED-unset}\"; "
+             "printf 'a\\nb\\r\\n'"),
+          rec, req);
+  REQUIRE(f.WaitExit(rec));
+  CHECK(rec.output == "stdout-tty\nstderr-tty\nstdin-not-tty\ndumb cat unset\na\nb\r\n");
+}
+
+// Four processes sharing one stdout, as torchrun's local ranks do: with a terminal, Python
+// line-buffers and writes each line whole, so no line mixes two processes' text.
+TEST_CASE("four local processes printing 10000 lines each never split each other's lines") {
+  if (::access("/usr/bin/python3", X_OK) != 0) {
+    MESSAGE("no /usr/bin/python3");
+    return;
+  }
+  Fixture f;
+  Recorder rec;
+  SpawnRequest req;
+  req.unset_env = {"PYTHONUNBUFFERED"};  // as herd runs a task that does not set it
+  const fs::path child = f.dir / "rank.py";
+  std::ofstream(child) << "import sys\nr = sys.argv[1]\n"
+                          "for i in range(10000): print(f'DDPCHECK rank={r} i={i} node=1')\n";
+  f.Spawn(G("ranks"),
+          Sh("for r in 0 1 2 3; do /usr/bin/python3 " + child.string() + " $r & done; wait"), rec,
+          req);
+  REQUIRE(f.WaitExit(rec, 60s));
+  REQUIRE(rec.exit_code == 0);
+  std::istringstream in(ReadFile(f.dir / (G("ranks") + ".log")));
+  std::string line;
+  std::map<std::string, int> next;  // rank -> next i
+  int lines = 0, bad = 0;
+  while (std::getline(in, line)) {
+    ++lines;
+    auto rpos = line.find(" rank="), ipos = line.find(" i="), npos = line.find(" node=1");
+    if (line.rfind("DDPCHECK", 0) != 0 || rpos == std::string::npos || ipos == std::string::npos ||
+        npos == std::string::npos || line.find("DDPCHECK", 1) != std::string::npos ||
+        npos + 7 != line.size()) {
+      if (++bad < 5) MESSAGE("mixed line: " << line);
+      continue;
+    }
+    std::string r = line.substr(rpos + 6, ipos - rpos - 6);
+    int i = std::stoi(line.substr(ipos + 3, npos - ipos - 3));
+    CHECK(i == next[r]);  // in order per process, none lost
+    next[r] = i + 1;
+  }
+  CHECK(bad == 0);
+  CHECK(lines == 40000);
+  for (const char* r : {"0", "1", "2", "3"}) CHECK(next[r] == 10000);
 }

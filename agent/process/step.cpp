@@ -1,0 +1,314 @@
+#include "agent/process/step.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/ioctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shared/common/file_util.hpp"
+#include "shared/common/limits.hpp"
+
+extern char** environ;
+
+namespace herd::agent {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct StepArgs {
+  std::string log, exit, marker, cgroup_procs, cwd;
+  bool pipe = false;
+  std::vector<std::string> argv;
+};
+
+bool ParseArgs(int argc, char** argv, StepArgs& a) {
+  int i = 1;
+  for (; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg == "--pipe") {
+      a.pipe = true;
+      continue;
+    }
+    if (i + 1 >= argc) return false;
+    std::string value = argv[++i];
+    if (arg == "--log")
+      a.log = value;
+    else if (arg == "--exit")
+      a.exit = value;
+    else if (arg == "--marker")
+      a.marker = value;
+    else if (arg == "--cgroup-procs")
+      a.cgroup_procs = value;
+    else if (arg == "--cwd")
+      a.cwd = value;
+    else
+      return false;
+  }
+  for (; i < argc; ++i) a.argv.emplace_back(argv[i]);
+  return !a.log.empty() && !a.exit.empty() && !a.argv.empty() &&
+         a.marker.find('=') != std::string::npos;
+}
+
+void WriteAll(int fd, const char* data, size_t n) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, data, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;  // a full disk loses bytes, never the job
+    data += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void Report(const std::string& line) { WriteAll(STDOUT_FILENO, line.data(), line.size()); }
+
+// A pty whose slave is in raw mode (no \n -> \r\n, no echo, no signals from control characters),
+// so the job's bytes reach the log unaltered; programs see a terminal and line-buffer (Python).
+bool OpenPty(int& master, int& slave) {
+  master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (master < 0) return false;
+  char name[128];
+  if (::grantpt(master) != 0 || ::unlockpt(master) != 0 ||
+      ::ptsname_r(master, name, sizeof name) != 0) {
+    ::close(master);
+    return false;
+  }
+  slave = ::open(name, O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (slave < 0) {
+    ::close(master);
+    return false;
+  }
+  struct termios t {};
+  if (::tcgetattr(slave, &t) == 0) {
+    ::cfmakeraw(&t);
+    ::tcsetattr(slave, TCSANOW, &t);
+  }
+  struct winsize ws {};
+  ws.ws_row = 50;
+  ws.ws_col = 200;
+  ::ioctl(slave, TIOCSWINSZ, &ws);
+  return true;
+}
+
+// In the forked child, before exec: only async-signal-safe calls and the environment.
+[[noreturn]] void ExecChild(const StepArgs& a, int out, int errpipe, bool pty) {
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  for (int sig : {SIGPIPE, SIGTERM, SIGINT, SIGHUP, SIGCHLD}) ::signal(sig, SIG_DFL);
+  int devnull = ::open("/dev/null", O_RDONLY);
+  if (devnull >= 0 && devnull != 0) {
+    ::dup2(devnull, 0);
+    ::close(devnull);
+  }
+  ::dup2(out, 1);
+  ::dup2(out, 2);
+  if (!a.cgroup_procs.empty()) {
+    // Into the group's cgroup before it can fork; a failure only costs the cgroup.
+    int fd = ::open(a.cgroup_procs.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      std::string pid = std::to_string(::getpid());
+      ssize_t ignored = ::write(fd, pid.data(), pid.size());
+      (void)ignored;
+      ::close(fd);
+    }
+  }
+  int err = 0;
+  if (!a.cwd.empty() && ::chdir(a.cwd.c_str()) != 0) err = errno;
+  if (err == 0) {
+    size_t eq = a.marker.find('=');
+    ::setenv(a.marker.substr(0, eq).c_str(), a.marker.substr(eq + 1).c_str(), 1);
+    if (pty) {
+      // stdout is a terminal nobody types on: a pager would wait forever, colours and cursor
+      // movement would only clutter the log. A task's own setting wins.
+      ::setenv("PAGER", "cat", 0);
+      ::setenv("GIT_PAGER", "cat", 0);
+      ::setenv("TERM", "dumb", 0);
+    } else {
+      // A pipe: Python would block-buffer its output (SkyPilot's default).
+      ::setenv("PYTHONUNBUFFERED", "1", 0);
+    }
+    std::vector<char*> argv;
+    for (const auto& s : a.argv) argv.push_back(const_cast<char*>(s.c_str()));
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    err = errno;
+  }
+  ssize_t ignored = ::write(errpipe, &err, sizeof err);
+  (void)ignored;
+  ::_exit(127);
+}
+
+}  // namespace
+
+std::string ExitRecordPath(const std::string& log_path) { return log_path + ".exit"; }
+
+std::optional<ExitRecord> ReadExitRecord(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return std::nullopt;
+  ExitRecord r;
+  bool have_code = false, have_end = false;
+  size_t pos = 0;
+  while (pos < text->size()) {
+    size_t nl = text->find('\n', pos);
+    if (nl == std::string::npos) return std::nullopt;  // written atomically: never half a line
+    std::string line = text->substr(pos, nl - pos);
+    pos = nl + 1;
+    size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string key = line.substr(0, eq);
+    const char* v = line.c_str() + eq + 1;
+    if (key == "exit_code") {
+      r.exit_code = std::atoi(v);
+      have_code = true;
+    } else if (key == "signal") {
+      r.term_signal = std::atoi(v);
+    } else if (key == "end") {
+      r.end = std::strtoull(v, nullptr, 10);
+      have_end = true;
+    } else if (key == "stdout") {
+      r.pty = std::string_view(v) == "pty";
+    }
+  }
+  if (!have_code || !have_end) return std::nullopt;
+  return r;
+}
+
+int RunStep(int argc, char** argv) {
+  StepArgs a;
+  if (!ParseArgs(argc, argv, a)) {
+    Report("err " + std::to_string(EINVAL) + " bad supervisor arguments\n");
+    return 2;
+  }
+  ::signal(SIGPIPE, SIG_IGN);
+  int log_fd = ::open(a.log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    int e = errno;
+    Report("err " + std::to_string(e) + " opening log " + a.log + ": " + std::strerror(e) + "\n");
+    return 1;
+  }
+  int master = -1, slave = -1;
+  bool pty = !a.pipe && OpenPty(master, slave);
+  if (!pty) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) {
+      int e = errno;
+      Report("err " + std::to_string(e) + " pipe: " + std::strerror(e) + "\n");
+      return 1;
+    }
+    master = fds[0];
+    slave = fds[1];
+  }
+  int errpipe[2];
+  if (::pipe2(errpipe, O_CLOEXEC) != 0) {
+    int e = errno;
+    Report("err " + std::to_string(e) + " pipe: " + std::strerror(e) + "\n");
+    return 1;
+  }
+  // Signals arrive through a signalfd: SIGCHLD (the job ended) and the ones to pass on to the job.
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int sig : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaddset(&mask, sig);
+  ::sigprocmask(SIG_BLOCK, &mask, nullptr);
+  int sfd = ::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+
+  pid_t child = ::fork();
+  if (child < 0) {
+    int e = errno;
+    Report("err " + std::to_string(e) + " fork: " + std::strerror(e) + "\n");
+    return 1;
+  }
+  if (child == 0) ExecChild(a, slave, errpipe[1], pty);
+  ::close(slave);
+  ::close(errpipe[1]);
+  int exec_err = 0;
+  ssize_t n;
+  do {
+    n = ::read(errpipe[0], &exec_err, sizeof exec_err);
+  } while (n < 0 && errno == EINTR);
+  ::close(errpipe[0]);
+  if (n > 0) {
+    ::waitpid(child, nullptr, 0);
+    Report("err " + std::to_string(exec_err) + " " + a.argv[0] + ": " + std::strerror(exec_err) +
+           "\n");
+    return 1;
+  }
+  Report("ok " + std::to_string(child) + "\n");
+  int devnull = ::open("/dev/null", O_WRONLY);
+  if (devnull >= 0) {
+    ::dup2(devnull, STDOUT_FILENO);
+    ::close(devnull);
+  }
+
+  ::fcntl(master, F_SETFL, ::fcntl(master, F_GETFL) | O_NONBLOCK);
+  std::vector<char> buf(64 * 1024);
+  bool output_open = true, child_done = false;
+  int status = 0;
+  Clock::time_point drain_until{};
+  while (output_open || !child_done) {
+    int timeout = -1;
+    if (child_done) {
+      // The job exited; something it left behind may still hold its stdout open.
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(drain_until - Clock::now()).count();
+      if (left <= 0) break;
+      timeout = static_cast<int>(left);
+    }
+    struct pollfd fds[2] = {{output_open ? master : -1, POLLIN, 0}, {sfd, POLLIN, 0}};
+    int rc = ::poll(fds, 2, timeout);
+    if (rc < 0 && errno != EINTR) break;
+    if (output_open && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+      for (;;) {
+        ssize_t r = ::read(master, buf.data(), buf.size());
+        if (r > 0) {
+          WriteAll(log_fd, buf.data(), static_cast<size_t>(r));
+          continue;
+        }
+        if (r < 0 && errno == EINTR) continue;
+        // EOF (pipe) or EIO (pty: every holder of the slave closed it): the output is complete.
+        if (r == 0 || (r < 0 && errno != EAGAIN)) output_open = false;
+        break;
+      }
+    }
+    if (fds[1].revents & POLLIN) {
+      struct signalfd_siginfo si;
+      while (::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) {
+        if (si.ssi_signo != SIGCHLD) {
+          if (!child_done) ::kill(child, static_cast<int>(si.ssi_signo));
+          continue;
+        }
+        if (!child_done && ::waitpid(child, &status, WNOHANG) == child) {
+          child_done = true;
+          drain_until = Clock::now() + limits::kProcessOutputDrainAfterExit;
+        }
+      }
+    }
+  }
+  ::close(master);
+  struct stat st {};
+  ::fstat(log_fd, &st);
+  ::close(log_fd);
+  int code = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+  int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+  std::string record = "exit_code=" + std::to_string(code) + "\nsignal=" + std::to_string(sig) +
+                       "\nend=" + std::to_string(st.st_size) + "\npid=" + std::to_string(child) +
+                       "\nstdout=" + (pty ? "pty" : "pipe") + "\n";
+  return WriteFileAtomic(a.exit, record, 0644).ok() ? 0 : 1;
+}
+
+}  // namespace herd::agent

@@ -1,0 +1,39 @@
+// The per-process supervisor ("step", as Slurm's slurmstepd or podman's conmon): a small program
+// that the launcher starts in a session of its own for every job process. It outlives the agent:
+// it holds the job's stdout and stderr (a pty in raw mode, or a pipe where no pty can be opened),
+// copies every byte into the node-local log (O_APPEND) and, when the job process has exited and
+// its output is drained, writes an exit record next to the log (atomically) and exits. The agent
+// never holds the job's output: it follows the log file and watches the supervisor, so an agent
+// that dies or restarts costs the job nothing (docs/ARCHITECTURE.md, section 5).
+//
+// Command line (after the program name): --log PATH --exit PATH --marker KEY=VALUE
+//   [--cgroup-procs PATH] [--cwd DIR] [--pipe] -- PROGRAM [ARGS...]
+// The job's environment is the supervisor's own plus the marker (which the supervisor itself does
+// not carry, so the kill sweep of a group never signals it). PROGRAM is a path (resolved by the
+// launcher). On stdout, which the launcher reads, the supervisor reports "ok PID\n" once the
+// program was exec'd, or "err ERRNO MESSAGE\n" (and exits 1, writing no exit record).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace herd::agent {
+
+// Runs the supervisor; argv[0] is a program name. Returns its exit status.
+int RunStep(int argc, char** argv);
+
+// What a supervisor recorded when its job process ended.
+struct ExitRecord {
+  int exit_code = 0;    // 128+signal when the process was killed by a signal
+  int term_signal = 0;  // 0 when it exited normally
+  uint64_t end = 0;     // the log's size after the process's last byte
+  bool pty = false;     // stdout was a pty (else a pipe)
+};
+
+// The exit record next to a log.
+std::string ExitRecordPath(const std::string& log_path);
+// nullopt when there is none (yet), or it cannot be parsed.
+std::optional<ExitRecord> ReadExitRecord(const std::string& path);
+
+}  // namespace herd::agent
