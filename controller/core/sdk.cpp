@@ -14,6 +14,7 @@
 #include "controller/bootstrap/agent_bootstrap.hpp"
 #include "controller/provider/local_provider.hpp"
 #include "controller/provider/ssh_pool_provider.hpp"
+#include "controller/ssh/kept_forward.hpp"
 #include "controller/ssh/parallel.hpp"
 #include "controller/ssh/ssh_command.hpp"
 #include "controller/ssh/ssh_runner.hpp"
@@ -23,6 +24,7 @@
 #include "controller/state/herd_home.hpp"
 #include "controller/state/ssh_config.hpp"
 #include "shared/common/limits.hpp"
+#include "shared/common/log.hpp"
 #include "shared/tls/certs.hpp"
 
 namespace herd::sdk {
@@ -296,11 +298,14 @@ void KillNamespaceAnchor(const ClusterRecord& c) {
   if (in >> pid && AnchorAlive(pid)) ::kill(pid, SIGKILL);
 }
 
-Result<int64_t> Submit(const ClusterRecord& c, herd::v1::TaskSpec spec) {
+// Submits through a new connection to the head and keeps it in result.head for following the job.
+herd::Status Submit(const ClusterRecord& c, herd::v1::TaskSpec spec, LaunchResult& result) {
   HERD_ASSIGN_OR_RETURN(auto client, ConnectHead(c));
   HERD_ASSIGN_OR_RETURN(auto nodes, client->Nodes());
   HERD_RETURN_IF_ERROR(CheckFeasible(nodes, spec));
-  return client->Submit(spec, CurrentUser());
+  HERD_ASSIGN_OR_RETURN(result.job_id, client->Submit(spec, CurrentUser()));
+  result.head = std::move(client);
+  return herd::Status::Ok();
 }
 
 }  // namespace
@@ -328,21 +333,35 @@ Result<std::unique_ptr<HeadClient>> ConnectHead(const ClusterRecord& c) {
     return FailedPrecondition("cluster " + c.name + " is STOPPED; start it with `herd start " +
                               c.name + "`");
   }
-  OpenSshRunner ssh;
-  SshTarget target = TargetOf(c, *head);
-  HERD_ASSIGN_OR_RETURN(int port, ssh.ForwardLocalPort(target, head->ip, c.head_port));
-  auto client = HeadClient::Connect({"127.0.0.1", static_cast<uint16_t>(port), c.certs_dir});
-  // The forward lives on the shared ControlMaster; drop it when this client goes away.
-  auto cancel = [target, port, ip = head->ip, hp = c.head_port] {
-    (void)RunProcess(BuildControlArgv(target, "cancel", {"-L", LocalForwardSpec(port, ip, hp)}), {},
-                     limits::kSshConnectTimeout);
+  // The forward to the head outlives this command (KeptForward): a warm command dials the
+  // recorded port and starts no ssh process; a failed dial renews the forward once.
+  auto forward = [c, target = TargetOf(c, *head), ip = head->ip](int stale) -> Result<int> {
+    OpenSshRunner ssh;
+    KeptForward kept(ssh, target, ip, c.head_port, c.control_dir + "/head.port");
+    if (stale < 0) return kept.Recorded();
+    return kept.Renew(stale);
   };
-  if (!client.ok()) {
-    cancel();
-    return client.status();
+  auto connect = [&](int port) -> Result<std::unique_ptr<HeadClient>> {
+    HeadEndpoint endpoint{"127.0.0.1", static_cast<uint16_t>(port), c.certs_dir};
+    HERD_ASSIGN_OR_RETURN(auto client, HeadClient::Connect(endpoint));
+    // A stream that lost its connection redials through a renewed forward (the master may have
+    // died with the old one).
+    client->SetRedial([forward, endpoint]() mutable -> Result<HeadEndpoint> {
+      HERD_ASSIGN_OR_RETURN(int p, forward(endpoint.port));
+      endpoint.port = static_cast<uint16_t>(p);
+      return endpoint;
+    });
+    return client;
+  };
+  HERD_ASSIGN_OR_RETURN(int port, forward(-1));
+  if (port > 0) {
+    auto client = connect(port);
+    if (client.ok()) return client;
+    HERD_LOG(kDebug) << "the kept forward to the head of " << c.name << " (port " << port
+                     << ") failed: " << client.status().message() << "; renewing it";
   }
-  (*client)->SetCleanup(cancel);
-  return client;
+  HERD_ASSIGN_OR_RETURN(port, forward(port));
+  return connect(port);
 }
 
 Result<ClusterRecord> GetCluster(const std::string& cluster) {
@@ -446,7 +465,7 @@ Result<LaunchResult> Launch(const Task& task, const LaunchOptions& o) {
   spec.set_num_nodes(task.num_nodes);
   if (o.no_setup) spec.clear_setup();
   if (!spec.run().empty() || !spec.setup().empty()) {
-    HERD_ASSIGN_OR_RETURN(result.job_id, Submit(c, spec));
+    HERD_RETURN_IF_ERROR(Submit(c, spec, result));
   }
   return result;
 }
@@ -464,7 +483,7 @@ Result<LaunchResult> Exec(const std::string& cluster, const Task& task, const Ex
   spec.clear_setup();  // exec skips setup (SkyPilot)
   LaunchResult result;
   result.cluster = c;
-  HERD_ASSIGN_OR_RETURN(result.job_id, Submit(c, spec));
+  HERD_RETURN_IF_ERROR(Submit(c, spec, result));
   return result;
 }
 
