@@ -1,6 +1,7 @@
 #include "controller/core/sdk.hpp"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -12,6 +13,7 @@
 
 #include "agent/sched/scheduler.hpp"
 #include "controller/bootstrap/agent_bootstrap.hpp"
+#include "controller/bootstrap/sha256.hpp"
 #include "controller/provider/local_provider.hpp"
 #include "controller/provider/ssh_pool_provider.hpp"
 #include "controller/ssh/kept_forward.hpp"
@@ -23,6 +25,7 @@
 #include "controller/state/cluster_store.hpp"
 #include "controller/state/herd_home.hpp"
 #include "controller/state/ssh_config.hpp"
+#include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 #include "shared/tls/certs.hpp"
@@ -155,6 +158,45 @@ Result<BootstrapResult> BootstrapCluster(SshRunner& ssh, const ClusterRecord& c,
   Report(progress, "Bootstrapping agents", static_cast<int>(c.nodes.size()),
          static_cast<int>(c.nodes.size()));
   return result;
+}
+
+// What BootstrapCluster would install on c, as one hash: the local herdlet file's identity
+// (device, inode, size, modification time: a rebuilt or replaced binary changes it), the remote
+// directory, and every node's agent config and certificates. Fails while a node has no
+// certificates yet.
+Result<std::string> AgentStamp(const ClusterRecord& c) {
+  HERD_ASSIGN_OR_RETURN(std::string herdlet, HerdletBinary());
+  struct stat st {};
+  if (::stat(herdlet.c_str(), &st) != 0) return ErrnoError("stat " + herdlet, errno);
+  std::string all = herdlet + "\n" + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) +
+                    ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) +
+                    "." + std::to_string(st.st_mtim.tv_nsec) + "\n" +
+                    BootstrapOptions{}.remote_dir + "\n";
+  for (std::size_t i = 0; i < c.nodes.size(); ++i) {
+    all += AgentConfigYaml(c, i);
+    const std::string dir = c.state_dir + "/nodes/" + c.nodes[i].name + "/certs/";
+    for (const char* f : {"ca.crt", "agent.crt", "agent.key"}) {
+      HERD_ASSIGN_OR_RETURN(std::string data, ReadFile(dir + f));
+      all += Sha256Hex(data) + "\n";
+    }
+  }
+  return Sha256Hex(all);
+}
+
+// A connection to the head if every node of c is registered and alive there; null otherwise.
+std::unique_ptr<HeadClient> ConnectIfAllAgentsAlive(const ClusterRecord& c) {
+  auto client = ConnectHead(c);
+  if (!client.ok()) return nullptr;
+  auto nodes = (*client)->Nodes();
+  if (!nodes.ok()) return nullptr;
+  std::set<std::string> alive;
+  for (int i = 0; i < nodes->nodes_size(); ++i) {
+    if (nodes->alive(i)) alive.insert(nodes->nodes(i).node_id());
+  }
+  for (const auto& n : c.nodes) {
+    if (!alive.count(n.name)) return nullptr;
+  }
+  return std::move(client).value();
 }
 
 herd::Status WaitSsh(SshRunner& ssh, const ClusterRecord& c, const ProgressFn& progress) {
@@ -298,9 +340,13 @@ void KillNamespaceAnchor(const ClusterRecord& c) {
   if (in >> pid && AnchorAlive(pid)) ::kill(pid, SIGKILL);
 }
 
-// Submits through a new connection to the head and keeps it in result.head for following the job.
-herd::Status Submit(const ClusterRecord& c, herd::v1::TaskSpec spec, LaunchResult& result) {
-  HERD_ASSIGN_OR_RETURN(auto client, ConnectHead(c));
+// Submits (through `client`, else a new connection to the head) and keeps the connection in
+// result.head for following the job.
+herd::Status Submit(const ClusterRecord& c, herd::v1::TaskSpec spec, LaunchResult& result,
+                    std::unique_ptr<HeadClient> client = nullptr) {
+  if (!client) {
+    HERD_ASSIGN_OR_RETURN(client, ConnectHead(c));
+  }
   HERD_ASSIGN_OR_RETURN(auto nodes, client->Nodes());
   HERD_RETURN_IF_ERROR(CheckFeasible(nodes, spec));
   HERD_ASSIGN_OR_RETURN(result.job_id, client->Submit(spec, CurrentUser()));
@@ -445,27 +491,40 @@ Result<LaunchResult> Launch(const Task& task, const LaunchOptions& o) {
     Report(o.progress, "Provisioning " + std::to_string(n) + " node(s) on " + c.infra, n, n);
   }
   HERD_RETURN_IF_ERROR(WriteSshConfig(c));
-  HERD_RETURN_IF_ERROR(WaitSsh(ssh, c, o.progress));
-  HERD_ASSIGN_OR_RETURN(auto boot, BootstrapCluster(ssh, c, o.progress));
-  c.status = ClusterStatus::kUp;  // ConnectHead needs it; only kept once the agents are up
-  c.agent_version = "0.1.0";
-  if (auto s = WaitAgents(c, o.progress); !s.ok()) {
-    c.status = ClusterStatus::kInit;
-    (void)store->Put(c);
-    return s;
+  LaunchResult result;
+  // Relaunch of an UP cluster with nothing changed: its agents run what this launch would install
+  // and all answer through the head, so SSH probing and bootstrap (a sha256sum of the agent binary
+  // on every node) are skipped. Anything else takes the full path below, which repairs.
+  std::unique_ptr<HeadClient> head;
+  if (!fresh && c.status == ClusterStatus::kUp && !c.agents_stamp.empty()) {
+    auto stamp = AgentStamp(c);
+    if (stamp.ok() && *stamp == c.agents_stamp) head = ConnectIfAllAgentsAlive(c);
   }
-  HERD_RETURN_IF_ERROR(store->Put(c));
+  if (!head) {
+    HERD_RETURN_IF_ERROR(WaitSsh(ssh, c, o.progress));
+    HERD_ASSIGN_OR_RETURN(auto boot, BootstrapCluster(ssh, c, o.progress));
+    c.status = ClusterStatus::kUp;  // ConnectHead needs it; only kept once the agents are up
+    c.agent_version = "0.1.0";
+    if (auto s = WaitAgents(c, o.progress); !s.ok()) {
+      c.status = ClusterStatus::kInit;
+      c.agents_stamp.clear();
+      (void)store->Put(c);
+      return s;
+    }
+    auto stamp = AgentStamp(c);
+    c.agents_stamp = stamp.ok() ? *stamp : "";
+    HERD_RETURN_IF_ERROR(store->Put(c));
+    result.agents_uploaded = boot.uploaded;
+    result.agents_restarted = boot.restarted;
+  }
   HERD_RETURN_IF_ERROR(SyncFiles(ssh, c, task, true, o.progress));
 
-  LaunchResult result;
   result.cluster = c;
-  result.agents_uploaded = boot.uploaded;
-  result.agents_restarted = boot.restarted;
   herd::v1::TaskSpec spec = task::ToSpec(task);
   spec.set_num_nodes(task.num_nodes);
   if (o.no_setup) spec.clear_setup();
   if (!spec.run().empty() || !spec.setup().empty()) {
-    HERD_RETURN_IF_ERROR(Submit(c, spec, result));
+    HERD_RETURN_IF_ERROR(Submit(c, spec, result, std::move(head)));
   }
   return result;
 }

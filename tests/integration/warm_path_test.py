@@ -3,8 +3,10 @@ reached the head, the next ones reach it through the kept SSH port-forward witho
 ssh process; a dead ControlMaster, a stale or hijacked recorded port and a master killed while a
 job streams its log are all repaired by the next command (or the stream itself)."""
 
+import json
 import os
 import re
+import shutil
 import socket
 import stat
 import subprocess
@@ -24,6 +26,14 @@ class WarmPathTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.h = HerdEnv("warm")
+        # Our own copy of the agent binary, so a test can make it look rebuilt (touch).
+        herd = os.environ.get("HERD", "herd")
+        src = os.environ.get("HERDLET_UPLOAD") or os.path.join(
+            os.path.dirname(os.path.dirname(os.path.abspath(shutil.which(herd) or herd))),
+            "agent", "herdlet.upload")
+        cls.herdlet = os.path.join(cls.h.dir, "herdlet")
+        shutil.copy(src, cls.herdlet)
+        cls.h.env["HERDLET_BINARY"] = cls.herdlet
         try:
             cls.h.herd("launch", "-c", CLUSTER, "--num-nodes", "2", "-y")
         except BaseException:
@@ -160,6 +170,37 @@ class WarmPathTest(unittest.TestCase):
         self.assertIn("before", out)
         self.assertIn("after", out)
         self.assertEqual(out.count("before"), 1, out)  # resumed from its offset, no repeats
+
+    def launch_json(self, env):
+        p = subprocess.run([os.environ.get("HERD", "herd"), "launch", "-c", CLUSTER, "-y", "-o",
+                            "json"], capture_output=True, timeout=300, env=env)
+        self.assertEqual(p.returncode, 0, p.stderr.decode(errors="replace"))
+        return json.loads(p.stdout.decode().strip().splitlines()[-1])
+
+    def test_e_relaunch_with_nothing_changed_needs_no_ssh(self):
+        self.launch_json(self.h.env)  # records what is installed
+        env = self.logged_env()
+        r = self.launch_json(env)
+        self.assertEqual((r["agents_uploaded"], r["agents_restarted"]), (0, 0))
+        self.assertEqual(self.ssh_calls(), [])
+        # A relaunch with a job takes the same way and runs it.
+        p = subprocess.run([os.environ.get("HERD", "herd"), "launch", "-c", CLUSTER, "-y",
+                            "--num-nodes", "2", "--", "echo relaunched on $SKYPILOT_NODE_RANK"],
+                           capture_output=True, timeout=120, env=env)
+        self.assertEqual(p.returncode, 0, p.stderr.decode(errors="replace"))
+        self.assertIn("relaunched on 0", p.stdout.decode())
+        self.assertIn("relaunched on 1", p.stdout.decode())
+        self.assertEqual(self.ssh_calls(), [])
+        # The agent binary looks rebuilt: the full path runs (over ssh), finds the same bytes on
+        # the nodes and changes nothing; the next relaunch is quick again.
+        os.utime(self.herdlet)
+        env = self.logged_env()
+        r = self.launch_json(env)
+        self.assertEqual((r["agents_uploaded"], r["agents_restarted"]), (0, 0))
+        self.assertNotEqual(self.ssh_calls(), [])
+        env = self.logged_env()
+        self.launch_json(env)
+        self.assertEqual(self.ssh_calls(), [])
 
 
 if __name__ == "__main__":
