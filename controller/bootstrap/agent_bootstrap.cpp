@@ -1,5 +1,6 @@
 #include "controller/bootstrap/agent_bootstrap.hpp"
 
+#include <algorithm>
 #include <string_view>
 
 #include "controller/bootstrap/agent_files.hpp"
@@ -143,12 +144,25 @@ Result<NodeOutcome> InstallOne(SshRunner& ssh, const SshTarget& t, const AgentIn
   }
 
   NodeOutcome out;
+  // Every differing file in one ssh session (a session costs more than a small file): the agent
+  // binary through stdin, the small text files inside the script.
+  std::vector<UploadItem> items;
+  std::string_view stdin_data;
+  milliseconds timeout = limits::kBootstrapCommandTimeout;
+  std::string names;
   for (const auto& f : files) {
     if (probe.sha[f.key] == f.sha) continue;
-    HERD_RETURN_IF_ERROR(RunScript(ssh, t, UploadScript(dir, f.path, f.mode), "uploading " + f.path,
-                                   f.timeout, f.data)
-                             .status());
-    HERD_LOG(kDebug) << DescribeTarget(t) << ": uploaded " << f.path;
+    const bool big = f.key == kRemoteHerdlet;
+    items.push_back({f.path, std::string(f.mode), f.data, big});
+    if (big) stdin_data = f.data;
+    timeout = std::max(timeout, f.timeout);
+    names += (names.empty() ? "" : ", ") + f.path;
+  }
+  if (!items.empty()) {
+    HERD_RETURN_IF_ERROR(
+        RunScript(ssh, t, UploadManyScript(dir, items), "uploading " + names, timeout, stdin_data)
+            .status());
+    HERD_LOG(kDebug) << DescribeTarget(t) << ": uploaded " << names;
     out.uploaded = true;
   }
   if (!out.uploaded && probe.up && probe.pid > 0) {

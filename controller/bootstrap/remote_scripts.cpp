@@ -229,6 +229,29 @@ std::string UploadScript(const std::string& remote_dir, const std::string& path,
   return s.str();
 }
 
+std::string UploadManyScript(const std::string& remote_dir, const std::vector<UploadItem>& items) {
+  std::ostringstream s;
+  s << "set -u\nD=" << ShellQuote(remote_dir) << "\n"
+    << "cd \"$HOME\" 2>/dev/null || cd ~ || exit 90\n"
+    << "cd \"$D\" || exit 92\n"
+    << "umask 077\n"
+    << R"sh(put() {
+  t="$1.tmp.$$"
+  mkdir -p "$(dirname "$1")" && cat >"$t" && chmod "$2" "$t" && mv -f "$t" "$1" ||
+    { rm -f "$t"; echo "cannot write $1" >&2; exit 1; }
+}
+)sh";
+  for (const auto& f : items) {
+    if (f.from_stdin) {
+      s << "put " << ShellQuote(f.path) << " " << f.mode << "\n";
+    } else {
+      s << "printf '%s' " << ShellQuote(std::string(f.data)) << " | put " << ShellQuote(f.path)
+        << " " << f.mode << "\n";
+    }
+  }
+  return s.str();
+}
+
 std::string StartScript(const std::string& remote_dir, AgentMode mode) {
   const long start_ticks = limits::kAgentStartTimeout / kPollTick;
   std::ostringstream s;

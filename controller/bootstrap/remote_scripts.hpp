@@ -50,6 +50,18 @@ Result<NodeProbe> ParseProbe(const std::string& out);
 std::string UploadScript(const std::string& remote_dir, const std::string& path,
                          std::string_view mode);
 
+// One upload session for many files: each (path, mode, data) is written like UploadScript does.
+// The file whose data is empty-and-from-stdin (at most one: `from_stdin`) takes the session's
+// stdin; the others travel inside the script (text files without NUL bytes: certs, configs,
+// scripts). On failure: "cannot write <path>" on stderr, non-zero exit.
+struct UploadItem {
+  std::string path;
+  std::string mode;
+  std::string_view data;
+  bool from_stdin = false;
+};
+std::string UploadManyScript(const std::string& remote_dir, const std::vector<UploadItem>& items);
+
 // Stops whatever agent runs (supervised or the unit), starts it in `mode`, waits until herdlet
 // runs and still runs kAgentStartSettle later, and prints "pid N". On failure: a message and the
 // end of the agent's log on stderr, non-zero exit, nothing left running.

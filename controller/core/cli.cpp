@@ -484,13 +484,7 @@ int RunCli(int argc, char** argv) {
         return FailForStatus(s);
       }
     }
-    std::unique_ptr<HeadClient> client;
-    if (r->job_id > 0 && !launch_detach) {
-      auto c = sdk::ConnectHead(r->cluster);
-      if (!c.ok()) return FailForStatus(c.status());
-      client = std::move(*c);
-    }
-    return JobOutcome(client.get(), *r, launch_detach, launch_output == "json", t->num_nodes,
+    return JobOutcome(r->head.get(), *r, launch_detach, launch_output == "json", t->num_nodes,
                       !quiet && launch_output != "json");
   }
   if (*exec) {
@@ -506,13 +500,7 @@ int RunCli(int argc, char** argv) {
       auto r = sdk::Exec(cluster, *t, o);
       progress.Done();
       if (!r.ok()) return FailForStatus(r.status());
-      std::unique_ptr<HeadClient> client;
-      if (!exec_detach) {
-        auto c = sdk::ConnectHead(r->cluster);
-        if (!c.ok()) return FailForStatus(c.status());
-        client = std::move(*c);
-      }
-      return JobOutcome(client.get(), *r, exec_detach, exec_output == "json", t->num_nodes, false);
+      return JobOutcome(r->head.get(), *r, exec_detach, exec_output == "json", t->num_nodes, false);
     }
     auto client = ConnectTarget("", exec_target);
     if (!client.ok()) return FailForStatus(client.status());

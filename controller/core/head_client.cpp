@@ -207,6 +207,11 @@ Result<JobInfo> HeadClient::Stream(int64_t job_id, uint64_t offset, bool follow,
       }
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, limits::kReconnectBackoffMax);
+      if (redial_) {
+        auto where = redial_();
+        if (!where.ok()) continue;
+        endpoint_ = *where;
+      }
       if (Dial().ok()) break;
     }
   }

@@ -35,6 +35,9 @@ class HeadClient {
   Status SetAutostop(int idle_minutes, bool down, const std::string& command);
   // Runs when the client is destroyed (e.g. to cancel the SSH port-forward it came through).
   void SetCleanup(std::function<void()> cleanup) { cleanup_ = std::move(cleanup); }
+  // Where to redial after a dropped connection (Stream's reconnect); by default the endpoint it
+  // connected to. A cluster's client renews its SSH port-forward here when the master died.
+  void SetRedial(std::function<Result<HeadEndpoint>()> redial) { redial_ = std::move(redial); }
 
   struct StreamCallbacks {
     std::function<void(std::string_view bytes)> on_data;      // run.log bytes, in order
@@ -64,6 +67,7 @@ class HeadClient {
   Status close_reason_;
   uint64_t next_request_id_ = 1;
   std::function<void()> cleanup_;
+  std::function<Result<HeadEndpoint>()> redial_;
 };
 
 // Exit codes of a followed job (REFERENCE.md): 0 succeeded, 100 failed, 101 not finished,

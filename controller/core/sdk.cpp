@@ -1,6 +1,7 @@
 #include "controller/core/sdk.hpp"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -12,9 +13,11 @@
 #include <thread>
 
 #include "controller/bootstrap/agent_bootstrap.hpp"
+#include "controller/bootstrap/sha256.hpp"
 #include "controller/provider/aws_provider.hpp"
 #include "controller/provider/local_provider.hpp"
 #include "controller/provider/ssh_pool_provider.hpp"
+#include "controller/ssh/kept_forward.hpp"
 #include "controller/ssh/parallel.hpp"
 #include "controller/ssh/ssh_command.hpp"
 #include "controller/ssh/ssh_runner.hpp"
@@ -23,7 +26,9 @@
 #include "controller/state/cluster_store.hpp"
 #include "controller/state/herd_home.hpp"
 #include "controller/state/ssh_config.hpp"
+#include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
+#include "shared/common/log.hpp"
 #include "shared/sched/feasibility.hpp"
 #include "shared/tls/certs.hpp"
 
@@ -184,6 +189,45 @@ Result<BootstrapResult> BootstrapCluster(SshRunner& ssh, const ClusterRecord& c,
   return result;
 }
 
+// What BootstrapCluster would install on c, as one hash: the local herdlet file's identity
+// (device, inode, size, modification time: a rebuilt or replaced binary changes it), the remote
+// directory, and every node's agent config and certificates. Fails while a node has no
+// certificates yet.
+Result<std::string> AgentStamp(const ClusterRecord& c) {
+  HERD_ASSIGN_OR_RETURN(std::string herdlet, HerdletBinary());
+  struct stat st {};
+  if (::stat(herdlet.c_str(), &st) != 0) return ErrnoError("stat " + herdlet, errno);
+  std::string all = herdlet + "\n" + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) +
+                    ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) +
+                    "." + std::to_string(st.st_mtim.tv_nsec) + "\n" +
+                    BootstrapOptions{}.remote_dir + "\n";
+  for (std::size_t i = 0; i < c.nodes.size(); ++i) {
+    all += AgentConfigYaml(c, i);
+    const std::string dir = c.state_dir + "/nodes/" + c.nodes[i].name + "/certs/";
+    for (const char* f : {"ca.crt", "agent.crt", "agent.key"}) {
+      HERD_ASSIGN_OR_RETURN(std::string data, ReadFile(dir + f));
+      all += Sha256Hex(data) + "\n";
+    }
+  }
+  return Sha256Hex(all);
+}
+
+// A connection to the head if every node of c is registered and alive there; null otherwise.
+std::unique_ptr<HeadClient> ConnectIfAllAgentsAlive(const ClusterRecord& c) {
+  auto client = ConnectHead(c);
+  if (!client.ok()) return nullptr;
+  auto nodes = (*client)->Nodes();
+  if (!nodes.ok()) return nullptr;
+  std::set<std::string> alive;
+  for (int i = 0; i < nodes->nodes_size(); ++i) {
+    if (nodes->alive(i)) alive.insert(nodes->nodes(i).node_id());
+  }
+  for (const auto& n : c.nodes) {
+    if (!alive.count(n.name)) return nullptr;
+  }
+  return std::move(client).value();
+}
+
 herd::Status WaitSsh(SshRunner& ssh, const ClusterRecord& c, const ProgressFn& progress) {
   auto targets = TargetsOf(c);
   std::atomic<int> ready{0};
@@ -318,11 +362,18 @@ void KillNamespaceAnchor(const ClusterRecord& c) {
   if (in >> pid && AnchorAlive(pid)) ::kill(pid, SIGKILL);
 }
 
-Result<int64_t> Submit(const ClusterRecord& c, herd::v1::TaskSpec spec) {
-  HERD_ASSIGN_OR_RETURN(auto client, ConnectHead(c));
+// Submits (through `client`, else a new connection to the head) and keeps the connection in
+// result.head for following the job.
+herd::Status Submit(const ClusterRecord& c, herd::v1::TaskSpec spec, LaunchResult& result,
+                    std::unique_ptr<HeadClient> client = nullptr) {
+  if (!client) {
+    HERD_ASSIGN_OR_RETURN(client, ConnectHead(c));
+  }
   HERD_ASSIGN_OR_RETURN(auto nodes, client->Nodes());
   HERD_RETURN_IF_ERROR(CheckFeasible(nodes, spec));
-  return client->Submit(spec, CurrentUser());
+  HERD_ASSIGN_OR_RETURN(result.job_id, client->Submit(spec, CurrentUser()));
+  result.head = std::move(client);
+  return herd::Status::Ok();
 }
 
 }  // namespace
@@ -350,21 +401,36 @@ Result<std::unique_ptr<HeadClient>> ConnectHead(const ClusterRecord& c) {
     return FailedPrecondition("cluster " + c.name + " is STOPPED; start it with `herd start " +
                               c.name + "`");
   }
-  OpenSshRunner ssh;
-  SshTarget target = TargetOf(c, *head);
-  HERD_ASSIGN_OR_RETURN(int port, ssh.ForwardLocalPort(target, InternalIp(*head), c.head_port));
-  auto client = HeadClient::Connect({"127.0.0.1", static_cast<uint16_t>(port), c.certs_dir});
-  // The forward lives on the shared ControlMaster; drop it when this client goes away.
-  auto cancel = [target, port, ip = InternalIp(*head), hp = c.head_port] {
-    (void)RunProcess(BuildControlArgv(target, "cancel", {"-L", LocalForwardSpec(port, ip, hp)}), {},
-                     limits::kSshConnectTimeout);
+  // The forward to the head outlives this command (KeptForward): a warm command dials the
+  // recorded port and starts no ssh process; a failed dial renews the forward once.
+  auto forward = [c, target = TargetOf(c, *head),
+                  ip = InternalIp(*head)](int stale) -> Result<int> {
+    OpenSshRunner ssh;
+    KeptForward kept(ssh, target, ip, c.head_port, c.control_dir + "/head.port");
+    if (stale < 0) return kept.Recorded();
+    return kept.Renew(stale);
   };
-  if (!client.ok()) {
-    cancel();
-    return client.status();
+  auto connect = [&](int port) -> Result<std::unique_ptr<HeadClient>> {
+    HeadEndpoint endpoint{"127.0.0.1", static_cast<uint16_t>(port), c.certs_dir};
+    HERD_ASSIGN_OR_RETURN(auto client, HeadClient::Connect(endpoint));
+    // A stream that lost its connection redials through a renewed forward (the master may have
+    // died with the old one).
+    client->SetRedial([forward, endpoint]() mutable -> Result<HeadEndpoint> {
+      HERD_ASSIGN_OR_RETURN(int p, forward(endpoint.port));
+      endpoint.port = static_cast<uint16_t>(p);
+      return endpoint;
+    });
+    return client;
+  };
+  HERD_ASSIGN_OR_RETURN(int port, forward(-1));
+  if (port > 0) {
+    auto client = connect(port);
+    if (client.ok()) return client;
+    HERD_LOG(kDebug) << "the kept forward to the head of " << c.name << " (port " << port
+                     << ") failed: " << client.status().message() << "; renewing it";
   }
-  (*client)->SetCleanup(cancel);
-  return client;
+  HERD_ASSIGN_OR_RETURN(port, forward(port));
+  return connect(port);
 }
 
 Result<ClusterRecord> GetCluster(const std::string& cluster) {
@@ -449,27 +515,40 @@ Result<LaunchResult> Launch(const Task& task, const LaunchOptions& o) {
     Report(o.progress, "Provisioning " + std::to_string(n) + " node(s) on " + c.infra, n, n);
   }
   HERD_RETURN_IF_ERROR(WriteSshConfig(c));
-  HERD_RETURN_IF_ERROR(WaitSsh(ssh, c, o.progress));
-  HERD_ASSIGN_OR_RETURN(auto boot, BootstrapCluster(ssh, c, o.progress));
-  c.status = ClusterStatus::kUp;  // ConnectHead needs it; only kept once the agents are up
-  c.agent_version = "0.1.0";
-  if (auto s = WaitAgents(c, o.progress); !s.ok()) {
-    c.status = ClusterStatus::kInit;
-    (void)store->Put(c);
-    return s;
+  LaunchResult result;
+  // Relaunch of an UP cluster with nothing changed: its agents run what this launch would install
+  // and all answer through the head, so SSH probing and bootstrap (a sha256sum of the agent binary
+  // on every node) are skipped. Anything else takes the full path below, which repairs.
+  std::unique_ptr<HeadClient> head;
+  if (!fresh && c.status == ClusterStatus::kUp && !c.agents_stamp.empty()) {
+    auto stamp = AgentStamp(c);
+    if (stamp.ok() && *stamp == c.agents_stamp) head = ConnectIfAllAgentsAlive(c);
   }
-  HERD_RETURN_IF_ERROR(store->Put(c));
+  if (!head) {
+    HERD_RETURN_IF_ERROR(WaitSsh(ssh, c, o.progress));
+    HERD_ASSIGN_OR_RETURN(auto boot, BootstrapCluster(ssh, c, o.progress));
+    c.status = ClusterStatus::kUp;  // ConnectHead needs it; only kept once the agents are up
+    c.agent_version = "0.1.0";
+    if (auto s = WaitAgents(c, o.progress); !s.ok()) {
+      c.status = ClusterStatus::kInit;
+      c.agents_stamp.clear();
+      (void)store->Put(c);
+      return s;
+    }
+    auto stamp = AgentStamp(c);
+    c.agents_stamp = stamp.ok() ? *stamp : "";
+    HERD_RETURN_IF_ERROR(store->Put(c));
+    result.agents_uploaded = boot.uploaded;
+    result.agents_restarted = boot.restarted;
+  }
   HERD_RETURN_IF_ERROR(SyncFiles(ssh, c, task, true, o.progress));
 
-  LaunchResult result;
   result.cluster = c;
-  result.agents_uploaded = boot.uploaded;
-  result.agents_restarted = boot.restarted;
   herd::v1::TaskSpec spec = task::ToSpec(task);
   spec.set_num_nodes(task.num_nodes);
   if (o.no_setup) spec.clear_setup();
   if (!spec.run().empty() || !spec.setup().empty()) {
-    HERD_ASSIGN_OR_RETURN(result.job_id, Submit(c, spec));
+    HERD_RETURN_IF_ERROR(Submit(c, spec, result, std::move(head)));
   }
   return result;
 }
@@ -487,7 +566,7 @@ Result<LaunchResult> Exec(const std::string& cluster, const Task& task, const Ex
   spec.clear_setup();  // exec skips setup (SkyPilot)
   LaunchResult result;
   result.cluster = c;
-  HERD_ASSIGN_OR_RETURN(result.job_id, Submit(c, spec));
+  HERD_RETURN_IF_ERROR(Submit(c, spec, result));
   return result;
 }
 

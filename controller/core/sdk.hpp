@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,9 @@ struct LaunchResult {
   ClusterRecord cluster;
   int agents_uploaded = 0;   // nodes whose herdlet binary was (re)uploaded
   int agents_restarted = 0;  // nodes whose agent was (re)started
+  // The connection the job was submitted through, still open: following the job on it saves a
+  // second connection. Null when nothing was submitted.
+  std::shared_ptr<controller::HeadClient> head;
 };
 
 // Provisions (or reuses) the cluster, bootstraps the agents over SSH, syncs workdir and

@@ -57,6 +57,48 @@ Status Ip(const std::string& ns, const std::vector<std::string>& args) {
   return IpOutput(ns, args).status();
 }
 
+Status IpBatch(const std::string& ns, const std::vector<std::string>& lines, bool force) {
+  if (lines.empty()) return Status::Ok();
+  std::vector<std::string> argv = {"ip"};
+  if (!ns.empty()) {
+    argv.push_back("-n");
+    argv.push_back(ns);
+  }
+  if (force) argv.push_back("-force");
+  argv.push_back("-batch");
+  argv.push_back("-");
+  std::string input;
+  for (const auto& l : lines) input += l + "\n";
+  HERD_ASSIGN_OR_RETURN(ProcResult r, RunProcess(argv, input, limits::kLocalCommandTimeout));
+  if (r.timed_out || r.exit_code != 0) {
+    return IoError(JoinArgv(argv) + " failed" +
+                   (r.timed_out ? std::string(" (timed out)")
+                                : " (exit " + std::to_string(r.exit_code) + ")") +
+                   ": " + Trim(r.err) + " (commands: " + Trim(input) + ")");
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<std::string>> LinkNames(const std::string& ns) {
+  HERD_ASSIGN_OR_RETURN(std::string out, IpOutput(ns, {"-o", "link", "show"}));
+  std::vector<std::string> names;
+  std::size_t pos = 0;
+  while (pos < out.size()) {
+    std::size_t eol = out.find('\n', pos);
+    if (eol == std::string::npos) eol = out.size();
+    std::string_view line(out.data() + pos, eol - pos);
+    pos = eol + 1;
+    // "3: n0@if2: <BROADCAST,...> ..."
+    std::size_t a = line.find(": ");
+    if (a == std::string_view::npos) continue;
+    std::string_view rest = line.substr(a + 2);
+    std::size_t b = rest.find_first_of("@:");
+    if (b == std::string_view::npos) continue;
+    names.emplace_back(rest.substr(0, b));
+  }
+  return names;
+}
+
 Status Ensure(const std::string& name) {
   if (Exists(name)) return Status::Ok();
   return Ip("", {"netns", "add", name});

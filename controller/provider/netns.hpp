@@ -36,6 +36,14 @@ Status Ip(const std::string& ns, const std::vector<std::string>& args);
 // Its stdout.
 Result<std::string> IpOutput(const std::string& ns, const std::vector<std::string>& args);
 
+// Runs `ip [-n <ns>] [-force] -batch -` with one ip command per line (no options on a line): one
+// process for many commands. With force, a failing line does not stop the rest (the error still
+// names the first failure).
+Status IpBatch(const std::string& ns, const std::vector<std::string>& lines, bool force = false);
+// Names of the links in the namespace ("" = this process's), from one `ip -o link show`; a veth
+// end "n0@if5" is "n0".
+Result<std::vector<std::string>> LinkNames(const std::string& ns);
+
 // True for a live (non-zombie) process.
 bool IsAlive(pid_t pid);
 

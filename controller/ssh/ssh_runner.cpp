@@ -46,6 +46,10 @@ std::string Trimmed(std::string s) {
 
 SshRunner::~SshRunner() = default;
 
+Status SshRunner::CancelForward(const SshTarget&, int, const std::string&, int) {
+  return Status::Ok();
+}
+
 std::string FormatSeconds(milliseconds d) {
   std::ostringstream os;
   os << static_cast<double>(d.count()) / 1000.0 << " s";
@@ -167,6 +171,25 @@ Status OpenSshRunner::CloseMaster(const SshTarget& target) {
   }
   return Unavailable(DescribeTarget(target) +
                      ": cannot stop the ssh ControlMaster: " + Trimmed(r.err));
+}
+
+Status OpenSshRunner::CancelForward(const SshTarget& target, int local_port,
+                                    const std::string& remote_host, int remote_port) {
+  HERD_RETURN_IF_ERROR(CheckTarget(target));
+  if (target.control_dir.empty()) return Status::Ok();
+  HERD_ASSIGN_OR_RETURN(
+      ProcResult r,
+      RunProcess(BuildControlArgv(target, "cancel",
+                                  {"-L", LocalForwardSpec(local_port, remote_host, remote_port)}),
+                 {}, limits::kSshProbeCommandTimeout));
+  if (r.exit_code == 0) return Status::Ok();
+  // No master (so no forward either).
+  if (r.err.find("No such file") != std::string::npos ||
+      r.err.find("Connection refused") != std::string::npos) {
+    return Status::Ok();
+  }
+  return Unavailable(DescribeTarget(target) + ": cannot cancel the forward of port " +
+                     std::to_string(local_port) + ": " + Trimmed(r.err));
 }
 
 }  // namespace herd::controller

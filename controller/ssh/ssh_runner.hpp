@@ -42,6 +42,11 @@ class SshRunner {
 
   // Stops the target's ControlMaster (and its forwards). OK when none runs.
   virtual Status CloseMaster(const SshTarget& target) = 0;
+
+  // Removes a forward made by ForwardLocalPort from the running master. OK when there is none.
+  // The default does nothing (a runner whose forwards do not outlive it).
+  virtual Status CancelForward(const SshTarget& target, int local_port,
+                               const std::string& remote_host, int remote_port);
 };
 
 class OpenSshRunner : public SshRunner {
@@ -55,6 +60,8 @@ class OpenSshRunner : public SshRunner {
   Result<int> ForwardLocalPort(const SshTarget& target, const std::string& remote_host,
                                int remote_port) override;
   Status CloseMaster(const SshTarget& target) override;
+  Status CancelForward(const SshTarget& target, int local_port, const std::string& remote_host,
+                       int remote_port) override;
 };
 
 // "120 s", "2.5 s": durations in messages.

@@ -136,7 +136,8 @@ std::string ToJson(const ClusterRecord& c) {
                  {"autostop_idle_minutes", c.autostop_idle_minutes},
                  {"autostop_down", c.autostop_down},
                  {"launched_unix_ms", c.launched_unix_ms},
-                 {"agent_version", c.agent_version}};
+                 {"agent_version", c.agent_version},
+                 {"agents_stamp", c.agents_stamp}};
   return json::serialize(o);
 }
 
@@ -172,6 +173,7 @@ Result<ClusterRecord> ClusterRecordFromJson(std::string_view text) {
   HERD_RETURN_IF_ERROR(r.Bool("autostop_down", c.autostop_down));
   HERD_RETURN_IF_ERROR(r.Integer("launched_unix_ms", c.launched_unix_ms));
   HERD_RETURN_IF_ERROR(r.Str("agent_version", c.agent_version));
+  HERD_RETURN_IF_ERROR(r.Str("agents_stamp", c.agents_stamp));
   return c;
 }
 

@@ -45,6 +45,9 @@ struct ClusterRecord {
   bool autostop_down = false;
   int64_t launched_unix_ms = 0;
   std::string agent_version;
+  // What the last successful bootstrap installed, as one hash (sdk.cpp AgentStamp): a relaunch of
+  // an UP cluster whose stamp is unchanged and whose agents are all alive skips SSH and bootstrap.
+  std::string agents_stamp;
 
   bool operator==(const ClusterRecord&) const = default;
 };

@@ -120,6 +120,11 @@ inline constexpr Duration kAgentRegisterTimeout = 60s;
 // One `ssh true` readiness probe (or `ssh -O` control command): TCP connect (kSshConnectTimeout)
 // plus key exchange and authentication, so a little more than the connect timeout.
 inline constexpr Duration kSshProbeCommandTimeout = kSshConnectTimeout + 10s;
+// The head's port-forward is kept across commands (controller/ssh/kept_forward); renewing it takes
+// at most one `ssh true`, one `ssh -O cancel` and three `ssh -O forward` tries, each bounded by
+// kSshProbeCommandTimeout. A second command waits for a renewal in progress at most this long.
+inline constexpr Duration kKeptForwardLockWait = 5 * kSshProbeCommandTimeout + 5s;
+static_assert(kKeptForwardLockWait > 5 * kSshProbeCommandTimeout);
 // A subprocess (ssh, rsync, ip) keeps at most this much of stdout and of stderr in memory; the rest
 // is dropped and the cut is marked. Large outputs (logs) travel through files, never this way.
 inline constexpr std::size_t kMaxProcessOutputBytes = 64u << 20;

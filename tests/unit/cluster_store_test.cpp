@@ -160,6 +160,7 @@ ClusterRecord Sample(const std::string& name) {
   c.autostop_down = true;
   c.launched_unix_ms = 1700000000123;
   c.agent_version = "0.1.0 (abc)";
+  c.agents_stamp = "5e1f";
   return c;
 }
 

@@ -1,0 +1,478 @@
+#!/usr/bin/python3
+"""herd's benchmark suite: every figure next to its anchor, in one run, on this machine.
+
+  exec   `herd exec C --num-nodes N -- true` vs `srun -N N -w <same nodes> true` (Slurm from Debian,
+         slurmd in the same node namespaces), pdsh, and a parallel ssh through warm ControlMasters;
+         optionally a second herd binary (--compare-herd, e.g. the previous build) on the same
+         cluster, so before/after are measured side by side.
+  launch cold `herd launch --num-nodes N -- true` (fresh namespaces, sshd, agents, first job) for
+         each N of --launch-sizes, with the time of each phase.
+  relaunch `herd launch` of the UP cluster with nothing changed.
+
+Writes bench/results/<stamp>.md (table, machine, load average per figure) and PNG plots (latency vs
+N, launch time vs N) when matplotlib is installed; prints the table. Needs root. See
+bench/README.md; bench/run.sh installs the Debian packages this needs and runs it.
+"""
+
+import argparse
+import json
+import os
+import platform
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CLUSTER_NODES = 8
+COMMAND_TIMEOUT_S = 120
+LAUNCH_TIMEOUT_S = 600
+
+
+class BenchError(Exception):
+    pass
+
+
+def log(msg):
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def load():
+    return os.getloadavg()[0]
+
+
+def ms(s):
+    return s * 1000.0
+
+
+class Env:
+    def __init__(self, herd, workdir):
+        self.herd = herd
+        self.workdir = workdir
+        self.home = os.path.join(workdir, "home")
+        os.makedirs(self.home, mode=0o700)
+        self.env = dict(os.environ, HERD_HOME=os.path.join(workdir, "herd"), HOME=self.home)
+        self.log_path = os.path.join(workdir, "commands.log")
+        self.clusters = []
+
+    def run(self, argv, timeout=COMMAND_TIMEOUT_S, env=None, check=True, lines=None):
+        """(seconds, rc, output). With lines, stamps each output line (seconds since start)."""
+        with tempfile.TemporaryFile(dir=self.workdir) as out:
+            start = time.perf_counter()
+            if lines is None:
+                try:
+                    rc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out,
+                                        stderr=subprocess.STDOUT, env=env or self.env,
+                                        timeout=timeout).returncode
+                except subprocess.TimeoutExpired:
+                    rc = None
+            else:
+                p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, env=env or self.env)
+                for raw in p.stdout:
+                    lines.append((time.perf_counter() - start, raw.decode(errors="replace")))
+                    out.write(raw)
+                try:
+                    rc = p.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    rc = None
+            elapsed = time.perf_counter() - start
+            out.seek(0)
+            text = out.read().decode(errors="replace")
+        with open(self.log_path, "a") as f:
+            f.write(f"$ {' '.join(argv)}\n{text[-3000:]}[rc={rc} {ms(elapsed):.1f} ms]\n")
+        if check and rc != 0:
+            raise BenchError(f"`{' '.join(argv)}` failed (rc={rc}):\n{text.strip()[-2000:]}")
+        return elapsed, rc, text
+
+    def herd_json(self, *args):
+        _, _, text = self.run([self.herd, *args, "-o", "json"])
+        for line in reversed(text.strip().splitlines()):
+            try:
+                return json.loads(line)
+            except ValueError:
+                continue
+        raise BenchError(f"herd {' '.join(args)} printed no JSON")
+
+    def launch(self, name, n, *task):
+        self.clusters.append(name)
+        stamped = []
+        secs, _, _ = self.run([self.herd, "launch", "-c", name, "--num-nodes", str(n), "-y",
+                               *task], timeout=LAUNCH_TIMEOUT_S, lines=stamped)
+        phases = {}
+        for t, line in stamped:
+            # Progress lines end "(done/total)"; the last one of a stage is when it finished.
+            if line.rstrip().endswith(f"({n}/{n})"):
+                phases[line.rsplit("(", 1)[0].strip()] = t
+            if "Job finished" in line:
+                phases["job finished"] = t
+        return secs, phases
+
+    def nodes(self, name):
+        mine = [c for c in self.herd_json("status") if c.get("name") == name]
+        if not mine or mine[0].get("status") != "UP":
+            raise BenchError(f"cluster {name} is not UP: {mine}")
+        return mine[0]["nodes"]
+
+    def down(self, name):
+        try:
+            self.run([self.herd, "down", name, "-y"], timeout=LAUNCH_TIMEOUT_S)
+        except BenchError as e:
+            log(f"down {name} failed: {e}")
+        if name in self.clusters:
+            self.clusters.remove(name)
+
+    def down_all(self):
+        for name in list(self.clusters):
+            self.down(name)
+
+
+class Slurm:
+    """munged + slurmctld (this namespace) + one slurmd per node namespace (nsenter --net), on
+    private ports, state under workdir (ENVIRONMENT.md, "Slurm as a side-by-side baseline")."""
+
+    def __init__(self, env, nodes, namespaces):
+        self.env = env
+        self.dir = os.path.join(env.workdir, "slurm")
+        self.nodes = nodes
+        self.namespaces = namespaces
+        self.procs = []
+
+    def free_port(self):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        return port
+
+    def start(self):
+        d = self.dir
+        for sub in ("state", "spool", "log", "run"):
+            os.makedirs(os.path.join(d, sub), exist_ok=True)
+        munge = os.path.join(d, "munge")
+        os.makedirs(munge, mode=0o711)
+        os.chmod(munge, 0o711)
+        with open(os.path.join(munge, "munge.key"), "wb") as f:
+            f.write(os.urandom(1024))
+        os.chmod(os.path.join(munge, "munge.key"), 0o600)
+        open(os.path.join(munge, "seed"), "w").close()
+        self.sock = os.path.join(munge, "sock")
+        subprocess.run(["munged", "--force", f"--socket={self.sock}",
+                        f"--key-file={munge}/munge.key", f"--pid-file={munge}/munged.pid",
+                        f"--log-file={munge}/munged.log", f"--seed-file={munge}/seed"],
+                       check=True, timeout=30)
+        head_ip = self.nodes[0]["ip"]
+        route = subprocess.run(["ip", "-o", "route", "get", head_ip], capture_output=True,
+                               text=True).stdout.split()
+        ctl_ip = route[route.index("src") + 1]
+        ctl_port, node_port = self.free_port(), self.free_port()
+        self.conf = os.path.join(d, "slurm.conf")
+        lines = [
+            "ClusterName=herdbench", f"SlurmctldHost={socket.gethostname().split('.')[0]}({ctl_ip})",
+            f"SlurmctldPort={ctl_port}", f"SlurmdPort={node_port}", "AuthType=auth/munge",
+            f"AuthInfo=socket={self.sock}", "CredType=cred/munge", "SlurmUser=root",
+            "SlurmdUser=root", f"StateSaveLocation={d}/state", f"SlurmdSpoolDir={d}/spool/%n",
+            f"SlurmctldPidFile={d}/run/slurmctld.pid", f"SlurmdPidFile={d}/run/slurmd-%n.pid",
+            f"SlurmctldLogFile={d}/log/slurmctld.log", f"SlurmdLogFile={d}/log/slurmd-%n.log",
+            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "MpiDefault=none",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none", "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core", "SlurmdParameters=config_overrides",
+            "MailProg=/bin/true", "ReturnToService=2"]
+        for n in self.nodes:
+            lines.append(f"NodeName={n['name']} NodeAddr={n['ip']} CPUs=1 State=UNKNOWN")
+        lines.append("PartitionName=bench Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+        with open(self.conf, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        self.env_vars = dict(self.env.env, SLURM_CONF=self.conf)
+        self.procs.append(subprocess.Popen(["slurmctld", "-D", "-i", "-f", self.conf],
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                           start_new_session=True))
+        for n, ns in zip(self.nodes, self.namespaces):
+            self.procs.append(subprocess.Popen(
+                ["nsenter", f"--net=/run/netns/{ns}", "slurmd", "-D", "-f", self.conf, "-N",
+                 n["name"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True))
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            out = subprocess.run(["sinfo", "-h", "-o", "%T %D"], capture_output=True, text=True,
+                                 env=self.env_vars).stdout.split()
+            if out[:2] == ["idle", str(len(self.nodes))]:
+                return
+            time.sleep(0.5)
+        raise BenchError(f"Slurm nodes not idle within 60 s (sinfo: {out}); logs in {d}/log")
+
+    def srun(self, names):
+        secs, _, _ = self.env.run(["srun", "-N", str(len(names)), "-w", ",".join(names), "true"],
+                                  env=self.env_vars)
+        return secs
+
+    def stop(self):
+        for p in self.procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        if getattr(self, "sock", None):
+            subprocess.run(["munged", "--stop", f"--socket={self.sock}"], capture_output=True,
+                           timeout=30)
+
+
+class Ssh:
+    def __init__(self, env, cluster):
+        ssh_dir = os.path.join(env.env["HERD_HOME"], "clusters", cluster, "ssh")
+        self.env = env
+        self.cm = tempfile.mkdtemp(prefix="hb-cm-", dir="/tmp")
+        self.opts = ["-F", "/dev/null", "-i", os.path.join(ssh_dir, "id_ed25519"), "-o",
+                     "IdentitiesOnly=yes", "-o",
+                     f"UserKnownHostsFile={os.path.join(ssh_dir, 'known_hosts')}", "-o",
+                     "StrictHostKeyChecking=accept-new", "-o", "BatchMode=yes"]
+
+    def cm_argv(self, ip, *extra):
+        return ["ssh", *self.opts, "-o", f"ControlPath={self.cm}/%C", "-o", "ControlMaster=auto",
+                "-o", "ControlPersist=120", *extra, f"root@{ip}"]
+
+    def fan_out(self, ips):
+        start = time.perf_counter()
+        procs = [subprocess.Popen(self.cm_argv(ip, "-T") + ["true"], stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for ip in ips]
+        codes = [p.wait(timeout=COMMAND_TIMEOUT_S) for p in procs]
+        secs = time.perf_counter() - start
+        if any(codes):
+            raise BenchError(f"ssh fan-out to {ips}: exit codes {codes}")
+        return secs
+
+    def pdsh(self, ips):
+        env = dict(self.env.env, PDSH_SSH_ARGS_APPEND=" ".join(self.opts))
+        secs, _, _ = self.env.run(["pdsh", "-S", "-R", "ssh", "-l", "root", "-w", ",".join(ips),
+                                   "true"], env=env)
+        return secs
+
+    def bashrc_absent(self, ips):
+        for ip in ips:
+            out = subprocess.run(self.cm_argv(ip, "-T") + ["test -e ~/.bashrc && echo yes || echo no"],
+                                 capture_output=True, text=True, timeout=60).stdout.strip()
+            if out != "no":
+                return False
+        return True
+
+    def close(self, ips):
+        for ip in ips:
+            subprocess.run(self.cm_argv(ip, "-O", "exit"), capture_output=True, timeout=10)
+        shutil.rmtree(self.cm, ignore_errors=True)
+
+
+def machine():
+    model = ""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo") as f:
+        mem = f.readline().split()[1]
+    return (f"{socket.gethostname()}: {os.cpu_count()} CPUs ({model}), {int(mem) // 1024} MiB, "
+            f"kernel {platform.release()}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--herd", default=os.environ.get("HERD") or
+                    os.path.join(REPO, "build", "controller", "herd"))
+    ap.add_argument("--compare-herd", help="a second herd binary measured on the same cluster")
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--sizes", default="1,2,4,8", help="exec gang sizes (<= 8)")
+    ap.add_argument("--launch-sizes", default="8,16,32,64")
+    ap.add_argument("--relaunch-reps", type=int, default=5)
+    ap.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
+    args = ap.parse_args()
+    sizes = [int(x) for x in args.sizes.split(",") if x]
+    launch_sizes = [int(x) for x in args.launch_sizes.split(",") if x]
+    if any(n < 1 or n > CLUSTER_NODES for n in sizes):
+        ap.error(f"--sizes must be within 1..{CLUSTER_NODES}")
+    herds = {"herd": os.path.abspath(args.herd)}
+    if args.compare_herd:
+        herds["herd-compare"] = os.path.abspath(args.compare_herd)
+    for h in herds.values():
+        if not os.access(h, os.X_OK):
+            ap.error(f"{h} is not executable")
+    if os.geteuid() != 0:
+        ap.error("needs root (the local provider makes network namespaces)")
+    for tool in ("ssh", "pdsh", "ip", "srun", "slurmctld", "slurmd", "munged", "nsenter"):
+        if not shutil.which(tool):
+            ap.error(f"{tool} is not installed (bench/run.sh installs it)")
+
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    workdir = tempfile.mkdtemp(prefix="herd-bench-")
+    env = Env(herds["herd"], workdir)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    report = [f"# herd bench {stamp}", "", f"machine: {machine()}",
+              f"herd: {herds['herd']}" + (f"; compare: {herds['herd-compare']}"
+                                          if "herd-compare" in herds else ""),
+              f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", ""]
+    results = {"exec": {}, "launch": {}}
+    slurm = ssh = None
+    code = 0
+    try:
+        # ---- cold launch vs N ----
+        for n in launch_sizes:
+            name = f"hb{secrets.token_hex(2)}"
+            l0 = load()
+            secs, phases = env.launch(name, n, "--", "true")
+            results["launch"][n] = (secs, phases, l0, load())
+            log(f"cold launch {n}: {secs:.2f} s {phases}")
+            if n != CLUSTER_NODES or "main" in results:
+                env.down(name)
+            else:
+                results["main"] = name
+        if "main" not in results:
+            name = f"hb{secrets.token_hex(2)}"
+            env.launch(name, CLUSTER_NODES)
+            results["main"] = name
+        cluster = results["main"]
+        nodes = env.nodes(cluster)
+        ips = [n["ip"] for n in nodes]
+        names = [n["name"] for n in nodes]
+        namespaces = [f"herd-{cluster}-{i}" for i in range(len(nodes))]
+
+        # ---- relaunch, nothing changed ----
+        env.run([args.herd, "launch", "-c", cluster, "-y"], timeout=LAUNCH_TIMEOUT_S)
+        l0 = load()
+        rel = [env.run([args.herd, "launch", "-c", cluster, "-y"], timeout=LAUNCH_TIMEOUT_S)[0]
+               for _ in range(args.relaunch_reps)]
+        results["relaunch"] = (rel, l0, load())
+
+        # ---- exec latency vs N, all methods interleaved ----
+        slurm = Slurm(env, nodes, namespaces)
+        slurm.start()
+        ssh = Ssh(env, cluster)
+        bashrc_absent = ssh.bashrc_absent(ips)
+        for n in sizes:
+            gang_ips, gang_names = ips[:n], names[:n]
+            methods = {k: (lambda h=h, n=n: env.run([h, "exec", cluster, "--num-nodes", str(n),
+                                                      "--", "true"])[0])
+                       for k, h in herds.items()}
+            methods["srun"] = lambda: slurm.srun(gang_names)
+            methods["pdsh"] = lambda: ssh.pdsh(gang_ips)
+            methods["ssh-CM"] = lambda: ssh.fan_out(gang_ips)
+            for f in methods.values():
+                f()  # warm-up, excluded
+            l0 = load()
+            times = {k: [] for k in methods}
+            for _ in range(args.reps):
+                for k, f in methods.items():
+                    times[k].append(f())
+            results["exec"][n] = (times, l0, load())
+            log(f"exec {n}: " + ", ".join(f"{k} {ms(statistics.median(v)):.1f} ms"
+                                          for k, v in times.items()))
+        report += table(results, herds, bashrc_absent, args.reps)
+    except BenchError as e:
+        log(f"FAILED: {e}")
+        code = 1
+    except KeyboardInterrupt:
+        log("interrupted")
+        code = 130
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if slurm:
+            slurm.stop()
+        if ssh:
+            ssh.close(ips)
+        env.down_all()
+        if code == 0:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            log(f"command log kept: {env.log_path}")
+    if code:
+        return code
+    report.append(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    text = "\n".join(report) + "\n"
+    print(text)
+    os.makedirs(args.out, exist_ok=True)
+    md = os.path.join(args.out, f"{stamp}.md")
+    with open(md, "w") as f:
+        f.write(text)
+    plots(results, herds, os.path.join(args.out, stamp))
+    log(f"wrote {md}")
+    return 0
+
+
+def table(results, herds, bashrc_absent, reps):
+    out = ["## exec: `true` on N nodes, median ms (warm; runs interleaved; "
+           f"{reps} runs each, warm-up excluded)", ""]
+    cols = list(next(iter(results["exec"].values()))[0].keys())
+    out.append("| N | " + " | ".join(cols) + " | herd/srun | herd/ssh-CM | load |")
+    out.append("|---|" + "---|" * (len(cols) + 3))
+    for n, (times, l0, l1) in results["exec"].items():
+        med = {k: statistics.median(v) for k, v in times.items()}
+        out.append(f"| {n} | " + " | ".join(f"{ms(med[k]):.1f}" for k in cols) +
+                   f" | {med['herd'] / med['srun']:.2f}x | {med['herd'] / med['ssh-CM']:.2f}x"
+                   f" | {l0:.1f}-{l1:.1f} |")
+    out += ["", "~/.bashrc on the nodes: " + ("absent (no figure includes it)" if bashrc_absent
+                                              else "PRESENT (ssh and pdsh figures include it)"),
+            "", "## cold launch: `herd launch --num-nodes N -- true` to the job's end, seconds", "",
+            "| N | total | provisioned | ssh ready | agents installed | registered | job done "
+            "| load |", "|---|---|---|---|---|---|---|---|"]
+    for n, (secs, ph, l0, l1) in results["launch"].items():
+        def at(prefix):
+            for k, v in ph.items():
+                if k.startswith(prefix):
+                    return f"{v:.2f}"
+            return "-"
+        out.append(f"| {n} | {secs:.2f} | {at('Provisioning')} | {at('Waiting for SSH')} | "
+                   f"{at('Bootstrapping')} | {at('Agents registered')} | {at('job finished')} | "
+                   f"{l0:.1f}-{l1:.1f} |")
+    rel, l0, l1 = results["relaunch"]
+    out += ["", "(phase columns: seconds since the command started when that phase ended)", "",
+            f"## relaunch of the UP {CLUSTER_NODES}-node cluster, nothing changed", "",
+            f"median {ms(statistics.median(rel)):.0f} ms (min {ms(min(rel)):.0f}, max "
+            f"{ms(max(rel)):.0f}) over {len(rel)} runs; load {l0:.1f}-{l1:.1f}", ""]
+    return out
+
+
+def plots(results, herds, prefix):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("matplotlib missing: no plots (bench/run.sh installs python3-matplotlib)")
+        return
+    sizes = list(results["exec"].keys())
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for k in next(iter(results["exec"].values()))[0].keys():
+        ax.plot(sizes, [ms(statistics.median(results["exec"][n][0][k])) for n in sizes],
+                marker="o", label=k)
+    ax.set_xlabel("nodes")
+    ax.set_ylabel("median latency, ms")
+    ax.set_title("`true` on N nodes (warm)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(prefix + "-exec.png", dpi=100)
+    ls = list(results["launch"].keys())
+    if ls:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot(ls, [results["launch"][n][0] for n in ls], marker="o", label="herd launch (cold)")
+        ax.set_xlabel("nodes")
+        ax.set_ylabel("seconds to the first job's end")
+        ax.set_title("cold launch vs N (local provider)")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(prefix + "-launch.png", dpi=100)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
