@@ -9,7 +9,9 @@
 # CMake for one executable only. Here each argument that is a shared library (/x/libNAME.so[.N])
 # is replaced by the ARCHIVE given for NAME; a shared library without one fails the link, so a new
 # dynamic dependency is noticed at build time rather than on a node without it. "+ARCHIVE" entries
-# are appended (dependencies of archives that came in through a .so's DT_NEEDED, like libz). All
+# are appended (dependencies of archives that came in through a .so's DT_NEEDED, like libz).
+# "NAME=-" keeps that shared object dynamic (a library whose own dependencies are not to be had as
+# archives, like libcurl's for `herd`: the controller runs where its -dev packages are). All
 # archives are linked as one group: their order on the original line was made for shared objects.
 set -euo pipefail
 
@@ -36,7 +38,7 @@ for arg in "$@"; do
         "packaging/static_link.cmake)" >&2
       exit 1
     fi
-    arg="${archive[$name]}"
+    if [ "${archive[$name]}" != "-" ]; then arg="${archive[$name]}"; fi
   fi
   if [ "$grouped" = 0 ] && [[ "$arg" == *.a ]]; then
     out+=("-Wl,--start-group")

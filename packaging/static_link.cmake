@@ -36,8 +36,13 @@ function(_herd_find_static_archive var entry)
   set(${var} "${name}" "${${cache_var}}" PARENT_SCOPE)
 endfunction()
 
+# KEEP_DYNAMIC names (as in HERD_STATIC_ARCHIVES) stay shared objects for this target.
 function(herd_link_static_deps target)
+  cmake_parse_arguments(L "" "" "KEEP_DYNAMIC" ${ARGN})
   set(launcher bash ${PROJECT_SOURCE_DIR}/packaging/static-link.sh)
+  foreach(name IN LISTS L_KEEP_DYNAMIC)
+    list(APPEND launcher "${name}=-")
+  endforeach()
   foreach(entry IN LISTS HERD_STATIC_ARCHIVES)
     _herd_find_static_archive(found "${entry}")
     list(GET found 0 name)
