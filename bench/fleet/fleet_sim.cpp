@@ -21,12 +21,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -67,6 +69,7 @@ struct Options {
   std::string net = "127.0.60";  // the head listens on .1, agents dial from .2 - .251
   rlim_t head_nofile = 1024;     // the soft RLIMIT_NOFILE the head starts with (systemd's default)
   bool keep = false;
+  int burst = 1000;  // single-node jobs submitted after the gang (0: none)
   // Goals (issue 8, P5).
   double goal_gang_s = 2.0;
   double goal_rss_mb = 200.0;
@@ -376,7 +379,7 @@ Result<pid_t> StartHead(const Options& opt, const std::string& dir, const std::s
 
 void Usage() {
   std::cerr << "usage: fleet_sim [--herdlet PATH] [--agents N] [--threads T] [--idle-seconds S]\n"
-               "                 [--net A.B.C] [--head-nofile N] [--keep]\n";
+               "                 [--net A.B.C] [--head-nofile N] [--burst N] [--keep]\n";
 }
 
 int Run(Options opt) {
@@ -643,6 +646,52 @@ int Run(Options opt) {
       static_cast<unsigned long long>(bytes), ticks_job / tck);
   const long rss_after_kb = ProcStatusKb(head_pid, "VmRSS");
   const long hwm_kb = ProcStatusKb(head_pid, "VmHWM");
+
+  // P7, head side: a burst of single-node jobs over one client connection (no CLI process per
+  // job), each placed on a simulated agent that answers at once.
+  double burst_accept_rate = 0, burst_sched_rate = 0;
+  int burst_started = 0;
+  if (opt.burst > 0) {
+    TaskSpec one;
+    one.set_name("burst");
+    one.set_num_nodes(1);
+    one.set_run("true");
+    const auto b0 = Clock::now();
+    for (int i = 0; i < opt.burst; ++i) {
+      auto bid = (*client)->Submit(one, "fleet-sim");
+      if (!bid.ok()) {
+        join();
+        return fail(bid.status().message());
+      }
+    }
+    const double burst_s = Seconds(Clock::now() - b0);
+    burst_accept_rate = opt.burst / burst_s;
+    int64_t first_submit = 0, last_start = 0;
+    auto deadline = Clock::now() + std::chrono::seconds(60);
+    while (Clock::now() < deadline) {
+      auto q = (*client)->Queue(false);
+      if (!q.ok()) break;
+      first_submit = INT64_MAX;
+      last_start = 0;
+      burst_started = 0;
+      for (const auto& j : *q) {
+        if (j.name() != "burst") continue;
+        first_submit = std::min(first_submit, j.submitted_unix_ms());
+        if (j.started_unix_ms() > 0) {
+          ++burst_started;
+          last_start = std::max(last_start, j.started_unix_ms());
+        }
+      }
+      if (burst_started >= opt.burst) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    burst_sched_rate = burst_started / std::max(1e-3, (last_start - first_submit) / 1000.0);
+    std::printf(
+        "burst of %d one-node jobs over one connection: accepted in %.2f s = %.0f jobs/s;"
+        " %d scheduled, first submit -> last start %.2f s = %.0f jobs/s\n",
+        opt.burst, burst_s, burst_accept_rate, burst_started, (last_start - first_submit) / 1000.0,
+        burst_sched_rate);
+  }
   std::printf(
       "head RSS after the gang: %.1f MB (peak %.1f MB); client connect %.3f s"
       " (idle cluster %.3f s); agents: %d starts, %d kills, %d resends, %d disconnects\n",
@@ -675,6 +724,12 @@ int Run(Options opt) {
   verdict("head CPU at idle", idle_cpu_pct < opt.goal_idle_cpu_pct, buf);
   std::snprintf(buf, sizeof buf, "%d", fleet.disconnects.load());
   verdict("no agent connection dropped", fleet.disconnects == 0, buf);
+  if (opt.burst > 0) {
+    std::snprintf(buf, sizeof buf, "accepted %.0f jobs/s, scheduled %.0f jobs/s (goal >= 100)",
+                  burst_accept_rate, burst_sched_rate);
+    verdict("head job rate (P7, no CLI)",
+            burst_started >= opt.burst && burst_accept_rate >= 100 && burst_sched_rate >= 100, buf);
+  }
   std::printf("load average at the end: %s\n", Uptime().c_str());
   cleanup();
   return pass ? 0 : 1;
@@ -705,6 +760,8 @@ int main(int argc, char** argv) {
       opt.net = next();
     } else if (a == "--head-nofile") {
       opt.head_nofile = static_cast<rlim_t>(std::atoll(next().c_str()));
+    } else if (a == "--burst") {
+      opt.burst = std::atoi(next().c_str());
     } else if (a == "--keep") {
       opt.keep = true;
     } else {
