@@ -1,8 +1,12 @@
 #include "agent/core/agentd.hpp"
 
+#include <sys/resource.h>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 
 #include "agent/core/head.hpp"
@@ -14,8 +18,27 @@
 
 namespace herd::agent {
 
+namespace {
+// One socket per agent on the head, pipes and log files per process on a worker: the default soft
+// limit of a service (1024 under systemd) is too small for a head of 1000 agents. The hard limit is
+// the administrator's ceiling; jobs inherit the raised soft limit (as Ray's raylet does for them).
+void RaiseOpenFileLimit() {
+  struct rlimit lim {};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= lim.rlim_max) return;
+  rlim_t was = lim.rlim_cur;
+  lim.rlim_cur = lim.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) {
+    HERD_LOG(kWarn) << "cannot raise the open file limit from " << was << ": "
+                    << std::strerror(errno);
+    return;
+  }
+  HERD_LOG(kDebug) << "open file limit raised from " << was << " to " << lim.rlim_cur;
+}
+}  // namespace
+
 int RunAgent(const AgentConfig& config) {
   log::SetTag(config.node_id);
+  RaiseOpenFileLimit();
   boost::asio::io_context io;
   auto instance = AgentInstanceId(config.state_dir);
   if (!instance.ok()) {

@@ -860,6 +860,12 @@ bool Head::RestoreRun(JobRun& run) {
 }
 
 void Head::Schedule() {
+  // Called on every registration and job end: with nothing pending there is nothing to place, and
+  // building the node states (a sorted copy of every node) would make registering N agents O(N^2).
+  if (std::none_of(jobs_.begin(), jobs_.end(),
+                   [](const auto& j) { return j.second.rec.info.state() == JOB_STATE_PENDING; })) {
+    return;
+  }
   std::vector<NodeState> states;
   for (const auto& info : OrderedNodes(false)) {
     const auto& e = nodes_.at(info.node_id());

@@ -177,11 +177,11 @@ Status AddSans(X509* cert, const std::vector<std::string>& ips,
 }
 
 // The text of the first `nid` entry of the subject, or NotFound.
-Result<std::string> SubjectEntry(X509* cert, int nid) {
-  X509_NAME* name = X509_get_subject_name(cert);
+Result<std::string> SubjectEntry(const X509* cert, int nid) {
+  const X509_NAME* name = X509_get_subject_name(cert);
   int idx = X509_NAME_get_index_by_NID(name, nid, -1);
   if (idx < 0) return NotFound(std::string("certificate has no ") + OBJ_nid2sn(nid));
-  ASN1_STRING* data = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(name, idx));
+  const ASN1_STRING* data = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(name, idx));
   unsigned char* utf8 = nullptr;
   int n = ASN1_STRING_to_UTF8(&utf8, data);
   if (n < 0) return SslError("ASN1_STRING_to_UTF8");
@@ -285,7 +285,11 @@ Result<Pem> IssueCertificate(const Pem& ca, Role role, std::string_view common_n
 
 Result<Role> RoleOf(std::string_view cert_pem) {
   HERD_ASSIGN_OR_RETURN(Owned<X509> cert, ParseCert(cert_pem));
-  Result<std::string> ou = SubjectEntry(cert.get(), NID_organizationalUnitName);
+  return RoleOf(cert.get());
+}
+
+Result<Role> RoleOf(const X509* cert) {
+  Result<std::string> ou = SubjectEntry(cert, NID_organizationalUnitName);
   if (!ou.ok()) {
     if (ou.status().code() == Code::kNotFound) return Role::kUnknown;
     return ou.status();
@@ -297,8 +301,10 @@ Result<Role> RoleOf(std::string_view cert_pem) {
 
 Result<std::string> CommonNameOf(std::string_view cert_pem) {
   HERD_ASSIGN_OR_RETURN(Owned<X509> cert, ParseCert(cert_pem));
-  return SubjectEntry(cert.get(), NID_commonName);
+  return CommonNameOf(cert.get());
 }
+
+Result<std::string> CommonNameOf(const X509* cert) { return SubjectEntry(cert, NID_commonName); }
 
 Status InitClusterCerts(const std::string& dir, std::string_view cluster) {
   std::string ca_key_path = Join(dir, kCaKeyFile);

@@ -13,6 +13,8 @@
 #include "shared/common/status.hpp"
 #include "shared/transport/transport.hpp"
 
+struct x509_st;  // OpenSSL's X509
+
 namespace herd::tls {
 
 // A certificate and its private key, both PEM.
@@ -39,6 +41,9 @@ Result<Pem> IssueCertificate(const Pem& ca, herd::transport::Role role,
 // The role from the subject OU; kUnknown for a certificate without a herd role (e.g. the CA).
 Result<herd::transport::Role> RoleOf(std::string_view cert_pem);
 Result<std::string> CommonNameOf(std::string_view cert_pem);
+// The same of a parsed certificate (the transport's verified peer, without encoding it again).
+Result<herd::transport::Role> RoleOf(const ::x509_st* cert);
+Result<std::string> CommonNameOf(const ::x509_st* cert);
 
 // Writes via a temporary file in the same directory, fsync, rename (readers never see half a
 // file) and fsyncs the directory. `mode` is applied before any byte is written.

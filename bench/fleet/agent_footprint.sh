@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# issue 8 P6: footprint of an idle, registered herdlet worker. Starts a head and one worker from the
+# real binaries on loopback (127.0.60.1 and .2, real certificates), waits until the worker
+# registered, then reads /proc/<worker>/status and runs `strace -f` on it for SECONDS (default 20).
+# Prints RSS, threads, syscalls and wakeups per second; PASS/FAIL against RSS < 10 MB and no wakeups
+# beyond the heartbeat (kHeartbeatInterval 2 s; the websocket keep-alive ping every 6 s is counted
+# separately). Usage: bench/fleet/agent_footprint.sh [BUILD_DIR] [SECONDS]
+set -euo pipefail
+build=${1:-$(cd "$(dirname "$0")/../.." && pwd)/build}
+secs=${2:-20}
+herd=$build/controller/herd
+herdlet=$build/agent/herdlet
+dir=$(mktemp -d /tmp/hflt-footprint-XXXXXX)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$dir"; }
+trap cleanup EXIT
+"$herd" certs init "$dir/certs" --cluster hflt-fp >/dev/null
+for n in head worker1; do
+  ip=127.0.60.1; [ $n = worker1 ] && ip=127.0.60.2
+  "$herd" certs issue "$dir/certs" --node hflt-fp-$n --ip $ip --out "$dir/$n/certs" >/dev/null
+  mkdir -p "$dir/$n/home"
+done
+cat > "$dir/head/herdlet.yaml" <<J
+{"role": "head", "cluster": "hflt-fp", "node_id": "hflt-fp-head", "address": "127.0.60.1",
+ "listen": "127.0.60.1:0", "port_file": "$dir/head/port", "certs": "$dir/head/certs",
+ "state_dir": "$dir/head/state", "cpus": 2}
+J
+HOME=$dir/head/home "$herdlet" --config "$dir/head/herdlet.yaml" >"$dir/head.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 200); do [ -s "$dir/head/port" ] && break; sleep 0.05; done
+port=$(cat "$dir/head/port")
+cat > "$dir/worker1/herdlet.yaml" <<J
+{"role": "worker", "cluster": "hflt-fp", "node_id": "hflt-fp-worker1", "address": "127.0.60.2",
+ "head": "127.0.60.1:$port", "certs": "$dir/worker1/certs", "state_dir": "$dir/worker1/state",
+ "cpus": 2}
+J
+HOME=$dir/worker1/home "$herdlet" --config "$dir/worker1/herdlet.yaml" >"$dir/worker.log" 2>&1 &
+worker=$!
+pids+=($worker)
+for _ in $(seq 200); do grep -q "registered with head" "$dir/worker.log" && break; sleep 0.05; done
+grep -q "registered with head" "$dir/worker.log" || { echo "FAIL worker did not register"; cat "$dir/worker.log"; exit 1; }
+sleep 3
+rss_kb=$(awk '/^VmRSS/ {print $2}' /proc/$worker/status)
+threads=$(awk '/^Threads/ {print $2}' /proc/$worker/status)
+echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "idle worker: VmRSS $((rss_kb / 1024)).$(( (rss_kb % 1024) * 10 / 1024 )) MB ($rss_kb kB), threads $threads"
+grep -E '^(VmRSS|RssAnon|RssFile|VmHWM|Threads)' /proc/$worker/status | tr '\n' ' '; echo
+timeout -s INT "$secs" strace -f -tt -p "$worker" -o "$dir/strace.txt" 2>/dev/null || true
+# A wakeup = a return from a blocking wait (epoll_wait, futex wait, poll, nanosleep) of any thread.
+total=$(grep -cvE 'resumed>|unfinished|exited|detached' "$dir/strace.txt" || true)
+waits=$(grep -E 'epoll_wait|epoll_pwait|futex\(.*FUTEX_WAIT|poll\(|nanosleep|clock_nanosleep' "$dir/strace.txt" | grep -vc unfinished || true)
+writes=$(grep -cE '(^| )(sendmsg|write|writev|sendto)\(' "$dir/strace.txt" || true)
+echo "strace over $secs s: $total syscalls ($(awk "BEGIN{printf \"%.1f\", $total/$secs}")/s), $waits wakeups ($(awk "BEGIN{printf \"%.2f\", $waits/$secs}")/s), $writes writes"
+echo "syscalls by name:"; sed -E 's/^[0-9]+ +[0-9:.]+ +//; s/\(.*//' "$dir/strace.txt" | grep -vE '^<|^\+\+\+|^---' | sort | uniq -c | sort -rn | head -12
+# Per heartbeat: one timer expiry + one send; per 6 s websocket ping: one timer, one send, one pong.
+hb=$(awk "BEGIN{print $secs/2}")
+expected=$(awk "BEGIN{print int(($secs/2) * 2 + ($secs/6) * 3 + 2)}")
+echo "expected at most ~$expected wakeups: heartbeat every 2 s ($hb), websocket keep-alive ping every 6 s (timer + pong)"
+rc=0
+if [ "$rss_kb" -lt 10240 ]; then echo "PASS idle RSS < 10 MB ($rss_kb kB)"; else echo "FAIL idle RSS < 10 MB ($rss_kb kB)"; rc=1; fi
+if [ "$waits" -le "$expected" ]; then echo "PASS no wakeups beyond heartbeat + keep-alive ($waits <= $expected)"; else echo "FAIL wakeups beyond heartbeat + keep-alive ($waits > $expected)"; rc=1; fi
+exit $rc

@@ -1,0 +1,81 @@
+#!/usr/bin/python3
+"""issue 8 P7: 1000 `herd exec -d` jobs, >= 100 jobs/s accepted and scheduled.
+
+Starts a head and one worker from the real binaries on 127.0.60.11-12 (tests/integration's
+LoopbackCluster, real certificates), then runs JOBS times `herd exec --endpoint ... -d -- true`
+(the real CLI, one process per job, PARALLEL at a time) and reports:
+  accepted/s   jobs / wall time of all CLI runs (each returns once the head replied with the id)
+  scheduled/s  head side: jobs / (last started_at - first submitted_at), from `herd queue -o json`
+The worker declares enough CPUs for every job to be placed at once (the rate of the head, not of
+the node's capacity). Usage: exec_rate.py [--jobs N] [--parallel P]; HERD/HERDLET name the binaries.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests",
+                                "integration"))
+import loopback_cluster  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=1000)
+    ap.add_argument("--parallel", type=int, default=8)
+    ap.add_argument("--goal", type=float, default=100.0)
+    a = ap.parse_args()
+    print("load average:", open("/proc/loadavg").read().split()[:3])
+    c = loopback_cluster.LoopbackCluster("hflt-rate", ["127.0.60.11", "127.0.60.12"],
+                                         gpus_per_node=0, cpus=2 * a.jobs)
+    try:
+        cmd = [loopback_cluster.HERD, "exec", *c.target(), "-d", "--", "true"]
+
+        def one(_):
+            t = time.monotonic()
+            p = subprocess.run(cmd, capture_output=True, timeout=120)
+            if p.returncode != 0:
+                raise AssertionError(p.stderr.decode(errors="replace"))
+            return time.monotonic() - t
+
+        t0 = time.monotonic()
+        with ThreadPoolExecutor(a.parallel) as ex:
+            lat = sorted(ex.map(one, range(a.jobs)))
+        wall = time.monotonic() - t0
+        accepted = a.jobs / wall
+        deadline = time.time() + 120
+        while True:
+            jobs = json.loads(c.herd("queue", "-o", "json").stdout)
+            started = [j for j in jobs if j["started_at_ms"] > 0]
+            if len(started) >= a.jobs or time.time() > deadline:
+                break
+            time.sleep(0.5)
+        first = min(j["submitted_at_ms"] for j in jobs)
+        last = max(j["started_at_ms"] for j in started)
+        sched = len(started) / max(1e-3, (last - first) / 1000.0)
+        waits = sorted(j["started_at_ms"] - j["submitted_at_ms"] for j in started)
+        states = {}
+        for j in jobs:
+            states[j["status"]] = states.get(j["status"], 0) + 1
+        print(f"{a.jobs} x `herd exec -d -- true`, {a.parallel} in parallel: wall {wall:.2f} s, "
+              f"{accepted:.1f} jobs/s accepted; CLI latency p50 {lat[len(lat)//2]*1000:.0f} ms, "
+              f"p90 {lat[int(len(lat)*0.9)]*1000:.0f} ms")
+        print(f"head: {len(started)} jobs scheduled, first submit -> last start "
+              f"{(last - first)/1000:.2f} s = {sched:.1f} jobs/s; submit -> start p50 "
+              f"{waits[len(waits)//2]} ms, max {waits[-1]} ms; states {states}")
+        print("load average:", open("/proc/loadavg").read().split()[:3])
+        ok = accepted >= a.goal and sched >= a.goal and len(started) >= a.jobs
+        print(("PASS" if accepted >= a.goal else "FAIL") + f" accepted {accepted:.1f} jobs/s "
+              f"(goal >= {a.goal:.0f})")
+        print(("PASS" if sched >= a.goal and len(started) >= a.jobs else "FAIL") +
+              f" scheduled {sched:.1f} jobs/s (goal >= {a.goal:.0f})")
+        return 0 if ok else 1
+    finally:
+        c.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
