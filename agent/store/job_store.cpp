@@ -140,16 +140,12 @@ Status JobStore::Init() {
   HERD_RETURN_IF_ERROR(sqlite::EnableWal(db_, LabelFor(path_)));
   // In WAL mode NORMAL syncs the WAL at checkpoints, not at every commit: a commit survives a crash
   // of the process (the WAL is in the page cache) but the last ones may be lost on a power failure
-  // or kernel crash. Every job state change is a commit; FULL cost one fdatasync each.
+  // or kernel crash, which also ends the node's jobs. Every job state change is a commit; FULL
+  // cost one fdatasync each (3-4 per job, 1-6 ms each here; bench/README.md).
   HERD_RETURN_IF_ERROR(Exec("PRAGMA synchronous = NORMAL"));
   // Deleted and overwritten content is zeroed, so a migrated clear secret does not stay behind in
   // a free page.
   HERD_RETURN_IF_ERROR(Exec("PRAGMA secure_delete = ON"));
-  // With WAL, NORMAL syncs only at checkpoints: a commit survives a crash of the agent (the
-  // WAL is in the page cache), only a power loss of the head node can take the last ones, and
-  // such a loss ends its jobs anyway. FULL cost one fdatasync per job state change (3-4 per job,
-  // 1-6 ms each here) on the submit-to-SUCCEEDED path (bench/README.md).
-  HERD_RETURN_IF_ERROR(Exec("PRAGMA synchronous=NORMAL"));
   {
     // Catches damaged pages now, with a clear message, rather than on some later query.
     HERD_ASSIGN_OR_RETURN(Stmt check, Prepare("PRAGMA quick_check"));
