@@ -417,6 +417,19 @@ void Head::HandleExited(const ProcessExited& exited) {
 
 void Head::CheckNodes() {
   auto now = Clock::now();
+  if (now - last_check_ > limits::kNodeCheckInterval + limits::kHeadStallAfter) {
+    // The head did not run for a while: the silence it measured is its own. Connected nodes get a
+    // fresh window; their agents, which may have dropped the connection meanwhile, re-register.
+    HERD_LOG(kWarn)
+        << "the head did not run for "
+        << std::chrono::duration_cast<std::chrono::milliseconds>(now - last_check_).count()
+        << " ms; giving every agent " << limits::kNodeLostAfter.count()
+        << " ms to be heard from again";
+    for (auto& [id, node] : nodes_) {
+      if (node.alive) node.last_seen = now;
+    }
+  }
+  last_check_ = now;
   std::vector<std::string> lost;
   for (auto& [id, node] : nodes_) {
     if (!node.alive) continue;

@@ -148,6 +148,7 @@ class Head {
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<transport::Server> server_;
   boost::asio::steady_timer check_timer_;
+  Clock::time_point last_check_ = Clock::now();  // when CheckNodes last ran
   std::map<std::string, NodeEntry> nodes_;
   std::map<const transport::Connection*, std::string> agent_conns_;  // conn -> node id
   std::map<int64_t, JobRun> jobs_;                                   // active jobs by id (FIFO)

@@ -49,6 +49,11 @@ inline constexpr Duration kNodeCheckInterval = 500ms;
 // restart (its supervisor restarts it after kAgentRestartBackoffInitial) re-registers and adopts
 // its processes well before kNodeLostAfter, so it fails nothing.
 inline constexpr Duration kNodeLossReportedWithin = 10s;
+// A node check that runs this much later than kNodeCheckInterval means the head itself did not
+// run (SIGSTOP, a frozen VM, a suspended laptop holding the head): the agents' silence was the
+// head's, so every connected node gets a fresh kNodeLostAfter to be heard again instead of being
+// declared lost at once. Above any scheduling delay of a loaded machine, under kNodeLostAfter.
+inline constexpr Duration kHeadStallAfter = 3s;
 // Re-registration after a drop: capped exponential backoff.
 inline constexpr Duration kReconnectBackoffInitial = 100ms;
 inline constexpr Duration kReconnectBackoffMax = 3s;
@@ -184,6 +189,8 @@ static_assert(kNodeLostAfter < kWebsocketIdleTimeout + kHeartbeatInterval * 4,
               "a lost node is noticed on the order of the websocket timeout");
 static_assert(kNodeLostAfter + kNodeCheckInterval < kNodeLossReportedWithin,
               "a lost node's job is failed within the promised time");
+static_assert(kNodeCheckInterval < kHeadStallAfter && kHeadStallAfter < kNodeLostAfter,
+              "a stall of the head is told apart from a late timer and from a lost node");
 static_assert(kAgentRestartBackoffInitial + kAgentStartSettle + kHandshakeTimeout / 4 <
                   kNodeLostAfter,
               "an agent restarted by its supervisor registers again before its node is lost");

@@ -140,6 +140,32 @@ class SurviveTest(unittest.TestCase):
         # The dropped connections were noticed (and the agent came back each time).
         self.assertIn("connection to head lost", self.cluster.agent_log(1).split(", 1 adopted")[-1])
 
+    def test_head_stopped_for_20_s_loses_nothing(self):
+        """Chaos (issue 7 item 6): the head's herdlet is SIGSTOPped for 20 s while a 2-node job
+        prints. The agents' connections time out meanwhile; after SIGCONT the head must not take
+        its own silence for lost nodes (limits::kHeadStallAfter): the agents re-register and the
+        job ends SUCCEEDED with every line once."""
+        self.cluster.wait_nodes(3, timeout=30)
+        per_rank = 60
+        job = self.submit("headstall", (
+            "num_nodes: 2\nrun: |\n"
+            f"  for i in $(seq 1 {per_rank}); do echo r$SKYPILOT_NODE_RANK $i; sleep 0.5; done\n"))
+        self.wait_log(job, r"rank=1, pid=\d+[^)]*\) r1 1\n")
+        head = self.cluster.procs[0].pid
+        os.kill(head, signal.SIGSTOP)
+        try:
+            time.sleep(20)
+        finally:
+            os.kill(head, signal.SIGCONT)
+        final = subprocess.run([HERD, "logs", *self.cluster.target(), str(job)],
+                               capture_output=True, timeout=120)
+        self.assertEqual(final.returncode, 0, final.stderr[-2000:])
+        self.assertEqual(self.cluster.queue()[job]["status"], "SUCCEEDED")
+        text = final.stdout.decode(errors="replace")
+        for rank in (0, 1):
+            self.assertIsNone(count_rank_lines(text, rank, per_rank))
+        self.assertIn("the head did not run for", self.cluster.agent_log(0))
+
     def _node_loss(self, tag, inject, recover):
         job = self.submit(tag, "num_nodes: 3\nrun: |\n  echo up $SKYPILOT_NODE_RANK; sleep 1000\n")
         for r in range(3):
