@@ -65,8 +65,13 @@ class PoolTest(unittest.TestCase):
         self.h.herd("down", "onpool", "-y")
         # The machines are not ours: they stay, without herd's agent or files.
         for ip in self.ips:
+            # Hosts share the machine's PID namespace: count only herdlets in this host's mount
+            # namespace (other clusters' agents may run beside the test).
             r = self.host_ssh(ip, "test -e .herd/agent && echo left || echo clean; "
-                                  "pgrep -x herdlet >/dev/null && echo running || echo stopped")
+                                  "me=$(readlink /proc/self/ns/mnt); n=0; "
+                                  "for p in $(pgrep -x herdlet); do "
+                                  "[ \"$(readlink /proc/$p/ns/mnt)\" = \"$me\" ] && n=$((n+1)); "
+                                  "done; [ $n -gt 0 ] && echo running || echo stopped")
             self.assertEqual(r.stdout.split(), ["clean", "stopped"], r.stderr)
 
     def test_a_refused_key_names_the_host(self):
