@@ -116,13 +116,8 @@ struct Harness {
 };
 
 Harness& TheHarness() {
-  static Harness* h = new Harness();  // lives for the process; its files go at exit
-  static bool registered = [] {
-    std::atexit([] { delete &TheHarness(); });
-    return true;
-  }();
-  (void)registered;
-  return *h;
+  static Harness harness;  // one head for the process; its files go at exit
+  return harness;
 }
 
 bool RefusedRegister(const FakeConn& conn, std::size_t sent_before) {
