@@ -46,6 +46,21 @@ TEST_CASE("garbage, truncated, empty, versionless and oversized frames are rejec
     REQUIRE_FALSE(r.ok());
     CHECK(r.status().message().find("exceeds") != std::string::npos);
   }
+  SUBCASE("a string field that is not UTF-8 is refused with protobuf's reason, not on stderr") {
+    // A Register whose node id is replaced on the wire by bytes that are not UTF-8.
+    AgentToHead reg;
+    reg.set_version(herd::v1::PROTOCOL_VERSION_1);
+    reg.mutable_register_()->mutable_node()->set_node_id("ZZZZ");
+    std::string wire = reg.SerializeAsString();
+    auto at = wire.find("ZZZZ");
+    REQUIRE(at != std::string::npos);
+    wire.replace(at, 4, "\xff\xfe\xff\xfe");
+    auto r = Decode<AgentToHead>(wire);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().message().find("malformed AgentToHead") != std::string::npos);
+    CHECK(r.status().message().find("node_id") != std::string::npos);
+    CHECK(r.status().message().find("UTF-8") != std::string::npos);
+  }
   SUBCASE("random garbage never crashes and never yields a message without a version") {
     std::mt19937 rng(42);
     int accepted = 0;
