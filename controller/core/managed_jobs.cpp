@@ -315,8 +315,7 @@ class Controller {
               std::string(proto::JobStateName(j.state()));
         return AttemptOutcome::kNodeLost;
     }
-    why = std::string(proto::JobStateName(j.state())) +
-          (j.message().empty() ? "" : " (" + j.message() + ")");
+    why = j.message().empty() ? std::string(proto::JobStateName(j.state())) : j.message();
     auto nodes = sdk::Nodes(cluster);
     if (!nodes.ok()) {
       why += "; the cluster does not answer: " + nodes.status().message();

@@ -18,6 +18,11 @@ from herd_env import HerdEnv, namespaces_of, netns_available  # noqa: E402
 STEPS = 40  # checkpointed steps of the resumable job, 0.5 s each
 
 
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
 def pids_with_marker(marker):
     found = []
     for d in os.listdir("/proc"):
@@ -126,7 +131,7 @@ run: |
         step_file = os.path.join(self.ckpt, task_id, "step")
         deadline = time.time() + 60
         while time.time() < deadline:
-            if os.path.exists(step_file) and int(open(step_file).read() or 0) >= 4:
+            if os.path.exists(step_file) and int(read(step_file) or 0) >= 4:
                 break
             time.sleep(0.2)
         else:
@@ -157,6 +162,9 @@ run: |
         self.assertRegex(table, r"ID\s+NAME\s+RESOURCES\s+SUBMITTED\s+DURATION\s+#RECOVERIES\s+"
                                 r"STATUS\s+CLUSTER")
         self.assertRegex(table, rf"\n{job_id}\s+hmj-ckpt\s.*\s1\s+RUNNING\s+hmj-ckpt-{job_id}-2")
+        # The cluster's own queue shows the attempt and the shared task id.
+        cjob = json.loads(self.h.herd("queue", j["cluster"], "-o", "json").stdout)[0]
+        self.assertEqual((cjob["attempt"], cjob["task_id"]), (2, task_id))
         # The old cluster is gone before the new one runs.
         self.assertNotIn(first, self.h.clusters())
         self.assertEqual(namespaces_of(first), [])
@@ -168,12 +176,12 @@ run: |
         self.assertEqual([a["outcome"] for a in j["attempts"]], ["NODE_LOST", "SUCCEEDED"])
         self.assertIn("lost", j["attempts"][0]["reason"])
 
-        lines = open(os.path.join(self.ckpt, task_id, "attempts.txt")).read().split("\n")
+        lines = read(os.path.join(self.ckpt, task_id, "attempts.txt")).split("\n")
         seen_ids = {re.search(r"task_id=(\S+)", l).group(1) for l in lines if l}
         self.assertEqual(seen_ids, {task_id})
         self.assertEqual(sorted({re.search(r"attempt=(\d+)", l).group(1) for l in lines if l}),
                          ["1", "2"])
-        self.assertEqual(int(open(step_file).read()), STEPS)
+        self.assertEqual(int(read(step_file)), STEPS)
 
         logs = self.h.herd("jobs", "logs", str(job_id), check=False)
         out = logs.stdout.decode()
@@ -244,11 +252,12 @@ run: |
         self.assertNotIn(cluster, self.h.clusters())
         self.assertEqual(namespaces_of(cluster), [])
         self.assertEqual(pids_with_marker("hmj-cancel-marker"), [])
+        # The controller process exits once the job is CANCELLED.
+        marker = f"_controller\0{job_id}\0"
         deadline = time.time() + 10
-        while os.path.exists(f"/proc/{controller}") and time.time() < deadline:
+        while controller in pids_with_marker(marker) and time.time() < deadline:
             time.sleep(0.1)
-        self.assertFalse(os.path.exists(f"/proc/{controller}/cmdline") and
-                         b"_controller" in open(f"/proc/{controller}/cmdline", "rb").read())
+        self.assertNotIn(controller, pids_with_marker(marker))
         logs = self.h.herd("jobs", "logs", str(job_id), check=False)
         self.assertEqual(logs.returncode, 103)
 
