@@ -275,5 +275,41 @@ run: |
             self.assertIn("managed job 999 not found", p.stderr.decode())
 
 
+    def test_e_head_node_lost_is_recovered_as_an_unreachable_cluster(self):
+        task = self.write_task("head", """
+name: hmj-head
+num_nodes: 2
+run: |
+  echo "attempt $HERD_ATTEMPT rank $SKYPILOT_NODE_RANK"
+  if [ "$HERD_ATTEMPT" = 1 ]; then sleep 300; fi
+""")
+        job_id = self.launch_detached(task)
+        j, _ = self.wait_for(job_id, lambda j: j["status"] == "RUNNING", 120, "RUNNING")
+        head_ns = f"herd-{j['cluster']}-0"
+        time.sleep(1)  # the ranks have started
+        killed_at = time.time()
+        for p in subprocess.run(["ip", "netns", "pids", head_ns], capture_output=True,
+                                text=True).stdout.split():
+            try:
+                os.kill(int(p), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        # The controller's stream to the head redials for kClientReconnectWindow (30 s), then the
+        # cluster counts as lost (what a preempted head looks like).
+        self.wait_for(job_id, lambda j: j["status"] == "RECOVERING", 90, "RECOVERING")
+        recovering_at = time.time()
+        j, _ = self.wait_for(job_id, lambda j: j["status"] not in ("RUNNING", "RECOVERING"), 120,
+                             "the end")
+        self.assertEqual(j["status"], "SUCCEEDED", self.controller_log(job_id))
+        self.assertEqual([a["outcome"] for a in j["attempts"]], ["NODE_LOST", "SUCCEEDED"])
+        self.assertIn("head", j["attempts"][0]["reason"])
+        self.assertEqual(j["recoveries"], 1)
+        out = self.h.herd("jobs", "logs", str(job_id)).stdout.decode()
+        self.assertIn("attempt 2 rank 0", out)
+        self.assertIn("attempt 2 rank 1", out)
+        self.assertEqual([c for c in self.h.clusters() if c.startswith("hmj-head")], [])
+        print(f"\nhead node lost -> RECOVERING {recovering_at - killed_at:.1f} s",
+              file=sys.stderr)
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
