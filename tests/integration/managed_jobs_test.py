@@ -311,5 +311,25 @@ run: |
         print(f"\nhead node lost -> RECOVERING {recovering_at - killed_at:.1f} s",
               file=sys.stderr)
 
+    def test_f_a_dead_controller_is_shown_as_failed_controller(self):
+        task = self.write_task("orphan", """
+name: hmj-orphan
+run: sleep 300
+""")
+        job_id = self.launch_detached(task)
+        j, _ = self.wait_for(job_id, lambda j: j["status"] == "RUNNING", 120, "RUNNING")
+        self.assertIn(j["controller_pid"], pids_with_marker(f"_controller\0{job_id}\0"))
+        os.kill(j["controller_pid"], signal.SIGKILL)
+        j, _ = self.wait_for(job_id, lambda j: j["status"] != "RUNNING", 10, "FAILED_CONTROLLER")
+        self.assertEqual(j["status"], "FAILED_CONTROLLER")
+        self.assertIn(f"herd down {j['cluster']}", j["message"])
+        self.assertRegex(self.h.herd("jobs", "queue").stdout.decode(),
+                         rf"\n{job_id}\s+hmj-orphan\s.*FAILED_CONTROLLER\s+{j['cluster']}")
+        self.assertEqual(self.h.herd("jobs", "logs", str(job_id), check=False).returncode, 100)
+        # Cancelling it now is a no-op; the user downs the cluster the message names.
+        c = self.h.herd("jobs", "cancel", str(job_id))
+        self.assertIn("already ended (FAILED_CONTROLLER)", c.stdout.decode())
+        self.h.herd("down", j["cluster"], "-y")
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
