@@ -237,8 +237,17 @@ name: hmj-cancel
 run: |
   exec -a hmj-cancel-marker sleep 300
 """)
-        job_id = self.launch_detached(task)
+        # Launched in the foreground, then Ctrl-C: the CLI detaches, the job keeps running.
+        cli = self.h.popen("jobs", "launch", "-y", task)
+        line = cli.stdout.readline()
+        job_id = int(re.search(rb"Managed job ID: (\d+)", line).group(1))
         j, _ = self.wait_for(job_id, lambda j: j["status"] == "RUNNING", 120, "RUNNING")
+        cli.send_signal(signal.SIGINT)
+        _, err = cli.communicate(timeout=30)
+        self.assertEqual(cli.returncode, 101, err.decode())
+        self.assertIn(f"Reattach with: herd jobs logs {job_id}", err.decode())
+        time.sleep(1)
+        self.assertEqual(self.queue()[job_id]["status"], "RUNNING")
         cluster = j["cluster"]
         deadline = time.time() + 30
         while not pids_with_marker("hmj-cancel-marker") and time.time() < deadline:
