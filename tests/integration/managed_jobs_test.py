@@ -3,6 +3,7 @@
 checkpoint (same SKYPILOT_TASK_ID, attempt 2); a failing task is retried max_restarts_on_errors
 times, then FAILED; a running job is cancelled. Cluster names start with `hmj`."""
 
+import hashlib
 import json
 import os
 import re
@@ -339,6 +340,21 @@ run: sleep 300
         c = self.h.herd("jobs", "cancel", str(job_id))
         self.assertIn("already ended (FAILED_CONTROLLER)", c.stdout.decode())
         self.h.herd("down", j["cluster"], "-y")
+
+    def test_g_secrets_reach_the_job_but_no_file(self):
+        value = "s3cr3t-hmj-value"
+        digest = hashlib.sha256(value.encode()).hexdigest()
+        p = self.h.herd("jobs", "launch", "-y", "-n", "hmj-secret", "--secret",
+                        f"HMJ_TOKEN={value}", "--", 'printf %s "$HMJ_TOKEN" | sha256sum')
+        self.assertIn(digest, p.stdout.decode())  # the job had the value
+        self.assertNotIn(value, p.stdout.decode())
+        for root, _, files in os.walk(self.h.env["HERD_HOME"]):
+            for name in files:
+                with open(os.path.join(root, name), "rb") as f:
+                    found = value.encode() in f.read()
+                self.assertFalse(found, f"the secret is in {os.path.join(root, name)}")
+        self.assertNotIn(value, self.h.herd("jobs", "queue", "-o", "json").stdout.decode())
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
