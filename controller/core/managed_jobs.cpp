@@ -404,6 +404,11 @@ int RunManagedController(int64_t id) {
     return 1;
   }
   if (jobs::IsTerminal(job->state)) return 0;
+  if (job->controller_pid > 0 && job->controller_pid != ::getpid() && ControllerAlive(*job)) {
+    std::cerr << "herd: managed job " << id << " already has a controller (pid "
+              << job->controller_pid << ")\n";
+    return 1;
+  }
   // Secrets come in this process's environment only; children (ssh, rsync) do not need them.
   std::string secrets_json;
   if (const char* s = ::getenv(kSecretsEnv)) secrets_json = s;
