@@ -534,7 +534,13 @@ void Head::Submit(const ConnPtr& conn, uint64_t request_id, const SubmitJob& sub
   rec.info.set_num_nodes(spec.num_nodes());
   rec.info.set_resources(ResourcesString(spec));
   rec.info.set_first_failed_rank(-1);
-  rec.info.set_attempt(1);
+  if (submit.attempt() < 0) {
+    return ReplyError(conn, request_id, InvalidArgument("attempt must not be negative"));
+  }
+  // A managed job's controller resubmits on a new cluster with the next attempt and its own task
+  // id, so SKYPILOT_TASK_ID (checkpoint paths, --rdzv_id) stays the same across attempts.
+  rec.info.set_attempt(submit.attempt() > 0 ? submit.attempt() : 1);
+  rec.info.set_task_id(submit.task_id());
   auto id = store_->AddJob(rec);
   if (!id.ok()) return ReplyError(conn, request_id, id.status());
   rec.info.set_job_id(*id);
@@ -948,9 +954,12 @@ void Head::StartPhase(JobRun& run, bool setup) {
   ctx.cluster_name = options_.cluster;
   ctx.cloud = options_.cloud;
   ctx.job_id = id;
-  ctx.task_id = MakeTaskId(std::chrono::system_clock::time_point(
-                               std::chrono::milliseconds(run.rec.info.submitted_unix_ms())),
-                           options_.cluster, id);
+  ctx.task_id = !run.rec.info.task_id().empty()
+                    ? run.rec.info.task_id()
+                    : MakeTaskId(std::chrono::system_clock::time_point(
+                                     std::chrono::milliseconds(run.rec.info.submitted_unix_ms())),
+                                 options_.cluster, id);
+  ctx.attempt = attempt;
   ctx.user = run.rec.info.user();
   ctx.spec = &run.rec.spec;
   for (const auto& n : cluster) ctx.cluster_ips.push_back(n.addresses(0));

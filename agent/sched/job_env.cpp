@@ -44,6 +44,7 @@ void AddCommon(const JobEnvContext& ctx, EnvMap& env) {
   SetBoth(env, "TASK_ID", ctx.task_id);
   SetBoth(env, "CLUSTER_INFO", ClusterInfoJson(ctx));
   SetBoth(env, "USER", ctx.user);
+  env["HERD_ATTEMPT"] = std::to_string(ctx.attempt);
 }
 
 }  // namespace

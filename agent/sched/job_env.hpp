@@ -19,7 +19,8 @@ struct JobEnvContext {
   std::string cloud = "local";
   std::string region, zone;  // "" -> null in SKYPILOT_CLUSTER_INFO
   int64_t job_id = 0;
-  std::string task_id;  // MakeTaskId(...)
+  std::string task_id;  // MakeTaskId(...), or the one a managed job keeps across attempts
+  int32_t attempt = 1;  // HERD_ATTEMPT: which attempt of a managed job this is (1 otherwise)
   std::string user;
   const herd::v1::TaskSpec* spec = nullptr;  // nullptr: no envs, secrets or accelerators
   std::vector<std::string> gang_ips;         // the job's nodes in rank order
@@ -44,7 +45,8 @@ std::string ClusterInfoJson(const JobEnvContext& ctx);
 // subset of the cluster is renumbered 0..k-1 in the order given). Precedence, lowest first:
 //   the task's envs < the task's secrets
 //   < herd's identity variables SKYPILOT_NODE_RANK, _NODE_IPS, _NUM_NODES, _NUM_GPUS_PER_NODE,
-//     _TASK_ID, _CLUSTER_INFO, _USER and their HERD_* twins, and CUDA_VISIBLE_DEVICES = the rank's
+//     _TASK_ID, _CLUSTER_INFO, _USER and their HERD_* twins, HERD_ATTEMPT (SkyPilot has no
+//     name for it), and CUDA_VISIBLE_DEVICES = the rank's
 //     GPU indices joined by ',' when the job was given GPUs ("0,1,2,3").
 // Identity variables win because a stray user env named SKYPILOT_NODE_RANK would otherwise give
 // two nodes the same rank and hang the rendezvous; CUDA_VISIBLE_DEVICES wins so that two jobs never

@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include "controller/core/head_client.hpp"
+#include "controller/core/managed_jobs.hpp"
 #include "controller/core/progress.hpp"
 #include "controller/core/sdk.hpp"
 #include "controller/core/table.hpp"
@@ -128,6 +129,38 @@ boost::json::object JobJson(const JobInfo& j) {
   o["first_failed_rank"] = j.first_failed_rank();
   o["first_failed_node"] = j.first_failed_node();
   o["message"] = j.message();
+  o["attempt"] = j.attempt();
+  o["task_id"] = j.task_id();
+  return o;
+}
+
+boost::json::object ManagedJobJson(const jobs::ManagedJob& j) {
+  boost::json::object o;
+  o["id"] = j.id;
+  o["name"] = j.name;
+  o["user"] = j.user;
+  o["status"] = std::string(jobs::StateName(j.state));
+  o["submitted_at_ms"] = j.submitted_unix_ms;
+  o["started_at_ms"] = j.started_unix_ms;
+  o["ended_at_ms"] = j.ended_unix_ms;
+  o["resources"] = j.resources;
+  o["task_id"] = j.task_id;
+  o["recoveries"] = j.recoveries;
+  o["restarts_on_errors"] = j.restarts_on_errors;
+  o["cluster"] = j.cluster;
+  o["controller_pid"] = j.controller_pid;
+  o["message"] = j.message;
+  boost::json::array attempts;
+  for (const auto& a : j.attempts) {
+    attempts.push_back(boost::json::object{{"attempt", a.attempt},
+                                           {"cluster", a.cluster},
+                                           {"cluster_job_id", a.cluster_job_id},
+                                           {"started_at_ms", a.start_unix_ms},
+                                           {"ended_at_ms", a.end_unix_ms},
+                                           {"outcome", a.outcome},
+                                           {"reason", a.reason}});
+  }
+  o["attempts"] = std::move(attempts);
   return o;
 }
 
@@ -414,6 +447,43 @@ int RunCli(int argc, char** argv) {
   autostop->add_flag("--down", autostop_down, "tear down instead of stopping");
   autostop->add_flag("--cancel", autostop_cancel, "turn autostop off");
 
+  // herd jobs launch|queue|logs|cancel (managed jobs) and the hidden _controller
+  auto* jobs_cmd =
+      app.add_subcommand("jobs", "managed jobs: relaunched on new nodes after node loss");
+  jobs_cmd->require_subcommand(1);
+  auto* jobs_launch = jobs_cmd->add_subcommand("launch", "start a managed job");
+  std::string jobs_infra;
+  TaskFlags jobs_flags;
+  std::vector<std::string> jobs_launch_args;
+  bool jobs_detach = false, jobs_yes = false;
+  jobs_launch->add_option("--infra", jobs_infra,
+                          "local (default), ssh/<pool>, aws[/REGION[/ZONE]]");
+  AddTaskFlags(jobs_launch, jobs_flags);
+  jobs_launch->add_flag("-d,--detach-run", jobs_detach, "do not stream the job's logs");
+  jobs_launch->add_flag("-y,--yes", jobs_yes, "do not ask");
+  jobs_launch->add_option("args", jobs_launch_args, "TASK.yaml, or a command after --");
+  auto* jobs_queue = jobs_cmd->add_subcommand("queue", "list managed jobs");
+  std::string jobs_queue_output;
+  bool jobs_queue_skip = false;
+  jobs_queue->add_flag("-s,--skip-finished", jobs_queue_skip, "only jobs that have not ended");
+  jobs_queue->add_option("-o,--output", jobs_queue_output, "output format")
+      ->check(CLI::IsMember({"json"}));
+  auto* jobs_logs = jobs_cmd->add_subcommand("logs", "stream a managed job's logs, every attempt");
+  std::vector<std::string> jobs_logs_args;
+  bool jobs_logs_no_follow = false;
+  jobs_logs->add_option("job", jobs_logs_args, "managed job id (default: the latest)");
+  jobs_logs->add_flag("--no-follow", jobs_logs_no_follow, "print what is there and exit");
+  auto* jobs_cancel = jobs_cmd->add_subcommand("cancel", "cancel managed jobs");
+  std::vector<std::string> jobs_cancel_args;
+  bool jobs_cancel_all = false, jobs_cancel_yes = false;
+  jobs_cancel->add_option("jobs", jobs_cancel_args, "managed job ids");
+  jobs_cancel->add_flag("-a,--all", jobs_cancel_all, "every managed job not yet ended");
+  jobs_cancel->add_flag("-y,--yes", jobs_cancel_yes, "do not ask");
+  auto* jobs_controller = jobs_cmd->add_subcommand("_controller", "");
+  jobs_controller->group("");  // internal: the per-job controller process
+  int64_t jobs_controller_id = 0;
+  jobs_controller->add_option("id", jobs_controller_id, "managed job id")->required();
+
   // herd nodes
   auto* nodes = app.add_subcommand("nodes", "list the nodes registered with a cluster's head");
   TargetFlags nodes_target;
@@ -439,7 +509,8 @@ int RunCli(int argc, char** argv) {
   }
   log::SetLevel(verbose ? log::Level::kDebug : log::Level::kWarn);
   // Everything after `--` is the command to run (`herd exec demo --num-nodes 2 -- nvidia-smi`).
-  for (auto [cmd, args] : {std::pair{launch, &launch_args}, {exec, &exec_args}}) {
+  for (auto [cmd, args] :
+       {std::pair{launch, &launch_args}, {exec, &exec_args}, {jobs_launch, &jobs_launch_args}}) {
     if (*cmd) args->insert(args->end(), command_after_dashes.begin(), command_after_dashes.end());
   }
   Progress progress(quiet);
@@ -569,12 +640,13 @@ int RunCli(int argc, char** argv) {
       return 0;
     }
     if (!queue_cluster.empty()) std::cout << "Job queue of cluster " << queue_cluster << "\n";
-    Table table(
-        {"ID", "NAME", "USER", "SUBMITTED", "STARTED", "DURATION", "RESOURCES", "STATUS", "LOG"});
+    Table table({"ID", "NAME", "USER", "SUBMITTED", "STARTED", "DURATION", "RESOURCES", "STATUS",
+                 "LOG", "ATTEMPT"});
     for (const auto& j : *jobs) {
       table.AddRow({std::to_string(j.job_id()), j.name().empty() ? "-" : j.name(), j.user(),
                     Ago(j.submitted_unix_ms()), Ago(j.started_unix_ms()), Duration(j),
-                    j.resources(), std::string(proto::JobStateName(j.state())), j.log_path()});
+                    j.resources(), std::string(proto::JobStateName(j.state())), j.log_path(),
+                    std::to_string(j.attempt())});
     }
     std::cout << table.Render();
     return 0;
@@ -654,6 +726,83 @@ int RunCli(int argc, char** argv) {
                 << " idle minute(s).\n";
     }
     return 0;
+  }
+  if (*jobs_controller) return RunManagedController(jobs_controller_id);
+  if (*jobs_launch) {
+    auto t = BuildTask(jobs_launch_args, jobs_flags);
+    if (!t.ok()) return Fail(t.status(), 2);
+    ManagedLaunchOptions o;
+    o.infra = jobs_infra;
+    o.user = CurrentUser();
+    auto id = LaunchManagedJob(*t, o);
+    if (!id.ok()) return FailForStatus(id.status());
+    std::cout << "Managed job ID: " << *id << "\n";
+    std::cout.flush();
+    if (jobs_detach) {
+      std::cerr << "To stream its logs:  herd jobs logs " << *id << "\n"
+                << "To see its status:   herd jobs queue\n"
+                << "To cancel it:        herd jobs cancel " << *id << "\n";
+      return 0;
+    }
+    InstallSigint();
+    int code =
+        FollowManagedLogs(*id, true, std::cout, std::cerr, [] { return g_interrupted.load(); });
+    if (g_interrupted) {
+      std::cerr << "Detached from managed job " << *id
+                << "; it keeps running. Reattach with: herd jobs logs " << *id << "\n";
+    }
+    return code;
+  }
+  if (*jobs_queue) {
+    auto list = ListManagedJobs();
+    if (!list.ok()) return FailForStatus(list.status());
+    std::vector<jobs::ManagedJob> shown;
+    for (auto& j : *list) {
+      if (!jobs_queue_skip || !jobs::IsTerminal(j.state)) shown.push_back(std::move(j));
+    }
+    if (jobs_queue_output == "json") {
+      boost::json::array arr;
+      for (const auto& j : shown) arr.push_back(ManagedJobJson(j));
+      std::cout << boost::json::serialize(arr) << "\n";
+      return 0;
+    }
+    if (shown.empty()) {
+      std::cout << "No managed jobs.\n";
+      return 0;
+    }
+    Table table(
+        {"ID", "NAME", "RESOURCES", "SUBMITTED", "DURATION", "#RECOVERIES", "STATUS", "CLUSTER"});
+    const int64_t now = static_cast<int64_t>(std::time(nullptr)) * 1000;
+    for (const auto& j : shown) {
+      table.AddRow({std::to_string(j.id), j.name.empty() ? "-" : j.name, j.resources,
+                    Ago(j.submitted_unix_ms), ManagedDuration(j, now), std::to_string(j.recoveries),
+                    std::string(jobs::StateName(j.state)), j.cluster.empty() ? "-" : j.cluster});
+    }
+    std::cout << table.Render();
+    return 0;
+  }
+  if (*jobs_logs) {
+    if (jobs_logs_args.size() > 1) return Fail(InvalidArgument("logs takes one job id"), 2);
+    auto ids = ParseJobIds(jobs_logs_args);
+    if (!ids.ok()) return Fail(ids.status(), 2);
+    int64_t id = ids->empty() ? 0 : (*ids)[0];
+    if (id == 0) {
+      auto list = ListManagedJobs();
+      if (!list.ok()) return FailForStatus(list.status());
+      if (list->empty()) return Fail(NotFound("no managed jobs (see `herd jobs launch`)"));
+      id = list->front().id;
+    }
+    InstallSigint();
+    return FollowManagedLogs(id, !jobs_logs_no_follow, std::cout, std::cerr,
+                             [] { return g_interrupted.load(); });
+  }
+  if (*jobs_cancel) {
+    auto ids = ParseJobIds(jobs_cancel_args);
+    if (!ids.ok()) return Fail(ids.status(), 2);
+    if (ids->empty() && !jobs_cancel_all) {
+      return Fail(InvalidArgument("give managed job ids or -a/--all"), 2);
+    }
+    return CancelManagedJobs(*ids, jobs_cancel_all, std::cout, std::cerr);
   }
   if (*nodes) {
     auto client = ConnectTarget(nodes_cluster, nodes_target);

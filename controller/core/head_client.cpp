@@ -109,10 +109,13 @@ Result<HeadToClient> HeadClient::RoundTrip(ClientToHead request) {
   return reply;
 }
 
-Result<int64_t> HeadClient::Submit(const TaskSpec& task, const std::string& user) {
+Result<int64_t> HeadClient::Submit(const TaskSpec& task, const std::string& user,
+                                   const std::string& task_id, int attempt) {
   ClientToHead req;
   *req.mutable_submit()->mutable_task() = task;
   req.mutable_submit()->set_user(user);
+  req.mutable_submit()->set_task_id(task_id);
+  req.mutable_submit()->set_attempt(attempt);
   HERD_ASSIGN_OR_RETURN(HeadToClient reply, RoundTrip(std::move(req)));
   return reply.submit_reply().job_id();
 }

@@ -28,7 +28,10 @@ class HeadClient {
   static Result<std::unique_ptr<HeadClient>> Connect(const HeadEndpoint& endpoint);
   ~HeadClient();
 
-  Result<int64_t> Submit(const herd::v1::TaskSpec& task, const std::string& user);
+  // task_id/attempt: a managed job's SKYPILOT_TASK_ID and attempt number (SubmitJob in
+  // client.proto); empty/0 for an ordinary job.
+  Result<int64_t> Submit(const herd::v1::TaskSpec& task, const std::string& user,
+                         const std::string& task_id = "", int attempt = 0);
   Result<std::vector<herd::v1::JobInfo>> Queue(bool skip_finished);
   Result<std::vector<int64_t>> Cancel(const std::vector<int64_t>& job_ids, bool all);
   Result<herd::v1::NodesReply> Nodes();

@@ -365,13 +365,14 @@ void KillNamespaceAnchor(const ClusterRecord& c) {
 // Submits (through `client`, else a new connection to the head) and keeps the connection in
 // result.head for following the job.
 herd::Status Submit(const ClusterRecord& c, herd::v1::TaskSpec spec, LaunchResult& result,
-                    std::unique_ptr<HeadClient> client = nullptr) {
+                    std::unique_ptr<HeadClient> client = nullptr, const std::string& task_id = "",
+                    int attempt = 0) {
   if (!client) {
     HERD_ASSIGN_OR_RETURN(client, ConnectHead(c));
   }
   HERD_ASSIGN_OR_RETURN(auto nodes, client->Nodes());
   HERD_RETURN_IF_ERROR(CheckFeasible(nodes, spec));
-  HERD_ASSIGN_OR_RETURN(result.job_id, client->Submit(spec, CurrentUser()));
+  HERD_ASSIGN_OR_RETURN(result.job_id, client->Submit(spec, CurrentUser(), task_id, attempt));
   result.head = std::move(client);
   return herd::Status::Ok();
 }
@@ -548,7 +549,7 @@ Result<LaunchResult> Launch(const Task& task, const LaunchOptions& o) {
   spec.set_num_nodes(task.num_nodes);
   if (o.no_setup) spec.clear_setup();
   if (!spec.run().empty() || !spec.setup().empty()) {
-    HERD_RETURN_IF_ERROR(Submit(c, spec, result, std::move(head)));
+    HERD_RETURN_IF_ERROR(Submit(c, spec, result, std::move(head), o.task_id, o.attempt));
   }
   return result;
 }

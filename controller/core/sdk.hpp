@@ -33,6 +33,10 @@ struct LaunchOptions {
   int num_nodes = 0;  // 0: the task's num_nodes
   bool no_setup = false;
   ProgressFn progress;
+  // A managed job's (herd jobs) SKYPILOT_TASK_ID, the same for every attempt, and this attempt's
+  // number; ""/0 for an ordinary launch (the head makes the id, attempt 1).
+  std::string task_id;
+  int attempt = 0;
 };
 
 struct LaunchResult {

@@ -180,6 +180,28 @@ inline constexpr Duration kAwsWaitStopped = 600s;
 // AMI can take a few minutes); kSshWaitTotal then covers the login itself.
 inline constexpr Duration kAwsWaitSsh = 300s;
 
+// ---- Managed jobs (controller/jobs, controller/core/managed_controller; `herd jobs`) ----------
+// The largest resources.job_recovery.max_restarts_on_errors a task may ask for.
+inline constexpr int kMaxRestartsOnErrors = 1000;
+// A managed job's controller provisions its cluster up to this many times in a row before the
+// job ends FAILED_NO_RESOURCE ...
+inline constexpr int kManagedLaunchAttempts = 3;
+// ... waiting this long between two tries (capacity may come back; a local node's namespace is
+// gone by then).
+inline constexpr Duration kManagedLaunchRetryWait = 5s;
+// While the controller follows its cluster job it looks at the job table for a cancel request
+// this often (besides the SIGTERM `herd jobs cancel` sends it).
+inline constexpr Duration kManagedCancelPoll = 1s;
+// `herd jobs logs` re-reads the attempt's local log copy and the job's row this often.
+inline constexpr Duration kManagedLogsPoll = 300ms;
+// A job whose controller has not recorded its pid this long after the job was made is judged
+// FAILED_CONTROLLER by `herd jobs queue` (the CLI spawns it and records the pid at once).
+inline constexpr Duration kManagedControllerStartGrace = 30s;
+// `herd jobs cancel` waits this long for the controller to reach CANCELLED (it cancels the cluster
+// job and tears the cluster down: a few seconds locally, minutes on a cloud); past it, the
+// command returns and the controller carries on.
+inline constexpr Duration kManagedCancelWait = 180s;
+
 // ---- Relations ----------------------------------------------------------------------------------
 static_assert(kMaxOutputChunkBytes + 4096 < kMaxFrameBytes, "a chunk and its envelope fit a frame");
 static_assert(kLogReplayChunkBytes + 4096 < kMaxFrameBytes, "a replay chunk fits a frame");
@@ -213,6 +235,10 @@ static_assert(kAwsHttpConnectTimeout < kAwsHttpTimeout, "connecting is part of o
 static_assert(kAwsPollInterval * 10 < kAwsWaitRunning && kAwsHttpTimeout < kAwsWaitRunning,
               "instance states are polled many times, and a slow call does not use up the wait");
 static_assert(kAwsWaitRunning <= kAwsWaitStopped, "stopping may take longer than starting");
+static_assert(kManagedLogsPoll < kManagedCancelPoll && kManagedCancelPoll < kNodeLossReportedWithin,
+              "a cancel is seen well before a node loss would be reported");
+static_assert(kManagedCancelPoll * 10 < kManagedCancelWait && kClusterLockWait < kManagedCancelWait,
+              "cancel waits for the controller's own checks and for a down that waits on the lock");
 static_assert(kSqliteBusyTimeout < kClusterLockWait,
               "store writes are short against whole commands");
 

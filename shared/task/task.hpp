@@ -15,6 +15,18 @@
 
 namespace herd::task {
 
+// resources.job_recovery: what a managed job (`herd jobs launch`) does after a failure. Plain
+// `herd launch` does not act on it. SkyPilot's forms: `job_recovery: FAILOVER` or
+// `job_recovery: {strategy: FAILOVER, max_restarts_on_errors: 3}`.
+struct JobRecovery {
+  // "FAILOVER" or "EAGER_NEXT_REGION" (upper case after parsing). The local and ssh providers have
+  // one region, so both mean: relaunch on replacement nodes of the same provider.
+  std::string strategy = "FAILOVER";
+  // Relaunches after a user error (a rank exited non-zero on healthy nodes); node loss and
+  // preemption are always recovered.
+  int max_restarts_on_errors = 0;
+};
+
 // What a task asks of each node. Counts are per node, as in SkyPilot.
 struct Resources {
   std::optional<double> cpus;  // "4+" -> 4 with cpus_at_least
@@ -28,6 +40,7 @@ struct Resources {
   std::optional<int> disk_size;    // GB
   bool use_spot = false;
   std::string instance_type;  // a cloud's instance type, used as is ("" = chosen from the rest)
+  std::optional<JobRecovery> job_recovery;  // absent: FAILOVER with 0 restarts on errors
   // Candidates, each already merged with the fields around it (SkyPilot: the fields next to
   // any_of/ordered are defaults that every candidate inherits). At most one of them is non-empty.
   std::vector<Resources> any_of, ordered;

@@ -44,6 +44,10 @@ boost::json::object ResourcesJson(const Resources& r) {
   o["use_spot"] = r.use_spot;
   o["instance_type"] =
       r.instance_type.empty() ? boost::json::value(nullptr) : boost::json::value(r.instance_type);
+  if (r.job_recovery) {
+    o["job_recovery"] = {{"strategy", r.job_recovery->strategy},
+                         {"max_restarts_on_errors", r.job_recovery->max_restarts_on_errors}};
+  }
   boost::json::array any_of, ordered;
   for (const Resources& c : r.any_of) any_of.emplace_back(ResourcesJson(c));
   for (const Resources& c : r.ordered) ordered.emplace_back(ResourcesJson(c));

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <utility>
 
+#include "shared/common/limits.hpp"
 #include "shared/task/env_vars.hpp"
 #include "shared/task/resource_values.hpp"
 #include "shared/task/task.hpp"
@@ -103,12 +104,15 @@ constexpr Refused kRefusedTaskFields[] = {
 };
 
 constexpr std::string_view kResourceFields[] = {
-    "infra", "cloud",     "region",   "zone",          "cpus",   "memory", "accelerators",
-    "ports", "disk_size", "use_spot", "instance_type", "any_of", "ordered"};
+    "infra", "cloud",     "region",   "zone",          "cpus",   "memory",  "accelerators",
+    "ports", "disk_size", "use_spot", "instance_type", "any_of", "ordered", "job_recovery"};
 // Resource fields that only matter for choosing or creating cloud VMs.
 constexpr std::string_view kIgnoredResourceFields[] = {
-    "job_recovery", "spot_recovery", "disk_tier", "network_tier",     "image_id",
-    "labels",       "autostop",      "priority",  "accelerator_args", "max_hourly_cost"};
+    "spot_recovery", "disk_tier", "network_tier",     "image_id",       "labels",
+    "autostop",      "priority",  "accelerator_args", "max_hourly_cost"};
+// resources.job_recovery: SkyPilot's recovery strategies and the fields of its mapping form.
+constexpr std::string_view kRecoveryStrategies[] = {"FAILOVER", "EAGER_NEXT_REGION"};
+constexpr std::string_view kJobRecoveryFields[] = {"strategy", "max_restarts_on_errors"};
 
 template <size_t N>
 bool Contains(const std::string_view (&list)[N], std::string_view key) {
@@ -615,6 +619,9 @@ class TaskParser {
       }
       r.instance_type = e->value.Scalar();
     }
+    if (const Entry* e = field("job_recovery"); e && !e->value.IsNull()) {
+      HERD_RETURN_IF_ERROR(ParseJobRecovery(e->value, Child(path, "job_recovery"), r));
+    }
     const Entry* any_of = field("any_of");
     const Entry* ordered = field("ordered");
     if (any_of && ordered) {
@@ -624,6 +631,56 @@ class TaskParser {
     }
     if (any_of) HERD_RETURN_IF_ERROR(Candidates(*any_of, path, r, r.any_of, notes));
     if (ordered) HERD_RETURN_IF_ERROR(Candidates(*ordered, path, r, r.ordered, notes));
+    return Status::Ok();
+  }
+
+  // job_recovery: a strategy name, or {strategy, max_restarts_on_errors} (SkyPilot's forms).
+  // Strategy names are matched case-insensitively, as SkyPilot's schema does.
+  Status ParseJobRecovery(const YAML::Node& n, const std::string& path, Resources& r) const {
+    JobRecovery jr;
+    auto strategy = [&](const YAML::Node& v, const std::string& at) -> Status {
+      std::string name = v.IsScalar() ? std::string(Trim(v.Scalar())) : "";
+      for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      if (!Contains(kRecoveryStrategies, name)) {
+        return Error(
+            v, at,
+            "expected a recovery strategy (FAILOVER or EAGER_NEXT_REGION), got " + Describe(v));
+      }
+      jr.strategy = name;
+      return Status::Ok();
+    };
+    if (n.IsScalar()) {
+      HERD_RETURN_IF_ERROR(strategy(n, path));
+      r.job_recovery = jr;
+      return Status::Ok();
+    }
+    if (!n.IsMap()) {
+      return Error(n, path,
+                   "expected a strategy name or a mapping {strategy, max_restarts_on_errors}, "
+                   "got " +
+                       Describe(n));
+    }
+    HERD_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(n, path));
+    std::vector<std::string_view> known(std::begin(kJobRecoveryFields),
+                                        std::end(kJobRecoveryFields));
+    for (const Entry& e : entries) {
+      if (!Contains(kJobRecoveryFields, e.key)) return UnknownField(e, path, known);
+      std::string at = Child(path, e.key);
+      if (e.key == "strategy") {
+        if (!e.value.IsNull()) HERD_RETURN_IF_ERROR(strategy(e.value, at));
+        continue;
+      }
+      if (e.value.IsNull()) continue;
+      auto v = IsPlainScalar(e.value) ? ParseInteger(e.value.Scalar()) : std::nullopt;
+      if (!v || *v < 0 || *v > limits::kMaxRestartsOnErrors) {
+        return Error(e.value, at,
+                     "expected an integer from 0 to " +
+                         std::to_string(limits::kMaxRestartsOnErrors) + ", got " +
+                         Describe(e.value));
+      }
+      jr.max_restarts_on_errors = static_cast<int>(*v);
+    }
+    r.job_recovery = jr;
     return Status::Ok();
   }
 

@@ -59,6 +59,7 @@ TEST_CASE("RunEnv of a 2-of-4-node job: every variable, exact values") {
       {"HERD_CLUSTER_INFO", kInfo},
       {"SKYPILOT_USER", "alice"},
       {"HERD_USER", "alice"},
+      {"HERD_ATTEMPT", "1"},
   };
   CHECK(RunEnv(f.ctx, 0) == want0);
 
@@ -196,6 +197,7 @@ TEST_CASE("SetupEnv: cluster-wide variables, exact values, and the unset list") 
       {"HERD_CLUSTER_INFO", kInfo},
       {"SKYPILOT_USER", "alice"},
       {"HERD_USER", "alice"},
+      {"HERD_ATTEMPT", "1"},
   };
   CHECK(SetupEnv(f.ctx, 3) == want);
   CHECK(SetupUnsetEnv() == std::vector<std::string>{"CUDA_VISIBLE_DEVICES"});
@@ -207,10 +209,14 @@ TEST_CASE("a context without a spec still gives every herd variable") {
   ctx.gang_ips = {"127.0.0.1"};
   ctx.cluster_ips = {"127.0.0.1"};
   const Env env = RunEnv(ctx, 0);
-  CHECK(env.size() == 14);  // 7 variables x 2 names (no PYTHONUNBUFFERED: stdout is a pty)
+  // 7 variables x 2 names + HERD_ATTEMPT (no PYTHONUNBUFFERED: stdout is a pty)
+  CHECK(env.size() == 15);
+  CHECK(env.at("HERD_ATTEMPT") == "1");
   CHECK(env.at("SKYPILOT_NUM_GPUS_PER_NODE") == "0");
   CHECK(env.at("SKYPILOT_NODE_IPS") == "127.0.0.1");
-  CHECK(SetupEnv(ctx, 0).size() == 14);
+  CHECK(SetupEnv(ctx, 0).size() == 15);
+  ctx.attempt = 3;  // a managed job's third attempt
+  CHECK(RunEnv(ctx, 0).at("HERD_ATTEMPT") == "3");
 }
 
 }  // namespace

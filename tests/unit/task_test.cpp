@@ -782,5 +782,52 @@ TEST_CASE("env file parser and substitution helpers") {
         "'${}' is not a valid variable reference");
 }
 
+TEST_CASE("resources.job_recovery: SkyPilot's string and mapping forms") {
+  CHECK_FALSE(Parse("run: x\n").resources.job_recovery.has_value());
+  Task plain = Parse("resources:\n  job_recovery: failover\n");
+  REQUIRE(plain.resources.job_recovery.has_value());
+  CHECK(plain.resources.job_recovery->strategy == "FAILOVER");
+  CHECK(plain.resources.job_recovery->max_restarts_on_errors == 0);
+  CHECK(plain.notes.empty());  // acted on by `herd jobs launch`, no "ignored" note
+
+  Task full = Parse(
+      "resources:\n  job_recovery:\n    strategy: EAGER_NEXT_REGION\n"
+      "    max_restarts_on_errors: 3\n");
+  REQUIRE(full.resources.job_recovery.has_value());
+  CHECK(full.resources.job_recovery->strategy == "EAGER_NEXT_REGION");
+  CHECK(full.resources.job_recovery->max_restarts_on_errors == 3);
+
+  // The strategy may be left out (FAILOVER); candidates inherit the field around them.
+  Task only_max =
+      Parse("resources:\n  job_recovery: {max_restarts_on_errors: 2}\n  any_of:\n    - cpus: 1\n");
+  CHECK(only_max.resources.job_recovery->strategy == "FAILOVER");
+  REQUIRE(only_max.resources.any_of.size() == 1);
+  CHECK(only_max.resources.any_of[0].job_recovery->max_restarts_on_errors == 2);
+}
+
+TEST_CASE("resources.job_recovery: bad values name file, line, column and field") {
+  CHECK(ErrorOf("resources:\n  job_recovery: SOMETIMES\n") ==
+        "t.yaml:2:17: resources.job_recovery: expected a recovery strategy (FAILOVER or "
+        "EAGER_NEXT_REGION), got 'SOMETIMES'");
+  CHECK(ErrorOf("resources:\n  job_recovery:\n    strategy: [a]\n") ==
+        "t.yaml:3:15: resources.job_recovery.strategy: expected a recovery strategy (FAILOVER "
+        "or EAGER_NEXT_REGION), got a list");
+  CHECK(ErrorOf("resources:\n  job_recovery:\n    max_restarts_on_errors: -1\n") ==
+        "t.yaml:3:29: resources.job_recovery.max_restarts_on_errors: expected an integer from 0 "
+        "to 1000, got '-1'");
+  CHECK(ErrorOf("resources:\n  job_recovery:\n    max_restarts_on_errors: \"2\"\n") ==
+        "t.yaml:3:29: resources.job_recovery.max_restarts_on_errors: expected an integer from 0 "
+        "to 1000, got '2'");
+  CHECK(ErrorOf("resources:\n  job_recovery:\n    max_restarts_on_errors: 1.5\n") ==
+        "t.yaml:3:29: resources.job_recovery.max_restarts_on_errors: expected an integer from 0 "
+        "to 1000, got '1.5'");
+  CHECK(ErrorOf("resources:\n  job_recovery:\n    max_restart_on_errors: 1\n") ==
+        "t.yaml:3:5: resources.job_recovery: unknown field 'max_restart_on_errors' (did you mean "
+        "'max_restarts_on_errors'?)");
+  CHECK(ErrorOf("resources:\n  job_recovery: [FAILOVER]\n") ==
+        "t.yaml:2:17: resources.job_recovery: expected a strategy name or a mapping {strategy, "
+        "max_restarts_on_errors}, got a list");
+}
+
 }  // namespace
 }  // namespace herd::task

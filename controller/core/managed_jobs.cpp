@@ -1,0 +1,599 @@
+#include "controller/core/managed_jobs.hpp"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <boost/json.hpp>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "controller/core/head_client.hpp"
+#include "controller/core/sdk.hpp"
+#include "controller/jobs/recovery.hpp"
+#include "controller/jobs/task_codec.hpp"
+#include "controller/ssh/subprocess.hpp"
+#include "controller/state/herd_home.hpp"
+#include "shared/common/limits.hpp"
+#include "shared/proto/job_state.hpp"
+
+namespace herd::controller {
+namespace {
+
+namespace fs = std::filesystem;
+using herd::v1::JobInfo;
+using jobs::AttemptOutcome;
+using jobs::ManagedJob;
+using jobs::ManagedJobStore;
+using jobs::ManagedState;
+
+// The controller's environment variable that carries the task's secrets (JSON object): they are
+// never written to the job table or a file.
+constexpr const char* kSecretsEnv = "HERD_MANAGED_SECRETS";
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Result<std::unique_ptr<ManagedJobStore>> OpenJobs() {
+  return ManagedJobStore::Open(jobs::ManagedJobsDbPath());
+}
+
+Result<ManagedJob> Load(ManagedJobStore& store, int64_t id) {
+  HERD_ASSIGN_OR_RETURN(auto job, store.Get(id));
+  if (!job) {
+    return NotFound("managed job " + std::to_string(id) + " not found (see `herd jobs queue`)");
+  }
+  return *job;
+}
+
+// "sky-managed-2026-12-03-09-15-02-123456_<name>_<id>": SkyPilot's form for a managed job, the
+// same for every attempt.
+std::string ManagedTaskId(int64_t submitted_ms, const std::string& name, int64_t id) {
+  const time_t t = static_cast<time_t>(submitted_ms / 1000);
+  struct tm utc {};
+  gmtime_r(&t, &utc);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "sky-managed-%04d-%02d-%02d-%02d-%02d-%02d-%06lld",
+                utc.tm_year + 1900, utc.tm_mon + 1, utc.tm_mday, utc.tm_hour, utc.tm_min,
+                utc.tm_sec, static_cast<long long>(submitted_ms % 1000) * 1000);
+  return std::string(buf) + "_" + (name.empty() ? "job" : name) + "_" + std::to_string(id);
+}
+
+// A cluster per attempt: "<name>-<id>-<attempt>", the name reduced to what a cluster name allows
+// (a-z, 0-9, '-', starting with a letter, at most 40 characters in all).
+std::string AttemptCluster(const ManagedJob& job, int attempt) {
+  std::string base;
+  for (char c : job.name) {
+    char l = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    bool ok = (l >= 'a' && l <= 'z') || (l >= '0' && l <= '9') || l == '-';
+    base += ok ? l : '-';
+  }
+  if (base.empty() || base[0] < 'a' || base[0] > 'z')
+    base = "herd-job" + (base.empty() ? "" : "-" + base);
+  std::string suffix = "-" + std::to_string(job.id) + "-" + std::to_string(attempt);
+  if (base.size() + suffix.size() > 40) base.resize(40 - suffix.size());
+  while (!base.empty() && base.back() == '-') base.pop_back();
+  return base + suffix;
+}
+
+// The controller process is alive when /proc/PID is this job's `herd jobs _controller ID`.
+bool ControllerAlive(const ManagedJob& job) {
+  if (job.controller_pid <= 0) {
+    return NowMs() - job.submitted_unix_ms < std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                 limits::kManagedControllerStartGrace)
+                                                 .count();
+  }
+  std::ifstream in("/proc/" + std::to_string(job.controller_pid) + "/cmdline");
+  std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> argv;
+  std::string cur;
+  for (char c : cmd) {
+    if (c == '\0') {
+      argv.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  return argv.size() >= 4 && argv[argv.size() - 3] == "jobs" &&
+         argv[argv.size() - 2] == "_controller" && argv.back() == std::to_string(job.id);
+}
+
+// A job that is not over while its controller is gone is over: FAILED_CONTROLLER (recorded).
+void JudgeController(ManagedJobStore& store, ManagedJob& job) {
+  if (jobs::IsTerminal(job.state) || ControllerAlive(job)) return;
+  job.state = ManagedState::kFailedController;
+  job.ended_unix_ms = NowMs();
+  job.message = job.controller_pid > 0 ? "the controller process (pid " +
+                                             std::to_string(job.controller_pid) + ") is gone"
+                                       : "the controller process never started";
+  if (!job.cluster.empty()) {
+    job.message += "; cluster " + job.cluster + " may still be up (herd down " + job.cluster + ")";
+  }
+  (void)store.Put(job);
+}
+
+int ExitCodeFor(ManagedState s) {
+  switch (s) {
+    case ManagedState::kSucceeded:
+      return 0;
+    case ManagedState::kCancelled:
+      return kExitCancelled;
+    case ManagedState::kFailed:
+    case ManagedState::kFailedSetup:
+    case ManagedState::kFailedNoResource:
+    case ManagedState::kFailedController:
+      return kExitFailed;
+    default:
+      return kExitNotFinished;
+  }
+}
+
+// ---- The controller process -------------------------------------------------------------------
+
+std::atomic<bool> g_cancel_signal{false};
+void OnTerm(int) { g_cancel_signal = true; }
+
+class Controller {
+ public:
+  Controller(std::unique_ptr<ManagedJobStore> store, ManagedJob job, task::Task task)
+      : store_(std::move(store)), job_(std::move(job)), task_(std::move(task)) {}
+
+  int Run() {
+    const task::JobRecovery policy = jobs::PolicyOf(task_);
+    jobs::RecoveryCounters counters{.recoveries = job_.recoveries,
+                                    .restarts_on_errors = job_.restarts_on_errors};
+    Log("controller started (pid " + std::to_string(::getpid()) + "), strategy " + policy.strategy +
+        ", max_restarts_on_errors " + std::to_string(policy.max_restarts_on_errors));
+    while (true) {
+      if (CancelRequested()) return Finish(ManagedState::kCancelled, "cancelled by the user", "");
+      const int attempt = static_cast<int>(job_.attempts.size()) + 1;
+      const std::string cluster = AttemptCluster(job_, attempt);
+      job_.cluster = cluster;
+      job_.attempts.push_back({.attempt = attempt,
+                               .cluster = cluster,
+                               .cluster_job_id = 0,
+                               .start_unix_ms = NowMs(),
+                               .end_unix_ms = 0,
+                               .outcome = "",
+                               .reason = ""});
+      if (job_.state == ManagedState::kPending) job_.state = ManagedState::kStarting;
+      job_.message = "launching attempt " + std::to_string(attempt) + " on cluster " + cluster;
+      Save();
+      Log(job_.message);
+
+      std::string why;
+      AttemptOutcome outcome = RunAttempt(cluster, attempt, why);
+      auto& rec = job_.attempts.back();
+      rec.end_unix_ms = NowMs();
+      rec.outcome = std::string(jobs::OutcomeName(outcome));
+      jobs::Decision d = jobs::Decide(outcome, counters, policy, CancelRequested(),
+                                      limits::kManagedLaunchAttempts);
+      rec.reason = why.empty() ? d.reason : why + "; " + d.reason;
+      counters = d.counters;
+      job_.recoveries = counters.recoveries;
+      job_.restarts_on_errors = counters.restarts_on_errors;
+      Log("attempt " + std::to_string(attempt) + ": " + rec.outcome + ": " + rec.reason);
+      if (d.action == jobs::NextAction::kFinish) {
+        return Finish(d.final_state, rec.reason, cluster);
+      }
+      job_.state = ManagedState::kRecovering;
+      job_.message = rec.reason;
+      Save();
+      TearDown(cluster);
+      if (d.action == jobs::NextAction::kRetryLaunch) Wait(limits::kManagedLaunchRetryWait);
+    }
+  }
+
+ private:
+  void Log(const std::string& line) {
+    std::cerr << "[managed job " << job_.id << "] " << line << std::endl;
+  }
+
+  void Save() {
+    if (auto s = store_->Put(job_); !s.ok()) Log("cannot record the job: " + s.message());
+  }
+
+  bool CancelRequested() {
+    if (g_cancel_signal) return true;
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_cancel_poll_ < limits::kManagedCancelPoll) return cancel_seen_;
+    last_cancel_poll_ = now;
+    auto j = store_->Get(job_.id);
+    if (j.ok() && j->has_value() && (*j)->cancel_requested) cancel_seen_ = true;
+    return cancel_seen_;
+  }
+
+  void Wait(std::chrono::milliseconds d) {
+    auto end = std::chrono::steady_clock::now() + d;
+    while (std::chrono::steady_clock::now() < end && !CancelRequested()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+
+  void TearDown(const std::string& cluster) {
+    if (cluster.empty()) return;
+    auto exists = sdk::GetCluster(cluster);
+    if (!exists.ok()) return;  // never made, or already gone
+    Log("tearing down cluster " + cluster);
+    if (auto s = sdk::Down(cluster); !s.ok()) {
+      Log("tearing down " + cluster + " failed: " + s.message());
+      job_.message += " (tearing down " + cluster + " failed: " + s.message() + ")";
+    }
+  }
+
+  int Finish(ManagedState state, const std::string& reason, const std::string& cluster) {
+    if (state == ManagedState::kCancelled) {
+      job_.state = ManagedState::kCancelling;
+      job_.message = "cancelling";
+      Save();
+      if (!cluster.empty() && job_.attempts.back().cluster_job_id > 0 &&
+          sdk::GetCluster(cluster).ok()) {
+        (void)sdk::Cancel(cluster, {job_.attempts.back().cluster_job_id}, false);
+      }
+      auto& rec = job_.attempts.empty() ? dummy_ : job_.attempts.back();
+      if (rec.end_unix_ms == 0) {
+        rec.end_unix_ms = NowMs();
+        rec.outcome = std::string(jobs::OutcomeName(AttemptOutcome::kCancelled));
+        rec.reason = "cancelled by the user";
+      }
+    }
+    job_.message = reason;
+    TearDown(cluster.empty() ? job_.cluster : cluster);
+    job_.state = state;
+    job_.ended_unix_ms = NowMs();
+    Save();
+    Log("job ended " + std::string(jobs::StateName(state)) + ": " + job_.message);
+    return 0;
+  }
+
+  // One attempt: launch, follow to the end, classify.
+  AttemptOutcome RunAttempt(const std::string& cluster, int attempt, std::string& why) {
+    sdk::LaunchOptions o;
+    o.cluster = cluster;
+    o.infra = job_.infra;
+    o.task_id = job_.task_id;
+    o.attempt = attempt;
+    auto launched = sdk::Launch(task_, o);
+    if (!launched.ok()) {
+      why = launched.status().message();
+      return AttemptOutcome::kLaunchFailed;
+    }
+    auto& rec = job_.attempts.back();
+    rec.cluster_job_id = launched->job_id;
+    if (CancelRequested()) return AttemptOutcome::kCancelled;
+    job_.state = ManagedState::kRunning;
+    job_.message = "";
+    if (job_.started_unix_ms == 0) job_.started_unix_ms = NowMs();
+    Save();
+    if (launched->job_id == 0) return AttemptOutcome::kSucceeded;  // nothing to run
+
+    std::ofstream log(jobs::AttemptLogPath(job_.id, attempt), std::ios::app | std::ios::binary);
+    HeadClient::StreamCallbacks cb;
+    cb.on_data = [&](std::string_view bytes) {
+      log.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      log.flush();
+    };
+    cb.interrupted = [&] { return CancelRequested(); };
+    Result<JobInfo> end = launched->head->Stream(launched->job_id, 0, true, cb);
+    log.flush();
+    if (CancelRequested()) return AttemptOutcome::kCancelled;
+    return Classify(cluster, end, why);
+  }
+
+  // Node loss is told from a user error by asking the head which nodes are alive: a failed job on
+  // a cluster whose nodes all answer is the task's own failure.
+  AttemptOutcome Classify(const std::string& cluster, const Result<JobInfo>& end,
+                          std::string& why) {
+    if (!end.ok()) {
+      why = "lost the cluster's head: " + end.status().message();
+      return AttemptOutcome::kNodeLost;
+    }
+    const JobInfo& j = *end;
+    switch (j.state()) {
+      case herd::v1::JOB_STATE_SUCCEEDED:
+        return AttemptOutcome::kSucceeded;
+      case herd::v1::JOB_STATE_CANCELLED:
+        return AttemptOutcome::kCancelled;
+      case herd::v1::JOB_STATE_FAILED:
+      case herd::v1::JOB_STATE_FAILED_SETUP:
+      case herd::v1::JOB_STATE_FAILED_DRIVER:
+        break;
+      default:
+        why = "the cluster job stopped streaming while " +
+              std::string(proto::JobStateName(j.state()));
+        return AttemptOutcome::kNodeLost;
+    }
+    why = j.message().empty() ? std::string(proto::JobStateName(j.state())) : j.message();
+    auto nodes = sdk::Nodes(cluster);
+    if (!nodes.ok()) {
+      why += "; the cluster does not answer: " + nodes.status().message();
+      return AttemptOutcome::kNodeLost;
+    }
+    for (int i = 0; i < nodes->nodes_size(); ++i) {
+      if (i >= nodes->alive_size() || !nodes->alive(i)) {
+        why += "; node " + nodes->nodes(i).node_id() + " is lost";
+        return AttemptOutcome::kNodeLost;
+      }
+    }
+    if (j.state() == herd::v1::JOB_STATE_FAILED_DRIVER) return AttemptOutcome::kNodeLost;
+    return j.state() == herd::v1::JOB_STATE_FAILED_SETUP ? AttemptOutcome::kSetupFailed
+                                                         : AttemptOutcome::kUserFailed;
+  }
+
+  std::unique_ptr<ManagedJobStore> store_;
+  ManagedJob job_;
+  task::Task task_;
+  jobs::AttemptRecord dummy_;
+  std::chrono::steady_clock::time_point last_cancel_poll_{};
+  bool cancel_seen_ = false;
+};
+
+// Workdir and local file_mounts sources made absolute: the controller may start elsewhere.
+void AbsolutePaths(task::Task& t) {
+  std::error_code ec;
+  if (!t.workdir.empty()) t.workdir = fs::absolute(t.workdir, ec).string();
+  for (auto& [remote, local] : t.file_mounts) local = fs::absolute(local, ec).string();
+}
+
+}  // namespace
+
+Result<int64_t> LaunchManagedJob(task::Task task, const ManagedLaunchOptions& options) {
+  AbsolutePaths(task);
+  HERD_ASSIGN_OR_RETURN(auto store, OpenJobs());
+  ManagedJob job;
+  job.name = task.name;
+  job.user = options.user;
+  job.state = ManagedState::kPending;
+  job.submitted_unix_ms = NowMs();
+  job.task_json = jobs::EncodeTask(task);
+  job.resources = task::ResourcesSummary(task);
+  job.infra = options.infra;
+  HERD_ASSIGN_OR_RETURN(job.id, store->Create(job));
+  job.task_id = ManagedTaskId(job.submitted_unix_ms, task.name, job.id);
+  HERD_RETURN_IF_ERROR(store->Put(job));
+
+  const std::string dir = jobs::ManagedJobDir(job.id);
+  HERD_RETURN_IF_ERROR(EnsureDir(dir, 0700));
+  std::error_code ec;
+  std::string self = fs::read_symlink("/proc/self/exe", ec).string();
+  if (ec) return IoError("cannot find the herd binary: " + ec.message());
+  boost::json::object secrets;
+  for (const auto& [k, v] : task.secrets) secrets[k] = v;
+  auto pid =
+      SpawnDetached({self, "jobs", "_controller", std::to_string(job.id)}, dir + "/controller.log",
+                    {{kSecretsEnv, boost::json::serialize(secrets)}});
+  if (!pid.ok()) {
+    job.state = ManagedState::kFailedController;
+    job.ended_unix_ms = NowMs();
+    job.message = "cannot start the controller: " + pid.status().message();
+    (void)store->Put(job);
+    return pid.status();
+  }
+  return job.id;
+}
+
+int RunManagedController(int64_t id) {
+  struct sigaction sa {};
+  sa.sa_handler = OnTerm;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+  ::signal(SIGINT, SIG_IGN);
+  ::signal(SIGHUP, SIG_IGN);
+  ::signal(SIGPIPE, SIG_IGN);
+  auto store = OpenJobs();
+  if (!store.ok()) {
+    std::cerr << "herd: " << store.status().message() << "\n";
+    return 1;
+  }
+  auto job = Load(**store, id);
+  if (!job.ok()) {
+    std::cerr << "herd: " << job.status().message() << "\n";
+    return 1;
+  }
+  if (jobs::IsTerminal(job->state)) return 0;
+  if (job->controller_pid > 0 && job->controller_pid != ::getpid() && ControllerAlive(*job)) {
+    std::cerr << "herd: managed job " << id << " already has a controller (pid "
+              << job->controller_pid << ")\n";
+    return 1;
+  }
+  // Secrets come in this process's environment only; children (ssh, rsync) do not need them.
+  std::string secrets_json;
+  if (const char* s = ::getenv(kSecretsEnv)) secrets_json = s;
+  ::unsetenv(kSecretsEnv);
+  auto task = jobs::DecodeTask(job->task_json);
+  if (task.ok() && !secrets_json.empty()) {
+    try {
+      const boost::json::value parsed = boost::json::parse(secrets_json);
+      for (const auto& [k, v] : parsed.as_object()) {
+        task->secrets[std::string(k)] = std::string(v.as_string());
+      }
+    } catch (const std::exception& e) {
+      task = InvalidArgument(std::string("bad ") + kSecretsEnv + ": " + e.what());
+    }
+  }
+  job->controller_pid = ::getpid();
+  if (!task.ok()) {
+    job->state = ManagedState::kFailedController;
+    job->ended_unix_ms = NowMs();
+    job->message = task.status().message();
+    (void)(*store)->Put(*job);
+    return 1;
+  }
+  if (auto s = (*store)->Put(*job); !s.ok()) {
+    std::cerr << "herd: " << s.message() << "\n";
+    return 1;
+  }
+  Controller c(std::move(*store), std::move(*job), std::move(*task));
+  return c.Run();
+}
+
+Result<std::vector<ManagedJob>> ListManagedJobs() {
+  HERD_ASSIGN_OR_RETURN(auto store, OpenJobs());
+  HERD_ASSIGN_OR_RETURN(auto list, store->List());
+  for (auto& j : list) JudgeController(*store, j);
+  return list;
+}
+
+std::string ManagedDuration(const ManagedJob& job, int64_t now_ms) {
+  if (job.started_unix_ms <= 0) return "-";
+  int64_t end = job.ended_unix_ms > 0 ? job.ended_unix_ms : now_ms;
+  int64_t s = std::max<int64_t>(0, (end - job.started_unix_ms) / 1000);
+  if (s < 60) return std::to_string(s) + "s";
+  if (s < 3600) return std::to_string(s / 60) + "m " + std::to_string(s % 60) + "s";
+  return std::to_string(s / 3600) + "h " + std::to_string(s % 3600 / 60) + "m";
+}
+
+int FollowManagedLogs(int64_t id, bool follow, std::ostream& out, std::ostream& err,
+                      const std::function<bool()>& interrupted) {
+  auto store = OpenJobs();
+  if (!store.ok()) {
+    err << "herd: " << store.status().message() << "\n";
+    return 1;
+  }
+  std::size_t index = 0;     // the attempt being printed
+  std::uint64_t offset = 0;  // bytes of its log printed
+  bool header = false;
+  while (true) {
+    auto job = Load(**store, id);
+    if (!job.ok()) {
+      err << "herd: " << job.status().message() << "\n";
+      return job.status().code() == Code::kNotFound ? kExitNotFound : 1;
+    }
+    JudgeController(**store, *job);
+    // The row is read before the log: an attempt the row calls over has all of its log written.
+    while (index < job->attempts.size()) {
+      const auto& a = job->attempts[index];
+      if (!header) {
+        out << "=== herd jobs: job " << id << ", attempt " << a.attempt << " on cluster "
+            << a.cluster << " ===\n";
+        header = true;
+      }
+      std::ifstream in(jobs::AttemptLogPath(id, a.attempt), std::ios::binary);
+      if (in) {
+        in.seekg(static_cast<std::streamoff>(offset));
+        char buf[65536];
+        while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+          out.write(buf, in.gcount());
+          offset += static_cast<std::uint64_t>(in.gcount());
+        }
+      }
+      out.flush();
+      const bool over =
+          a.end_unix_ms > 0 || index + 1 < job->attempts.size() || jobs::IsTerminal(job->state);
+      if (!over) break;
+      out << "=== herd jobs: attempt " << a.attempt << " ended: " << a.outcome
+          << (a.reason.empty() ? "" : " (" + a.reason + ")") << " ===\n";
+      ++index;
+      offset = 0;
+      header = false;
+    }
+    if (jobs::IsTerminal(job->state) && index >= job->attempts.size()) {
+      out.flush();
+      err << "Managed job " << id << " " << jobs::StateName(job->state)
+          << (job->message.empty() ? "" : ": " + job->message) << "\n";
+      return ExitCodeFor(job->state);
+    }
+    if (!follow || (interrupted && interrupted())) {
+      out.flush();
+      err << "Managed job " << id << " is " << jobs::StateName(job->state) << ".\n";
+      return kExitNotFinished;
+    }
+    std::this_thread::sleep_for(limits::kManagedLogsPoll);
+  }
+}
+
+int CancelManagedJobs(const std::vector<int64_t>& ids, bool all, std::ostream& out,
+                      std::ostream& err) {
+  auto store = OpenJobs();
+  if (!store.ok()) {
+    err << "herd: " << store.status().message() << "\n";
+    return 1;
+  }
+  std::vector<int64_t> targets = ids;
+  int rc = 0;
+  if (all) {
+    auto list = (*store)->List();
+    if (!list.ok()) {
+      err << "herd: " << list.status().message() << "\n";
+      return 1;
+    }
+    for (auto& j : *list) {
+      JudgeController(**store, j);
+      if (!jobs::IsTerminal(j.state)) targets.push_back(j.id);
+    }
+    if (targets.empty()) out << "No managed job to cancel.\n";
+  }
+  std::vector<int64_t> waiting;
+  for (int64_t id : targets) {
+    auto job = Load(**store, id);
+    if (!job.ok()) {
+      err << "herd: " << job.status().message() << "\n";
+      rc = job.status().code() == Code::kNotFound ? kExitNotFound : 1;
+      continue;
+    }
+    JudgeController(**store, *job);
+    if (jobs::IsTerminal(job->state)) {
+      out << "Managed job " << id << " already ended (" << jobs::StateName(job->state)
+          << "); nothing to cancel.\n";
+      continue;
+    }
+    if (auto r = (*store)->RequestCancel(id); !r.ok()) {
+      err << "herd: " << r.status().message() << "\n";
+      rc = 1;
+      continue;
+    }
+    out << "Cancelling managed job " << id << "...\n";
+    out.flush();
+    if (job->controller_pid > 0 && ControllerAlive(*job)) {
+      ::kill(job->controller_pid, SIGTERM);
+    }
+    waiting.push_back(id);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + limits::kManagedCancelWait;
+  for (int64_t id : waiting) {
+    while (true) {
+      auto job = Load(**store, id);
+      if (!job.ok()) break;
+      if (!jobs::IsTerminal(job->state) && !ControllerAlive(*job)) {
+        // Nobody left to act on the request: do it here (the cluster may still be up).
+        job->state = ManagedState::kCancelling;
+        (void)(*store)->Put(*job);
+        if (!job->cluster.empty() && sdk::GetCluster(job->cluster).ok()) {
+          if (auto s = sdk::Down(job->cluster); !s.ok()) {
+            err << "herd: tearing down " << job->cluster << ": " << s.message() << "\n";
+          }
+        }
+        job->state = ManagedState::kCancelled;
+        job->ended_unix_ms = NowMs();
+        job->message = "cancelled by the user (its controller was gone)";
+        (void)(*store)->Put(*job);
+      }
+      if (jobs::IsTerminal(job->state)) {
+        out << "Managed job " << id << ": " << jobs::StateName(job->state) << "\n";
+        break;
+      }
+      if (std::chrono::steady_clock::now() > deadline) {
+        out << "Managed job " << id << " is still " << jobs::StateName(job->state)
+            << "; its controller finishes the cancel (see `herd jobs queue`).\n";
+        break;
+      }
+      std::this_thread::sleep_for(limits::kManagedLogsPoll);
+    }
+  }
+  return rc;
+}
+
+}  // namespace herd::controller

@@ -1,0 +1,139 @@
+#include "controller/jobs/recovery.hpp"
+
+#include <array>
+#include <utility>
+
+namespace herd::jobs {
+namespace {
+
+constexpr std::array<std::pair<ManagedState, std::string_view>, 11> kNames = {{
+    {ManagedState::kPending, "PENDING"},
+    {ManagedState::kStarting, "STARTING"},
+    {ManagedState::kRunning, "RUNNING"},
+    {ManagedState::kRecovering, "RECOVERING"},
+    {ManagedState::kCancelling, "CANCELLING"},
+    {ManagedState::kSucceeded, "SUCCEEDED"},
+    {ManagedState::kCancelled, "CANCELLED"},
+    {ManagedState::kFailed, "FAILED"},
+    {ManagedState::kFailedSetup, "FAILED_SETUP"},
+    {ManagedState::kFailedNoResource, "FAILED_NO_RESOURCE"},
+    {ManagedState::kFailedController, "FAILED_CONTROLLER"},
+}};
+
+}  // namespace
+
+std::string_view StateName(ManagedState s) {
+  for (const auto& [state, name] : kNames) {
+    if (state == s) return name;
+  }
+  return "UNKNOWN";
+}
+
+bool ParseState(std::string_view name, ManagedState& out) {
+  for (const auto& [state, n] : kNames) {
+    if (n == name) {
+      out = state;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool IsTerminal(ManagedState s) {
+  switch (s) {
+    case ManagedState::kSucceeded:
+    case ManagedState::kCancelled:
+    case ManagedState::kFailed:
+    case ManagedState::kFailedSetup:
+    case ManagedState::kFailedNoResource:
+    case ManagedState::kFailedController:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string_view OutcomeName(AttemptOutcome o) {
+  switch (o) {
+    case AttemptOutcome::kSucceeded:
+      return "SUCCEEDED";
+    case AttemptOutcome::kUserFailed:
+      return "USER_FAILED";
+    case AttemptOutcome::kSetupFailed:
+      return "SETUP_FAILED";
+    case AttemptOutcome::kNodeLost:
+      return "NODE_LOST";
+    case AttemptOutcome::kLaunchFailed:
+      return "LAUNCH_FAILED";
+    case AttemptOutcome::kCancelled:
+      return "CANCELLED";
+  }
+  return "UNKNOWN";
+}
+
+Decision Decide(AttemptOutcome outcome, const RecoveryCounters& counters,
+                const task::JobRecovery& policy, bool cancel_requested, int max_launch_failures) {
+  Decision d;
+  d.counters = counters;
+  auto finish = [&](ManagedState s, std::string reason) {
+    d.action = NextAction::kFinish;
+    d.final_state = s;
+    d.reason = std::move(reason);
+    return d;
+  };
+  if (cancel_requested) return finish(ManagedState::kCancelled, "cancelled by the user");
+  switch (outcome) {
+    case AttemptOutcome::kSucceeded:
+      return finish(ManagedState::kSucceeded, "succeeded");
+    case AttemptOutcome::kCancelled:
+      // Someone cancelled the cluster job directly (`herd cancel` on the job's cluster): the
+      // user's intent is to stop, not to recover.
+      return finish(ManagedState::kCancelled, "the job was cancelled on its cluster");
+    case AttemptOutcome::kSetupFailed:
+      return finish(ManagedState::kFailedSetup, "setup failed (not retried)");
+    case AttemptOutcome::kUserFailed:
+      if (counters.restarts_on_errors < policy.max_restarts_on_errors) {
+        d.action = NextAction::kRelaunch;
+        d.counters.restarts_on_errors++;
+        d.counters.consecutive_launch_failures = 0;
+        d.reason = "the task failed; restart " + std::to_string(d.counters.restarts_on_errors) +
+                   " of " + std::to_string(policy.max_restarts_on_errors) +
+                   " (max_restarts_on_errors)";
+        return d;
+      }
+      return finish(ManagedState::kFailed, policy.max_restarts_on_errors == 0
+                                               ? "the task failed (max_restarts_on_errors is 0)"
+                                               : "the task failed after " +
+                                                     std::to_string(policy.max_restarts_on_errors) +
+                                                     " restart(s) on errors");
+    case AttemptOutcome::kNodeLost:
+      d.action = NextAction::kRelaunch;
+      d.counters.recoveries++;
+      d.counters.consecutive_launch_failures = 0;
+      d.reason = "a node of the cluster was lost; recovery " +
+                 std::to_string(d.counters.recoveries) + " (" + policy.strategy + ")";
+      return d;
+    case AttemptOutcome::kLaunchFailed:
+      d.counters.consecutive_launch_failures++;
+      if (d.counters.consecutive_launch_failures >= max_launch_failures) {
+        return finish(
+            ManagedState::kFailedNoResource,
+            "no cluster after " + std::to_string(max_launch_failures) + " launch attempt(s)");
+      }
+      d.action = NextAction::kRetryLaunch;
+      d.reason = "launch failed; trying again (" +
+                 std::to_string(d.counters.consecutive_launch_failures) + " of " +
+                 std::to_string(max_launch_failures) + ")";
+      return d;
+  }
+  return finish(ManagedState::kFailedController, "unknown attempt outcome");
+}
+
+task::JobRecovery PolicyOf(const task::Task& task) {
+  const task::Resources& primary = task::PrimaryResources(task);
+  if (primary.job_recovery) return *primary.job_recovery;
+  if (task.resources.job_recovery) return *task.resources.job_recovery;
+  return {};
+}
+
+}  // namespace herd::jobs

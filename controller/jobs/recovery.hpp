@@ -1,0 +1,77 @@
+// What a managed job (`herd jobs launch`) does after one attempt ended: a pure function of the
+// attempt's outcome, the counters so far and the task's job_recovery policy, so it is tested
+// without clusters (tests/unit/recovery_test.cpp).
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "shared/task/task.hpp"
+
+namespace herd::jobs {
+
+// A managed job's states, SkyPilot's ManagedJobStatus names.
+enum class ManagedState {
+  kPending,           // recorded; its controller has not started work yet
+  kStarting,          // the controller provisions the first cluster and submits the task
+  kRunning,           // the task runs on the current attempt's cluster
+  kRecovering,        // the attempt's cluster was lost (or the task failed and is retried):
+                      // the old cluster is torn down and a new one provisioned
+  kCancelling,        // a cancel was asked for; the controller cancels and tears down
+  kSucceeded,         // every rank of an attempt exited 0
+  kCancelled,         // cancelled; nothing is left running
+  kFailed,            // the task failed (a rank exited non-zero) more often than allowed
+  kFailedSetup,       // the task's setup failed (not retried, as SkyPilot)
+  kFailedNoResource,  // no cluster could be provisioned after limits::kManagedLaunchAttempts tries
+  kFailedController,  // the controller process died (or hit an internal error) before the end
+};
+
+std::string_view StateName(ManagedState s);
+// Parses a name StateName gives; false for anything else.
+bool ParseState(std::string_view name, ManagedState& out);
+bool IsTerminal(ManagedState s);
+
+// How one attempt ended, as the controller classifies it (managed_controller.cpp).
+enum class AttemptOutcome {
+  kSucceeded,     // the cluster job SUCCEEDED
+  kUserFailed,    // the cluster job FAILED and every node of its gang is still alive
+  kSetupFailed,   // the cluster job FAILED_SETUP on alive nodes
+  kNodeLost,      // FAILED/FAILED_SETUP/FAILED_DRIVER with a node of the gang lost, or the
+                  // cluster stopped answering (preempted, head gone)
+  kLaunchFailed,  // provisioning, bootstrap or submit failed
+  kCancelled,     // the cluster job was CANCELLED (by `herd jobs cancel` or someone else)
+};
+
+std::string_view OutcomeName(AttemptOutcome o);
+
+struct RecoveryCounters {
+  int recoveries = 0;                   // relaunches so far after node loss / preemption
+  int restarts_on_errors = 0;           // relaunches so far after a user error
+  int consecutive_launch_failures = 0;  // launch failures in a row, this one included
+};
+
+enum class NextAction {
+  kFinish,       // the job ends in Decision::final_state
+  kRelaunch,     // tear the attempt's cluster down, provision again, attempt + 1
+  kRetryLaunch,  // provisioning failed: try again (same attempt number) after a wait
+};
+
+struct Decision {
+  NextAction action = NextAction::kFinish;
+  ManagedState final_state = ManagedState::kFailed;  // with kFinish
+  // Counters after this decision (the relaunch counted).
+  RecoveryCounters counters;
+  std::string reason;  // one line for the attempt table and `herd jobs queue -o json`
+};
+
+// cancel_requested wins over everything. The policy (task.resources.job_recovery, absent =
+// FAILOVER with 0 restarts on errors): node loss is always recovered; a user error is relaunched
+// while restarts_on_errors < max_restarts_on_errors; a failed setup is final; a failed launch is
+// retried until max_launch_failures launches in a row failed.
+Decision Decide(AttemptOutcome outcome, const RecoveryCounters& counters,
+                const task::JobRecovery& policy, bool cancel_requested, int max_launch_failures);
+
+// The policy of a task: PrimaryResources' job_recovery, else the top level's, else the default.
+task::JobRecovery PolicyOf(const task::Task& task);
+
+}  // namespace herd::jobs

@@ -1,0 +1,110 @@
+#include "controller/jobs/task_codec.hpp"
+
+#include <boost/json.hpp>
+#include <exception>
+
+namespace herd::jobs {
+namespace {
+
+namespace json = boost::json;
+
+json::object StringMap(const std::map<std::string, std::string>& m) {
+  json::object o;
+  for (const auto& [k, v] : m) o[k] = v;
+  return o;
+}
+
+std::map<std::string, std::string> ToStringMap(const json::value& v) {
+  std::map<std::string, std::string> out;
+  for (const auto& [k, val] : v.as_object()) out[std::string(k)] = std::string(val.as_string());
+  return out;
+}
+
+json::object EncodeResources(const task::Resources& r) {
+  json::object o;
+  if (r.cpus) o["cpus"] = *r.cpus;
+  o["cpus_at_least"] = r.cpus_at_least;
+  if (r.memory_gb) o["memory_gb"] = *r.memory_gb;
+  o["memory_at_least"] = r.memory_at_least;
+  o["accelerator"] = r.accelerator;
+  o["accelerator_count"] = r.accelerator_count;
+  o["infra"] = r.infra;
+  json::array ports;
+  for (const auto& p : r.ports) ports.push_back(json::string(p));
+  o["ports"] = std::move(ports);
+  if (r.disk_size) o["disk_size"] = *r.disk_size;
+  o["use_spot"] = r.use_spot;
+  o["instance_type"] = r.instance_type;
+  if (r.job_recovery) {
+    o["job_recovery"] = {{"strategy", r.job_recovery->strategy},
+                         {"max_restarts_on_errors", r.job_recovery->max_restarts_on_errors}};
+  }
+  json::array any_of, ordered;
+  for (const auto& c : r.any_of) any_of.push_back(EncodeResources(c));
+  for (const auto& c : r.ordered) ordered.push_back(EncodeResources(c));
+  o["any_of"] = std::move(any_of);
+  o["ordered"] = std::move(ordered);
+  return o;
+}
+
+task::Resources DecodeResources(const json::object& o) {
+  task::Resources r;
+  if (auto* v = o.if_contains("cpus")) r.cpus = v->to_number<double>();
+  r.cpus_at_least = o.at("cpus_at_least").as_bool();
+  if (auto* v = o.if_contains("memory_gb")) r.memory_gb = v->to_number<double>();
+  r.memory_at_least = o.at("memory_at_least").as_bool();
+  r.accelerator = std::string(o.at("accelerator").as_string());
+  r.accelerator_count = o.at("accelerator_count").to_number<double>();
+  r.infra = std::string(o.at("infra").as_string());
+  for (const auto& p : o.at("ports").as_array()) r.ports.emplace_back(p.as_string());
+  if (auto* v = o.if_contains("disk_size")) r.disk_size = v->to_number<int>();
+  r.use_spot = o.at("use_spot").as_bool();
+  r.instance_type = std::string(o.at("instance_type").as_string());
+  if (auto* v = o.if_contains("job_recovery")) {
+    task::JobRecovery jr;
+    jr.strategy = std::string(v->at("strategy").as_string());
+    jr.max_restarts_on_errors = v->at("max_restarts_on_errors").to_number<int>();
+    r.job_recovery = jr;
+  }
+  for (const auto& c : o.at("any_of").as_array())
+    r.any_of.push_back(DecodeResources(c.as_object()));
+  for (const auto& c : o.at("ordered").as_array()) {
+    r.ordered.push_back(DecodeResources(c.as_object()));
+  }
+  return r;
+}
+
+}  // namespace
+
+std::string EncodeTask(const task::Task& t) {
+  json::object o;
+  o["name"] = t.name;
+  o["workdir"] = t.workdir;
+  o["num_nodes"] = t.num_nodes;
+  o["resources"] = EncodeResources(t.resources);
+  o["envs"] = StringMap(t.envs);
+  o["file_mounts"] = StringMap(t.file_mounts);
+  o["setup"] = t.setup;
+  o["run"] = t.run;
+  return json::serialize(o);
+}
+
+Result<task::Task> DecodeTask(const std::string& text) {
+  try {
+    json::object o = json::parse(text).as_object();
+    task::Task t;
+    t.name = std::string(o.at("name").as_string());
+    t.workdir = std::string(o.at("workdir").as_string());
+    t.num_nodes = o.at("num_nodes").to_number<int>();
+    t.resources = DecodeResources(o.at("resources").as_object());
+    t.envs = ToStringMap(o.at("envs"));
+    t.file_mounts = ToStringMap(o.at("file_mounts"));
+    t.setup = std::string(o.at("setup").as_string());
+    t.run = std::string(o.at("run").as_string());
+    return t;
+  } catch (const std::exception& e) {
+    return InvalidArgument(std::string("damaged task record: ") + e.what());
+  }
+}
+
+}  // namespace herd::jobs

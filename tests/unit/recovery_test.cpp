@@ -1,0 +1,219 @@
+// herd_managed_jobs: the recovery decision (a pure function, driven with made-up outcomes), the
+// task's stored form, and the managed job table.
+#include <doctest/doctest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+
+#include "controller/jobs/managed_job_store.hpp"
+#include "controller/jobs/recovery.hpp"
+#include "controller/jobs/task_codec.hpp"
+
+namespace herd::jobs {
+namespace {
+
+namespace fs = std::filesystem;
+
+task::JobRecovery Policy(int max_restarts_on_errors) {
+  task::JobRecovery p;
+  p.max_restarts_on_errors = max_restarts_on_errors;
+  return p;
+}
+
+constexpr int kMaxLaunch = 3;
+
+TEST_CASE("a lost node is always recovered and counted as a recovery") {
+  RecoveryCounters c;
+  for (int i = 1; i <= 5; ++i) {
+    Decision d = Decide(AttemptOutcome::kNodeLost, c, Policy(0), false, kMaxLaunch);
+    CHECK(d.action == NextAction::kRelaunch);
+    CHECK(d.counters.recoveries == i);
+    CHECK(d.counters.restarts_on_errors == 0);
+    CHECK(d.reason.find("lost") != std::string::npos);
+    c = d.counters;
+  }
+}
+
+TEST_CASE("a user error is relaunched only up to max_restarts_on_errors") {
+  RecoveryCounters c;
+  Decision d = Decide(AttemptOutcome::kUserFailed, c, Policy(0), false, kMaxLaunch);
+  CHECK(d.action == NextAction::kFinish);
+  CHECK(d.final_state == ManagedState::kFailed);
+
+  d = Decide(AttemptOutcome::kUserFailed, c, Policy(2), false, kMaxLaunch);
+  CHECK(d.action == NextAction::kRelaunch);
+  CHECK(d.counters.restarts_on_errors == 1);
+  d = Decide(AttemptOutcome::kUserFailed, d.counters, Policy(2), false, kMaxLaunch);
+  CHECK(d.action == NextAction::kRelaunch);
+  CHECK(d.counters.restarts_on_errors == 2);
+  d = Decide(AttemptOutcome::kUserFailed, d.counters, Policy(2), false, kMaxLaunch);
+  CHECK(d.action == NextAction::kFinish);
+  CHECK(d.final_state == ManagedState::kFailed);
+  CHECK(d.reason == "the task failed after 2 restart(s) on errors");
+
+  // Node losses do not use up the user-error budget, and the other way round.
+  RecoveryCounters mixed{.recoveries = 4, .restarts_on_errors = 0};
+  d = Decide(AttemptOutcome::kUserFailed, mixed, Policy(1), false, kMaxLaunch);
+  CHECK(d.action == NextAction::kRelaunch);
+  CHECK(d.counters.recoveries == 4);
+}
+
+TEST_CASE("success, setup failure and a cancel on the cluster end the job") {
+  RecoveryCounters c;
+  CHECK(Decide(AttemptOutcome::kSucceeded, c, Policy(5), false, kMaxLaunch).final_state ==
+        ManagedState::kSucceeded);
+  Decision setup = Decide(AttemptOutcome::kSetupFailed, c, Policy(5), false, kMaxLaunch);
+  CHECK(setup.action == NextAction::kFinish);
+  CHECK(setup.final_state == ManagedState::kFailedSetup);
+  CHECK(Decide(AttemptOutcome::kCancelled, c, Policy(5), false, kMaxLaunch).final_state ==
+        ManagedState::kCancelled);
+}
+
+TEST_CASE("a cancel request wins over every outcome") {
+  for (auto o : {AttemptOutcome::kSucceeded, AttemptOutcome::kUserFailed, AttemptOutcome::kNodeLost,
+                 AttemptOutcome::kLaunchFailed, AttemptOutcome::kSetupFailed}) {
+    Decision d = Decide(o, {}, Policy(5), true, kMaxLaunch);
+    CHECK(d.action == NextAction::kFinish);
+    CHECK(d.final_state == ManagedState::kCancelled);
+  }
+}
+
+TEST_CASE("launch failures are retried, then FAILED_NO_RESOURCE; a good attempt resets them") {
+  RecoveryCounters c;
+  Decision d = Decide(AttemptOutcome::kLaunchFailed, c, Policy(0), false, kMaxLaunch);
+  CHECK(d.action == NextAction::kRetryLaunch);
+  d = Decide(AttemptOutcome::kLaunchFailed, d.counters, Policy(0), false, kMaxLaunch);
+  CHECK(d.action == NextAction::kRetryLaunch);
+  RecoveryCounters after_two = d.counters;
+  d = Decide(AttemptOutcome::kLaunchFailed, after_two, Policy(0), false, kMaxLaunch);
+  CHECK(d.action == NextAction::kFinish);
+  CHECK(d.final_state == ManagedState::kFailedNoResource);
+  d = Decide(AttemptOutcome::kNodeLost, after_two, Policy(0), false, kMaxLaunch);
+  CHECK(d.counters.consecutive_launch_failures == 0);
+}
+
+TEST_CASE("state names round-trip and terminal states are the end states") {
+  for (auto s : {ManagedState::kPending, ManagedState::kStarting, ManagedState::kRunning,
+                 ManagedState::kRecovering, ManagedState::kCancelling, ManagedState::kSucceeded,
+                 ManagedState::kCancelled, ManagedState::kFailed, ManagedState::kFailedSetup,
+                 ManagedState::kFailedNoResource, ManagedState::kFailedController}) {
+    ManagedState back = ManagedState::kPending;
+    REQUIRE(ParseState(StateName(s), back));
+    CHECK(back == s);
+  }
+  ManagedState x;
+  CHECK_FALSE(ParseState("BOGUS", x));
+  CHECK(IsTerminal(ManagedState::kFailedController));
+  CHECK_FALSE(IsTerminal(ManagedState::kRecovering));
+  CHECK_FALSE(IsTerminal(ManagedState::kCancelling));
+}
+
+TEST_CASE("the policy comes from the primary resources, else the top level, else FAILOVER/0") {
+  task::Task t;
+  CHECK(PolicyOf(t).strategy == "FAILOVER");
+  CHECK(PolicyOf(t).max_restarts_on_errors == 0);
+  t.resources.job_recovery = Policy(2);
+  CHECK(PolicyOf(t).max_restarts_on_errors == 2);
+  task::Resources candidate;
+  candidate.job_recovery = Policy(7);
+  t.resources.ordered.push_back(candidate);
+  CHECK(PolicyOf(t).max_restarts_on_errors == 7);
+}
+
+TEST_CASE("a task survives its stored form, secrets left out") {
+  task::Task t;
+  t.name = "train";
+  t.workdir = "/src/proj";
+  t.num_nodes = 2;
+  t.resources.cpus = 4;
+  t.resources.cpus_at_least = true;
+  t.resources.accelerator = "L4";
+  t.resources.accelerator_count = 0.5;
+  t.resources.infra = "local";
+  t.resources.ports = {"8080"};
+  t.resources.disk_size = 100;
+  t.resources.job_recovery = Policy(3);
+  task::Resources c = t.resources;
+  c.memory_gb = 32;
+  t.resources.any_of.push_back(c);
+  t.envs = {{"A", "1"}};
+  t.secrets = {{"TOKEN", "s3cret"}};
+  t.file_mounts = {{"/data", "/local/data"}};
+  t.setup = "pip install x";
+  t.run = "python train.py";
+  std::string text = EncodeTask(t);
+  CHECK(text.find("s3cret") == std::string::npos);
+  auto back = DecodeTask(text);
+  REQUIRE(back.ok());
+  CHECK(back->name == "train");
+  CHECK(back->workdir == "/src/proj");
+  CHECK(back->num_nodes == 2);
+  CHECK(*back->resources.cpus == 4);
+  CHECK(back->resources.cpus_at_least);
+  CHECK(back->resources.accelerator_count == 0.5);
+  CHECK(back->resources.ports == std::vector<std::string>{"8080"});
+  CHECK(*back->resources.disk_size == 100);
+  CHECK(back->resources.job_recovery->max_restarts_on_errors == 3);
+  REQUIRE(back->resources.any_of.size() == 1);
+  CHECK(*back->resources.any_of[0].memory_gb == 32);
+  CHECK(back->envs == t.envs);
+  CHECK(back->secrets.empty());
+  CHECK(back->file_mounts == t.file_mounts);
+  CHECK(back->run == t.run);
+  CHECK(EncodeTask(*back) == text);
+  CHECK_FALSE(DecodeTask("{\"name\": 1}").ok());
+}
+
+TEST_CASE("the job table: create, update, cancel flag kept apart from the controller's writes") {
+  fs::path dir = fs::temp_directory_path() / ("mj-store-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  auto store = ManagedJobStore::Open((dir / "managed_jobs.db").string());
+  REQUIRE(store.ok());
+  ManagedJob j;
+  j.name = "train";
+  j.task_json = "{}";
+  auto id1 = (*store)->Create(j);
+  auto id2 = (*store)->Create(j);
+  REQUIRE(id1.ok());
+  REQUIRE(id2.ok());
+  CHECK(*id2 == *id1 + 1);
+
+  auto got = (*store)->Get(*id1);
+  REQUIRE(got.ok());
+  REQUIRE(got->has_value());
+  ManagedJob a = **got;
+  CHECK(a.state == ManagedState::kPending);
+  CHECK_FALSE(a.cancel_requested);
+
+  REQUIRE((*store)->RequestCancel(*id1).value());
+  CHECK_FALSE((*store)->RequestCancel(999).value());
+  // The controller writes a record it read before the cancel: the request stays.
+  a.state = ManagedState::kRunning;
+  a.attempts.push_back({.attempt = 1,
+                        .cluster = "train-1-1",
+                        .cluster_job_id = 1,
+                        .start_unix_ms = 5,
+                        .outcome = "",
+                        .reason = ""});
+  REQUIRE((*store)->Put(a).ok());
+  auto again = (*store)->Get(*id1);
+  REQUIRE(again.ok());
+  CHECK((*again)->cancel_requested);
+  CHECK((*again)->state == ManagedState::kRunning);
+  REQUIRE((*again)->attempts.size() == 1);
+  CHECK((*again)->attempts[0].cluster == "train-1-1");
+
+  auto list = (*store)->List();
+  REQUIRE(list.ok());
+  REQUIRE(list->size() == 2);
+  CHECK((*list)[0].id == *id2);  // newest first
+
+  ManagedJob unknown = a;
+  unknown.id = 999;
+  CHECK((*store)->Put(unknown).code() == Code::kNotFound);
+  CHECK_FALSE((*store)->Get(999)->has_value());
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace herd::jobs
