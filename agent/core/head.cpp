@@ -89,6 +89,7 @@ Status Head::Start() {
   HERD_ASSIGN_OR_RETURN(store_, JobStore::Open(options_.state_dir + "/jobs.db"));
   for (auto& node : store_->ListNodes().ok() ? *store_->ListNodes() : std::vector<NodeInfo>{}) {
     nodes_[node.node_id()].info = node;  // known, not alive until it registers again
+    ++node_info_gen_;
   }
   Recover();
   autostop_.set_idle_minutes(-1);
@@ -250,6 +251,7 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
   // persisted process table) and reports it in running[]; a process it does not report was lost.
   bool agent_restarted = node.incarnation != 0 && reg.incarnation() > node.incarnation;
   node.info = reg.node();
+  ++node_info_gen_;
   node.incarnation = reg.incarnation();
   node.conn = conn;
   node.last_seen = Clock::now();
@@ -683,6 +685,21 @@ std::vector<NodeInfo> Head::OrderedNodes(bool alive_only) const {
   return out;
 }
 
+const std::vector<Head::NodeEntry*>& Head::NodeOrder() {
+  if (node_order_gen_ == node_info_gen_ && node_order_.size() == nodes_.size()) return node_order_;
+  std::vector<NodeInfo> sorted = OrderedNodes(false);
+  node_order_.clear();
+  sched_nodes_.clear();
+  for (auto& info : sorted) {
+    node_order_.push_back(&nodes_.at(info.node_id()));
+    NodeState s;
+    s.info = std::move(info);
+    sched_nodes_.push_back(std::move(s));
+  }
+  node_order_gen_ = node_info_gen_;
+  return node_order_;
+}
+
 void Head::Nodes(const ConnPtr& conn, uint64_t request_id) {
   HeadToClient reply;
   reply.mutable_nodes_reply();  // set even before any node registered
@@ -885,13 +902,12 @@ void Head::Schedule() {
                    [](const auto& j) { return j.second.rec.info.state() == JOB_STATE_PENDING; })) {
     return;
   }
-  std::vector<NodeState> states;
-  for (const auto& info : OrderedNodes(false)) {
-    const auto& e = nodes_.at(info.node_id());
-    NodeState s;
-    s.info = info;
-    s.alive = e.alive && e.conn != nullptr;
-    states.push_back(std::move(s));
+  const std::vector<NodeEntry*>& order = NodeOrder();
+  std::vector<NodeState>& states = sched_nodes_;  // reset in place: no NodeInfo is copied
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    states[i].alive = order[i]->alive && order[i]->conn != nullptr;
+    states[i].cpus_used = 0;
+    states[i].gpu_used.clear();
   }
   std::vector<JobDemand> fifo;
   for (auto& [id, run] : jobs_) {
@@ -949,7 +965,14 @@ void Head::StartPhase(JobRun& run, bool setup) {
   run.rec.info.set_state(setup ? JOB_STATE_SETTING_UP : JOB_STATE_RUNNING);
   PersistAndNotify(run, false);
 
-  std::vector<NodeInfo> cluster = OrderedNodes(true);
+  // The cluster's alive nodes: only setup runs on them and only SetupEnv lists them, so a run
+  // phase does not walk every node of a large cluster.
+  std::vector<const NodeInfo*> cluster;
+  if (setup) {
+    for (const NodeEntry* n : NodeOrder()) {
+      if (n->alive && n->conn) cluster.push_back(&n->info);
+    }
+  }
   JobEnvContext ctx;
   ctx.cluster_name = options_.cluster;
   ctx.cloud = options_.cloud;
@@ -962,7 +985,7 @@ void Head::StartPhase(JobRun& run, bool setup) {
   ctx.attempt = attempt;
   ctx.user = run.rec.info.user();
   ctx.spec = &run.rec.spec;
-  for (const auto& n : cluster) ctx.cluster_ips.push_back(n.addresses(0));
+  for (const NodeInfo* n : cluster) ctx.cluster_ips.push_back(n->addresses(0));
   for (const auto& g : run.gang) ctx.gang_ips.push_back(nodes_.at(g).info.addresses(0));
   for (const auto& g : run.rec.info.rank_gpus()) {
     ctx.gang_gpus.emplace_back(g.indices().begin(), g.indices().end());
@@ -971,7 +994,7 @@ void Head::StartPhase(JobRun& run, bool setup) {
   std::string dir = std::to_string(id) + "-" + SafeName(run.rec.spec.name());
   std::vector<std::pair<std::string, int>> targets;  // node, rank
   if (setup) {
-    for (std::size_t i = 0; i < cluster.size(); ++i) targets.emplace_back(cluster[i].node_id(), i);
+    for (std::size_t i = 0; i < cluster.size(); ++i) targets.emplace_back(cluster[i]->node_id(), i);
   } else {
     for (std::size_t r = 0; r < run.gang.size(); ++r) targets.emplace_back(run.gang[r], r);
   }

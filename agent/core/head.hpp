@@ -141,6 +141,10 @@ class Head {
   Status ReplayLog(const ConnPtr& conn, uint64_t request_id, int64_t job_id,
                    const std::string& path, uint64_t from, uint64_t to);
   std::vector<herd::v1::NodeInfo> OrderedNodes(bool alive_only) const;
+  // Every known node in cluster order (SortClusterOrder), kept across scheduling passes and rebuilt
+  // only when a node is added or its info changes (NodeEntry addresses in nodes_ are stable):
+  // each pass used to copy and sort every NodeInfo, the head's main cost in a burst of small jobs.
+  const std::vector<NodeEntry*>& NodeOrder();
   int FindJobOfProcess(const herd::v1::ProcessKey& key, JobRun** run, ProcEntry** proc);
 
   boost::asio::io_context& io_;
@@ -150,6 +154,12 @@ class Head {
   boost::asio::steady_timer check_timer_;
   Clock::time_point last_check_ = Clock::now();  // when CheckNodes last ran
   std::map<std::string, NodeEntry> nodes_;
+  uint64_t node_info_gen_ = 0;  // bumped whenever a node's info is set
+  // NodeOrder's cache, valid for node_info_gen_ == node_order_gen_ and as many nodes as nodes_;
+  // sched_nodes_ holds the same nodes' scheduler states (infos copied once per rebuild).
+  std::vector<NodeEntry*> node_order_;
+  uint64_t node_order_gen_ = UINT64_MAX;
+  std::vector<NodeState> sched_nodes_;
   std::map<const transport::Connection*, std::string> agent_conns_;  // conn -> node id
   std::map<int64_t, JobRun> jobs_;                                   // active jobs by id (FIFO)
   // Jobs a previous head process was running: every node that registers is told to kill them.

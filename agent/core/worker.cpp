@@ -313,7 +313,10 @@ void Worker::PersistProcesses() {
     if (p.exited) *e->mutable_exit() = p.exit;
   }
   std::string path = config_.state_dir + "/processes.pb";
-  if (auto s = WriteFileAtomic(path, table.SerializeAsString(), 0600); !s.ok()) {
+  // No fsync: the table is for adopting live processes after an agent restart, and a power failure
+  // or kernel crash leaves none to adopt. It ran twice per job on the event loop the head shares.
+  if (auto s = WriteFileAtomic(path, table.SerializeAsString(), 0600, Durability::kProcessCrash);
+      !s.ok()) {
     HERD_LOG(kError) << "cannot persist the process table: " << s.message()
                      << "; a restarted agent would not find these processes";
   }

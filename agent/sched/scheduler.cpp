@@ -89,28 +89,34 @@ ScheduleResult Schedule(const std::vector<JobDemand>& fifo, const std::vector<No
   ScheduleResult result;
   std::vector<double> free_cpus(nodes.size());
   std::vector<std::vector<double>> gpu_used(nodes.size());
-  std::vector<herd::v1::NodeInfo> infos;
-  std::vector<bool> lost;
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     free_cpus[i] = nodes[i].info.cpus() - nodes[i].cpus_used;
     gpu_used[i] = nodes[i].gpu_used;
-    infos.push_back(nodes[i].info);
-    lost.push_back(!nodes[i].alive);
   }
+  // Copies of every node's info for WhyInfeasible, made only for a job that does not fit now: a
+  // job that fits what is free now fits the idle cluster (RankFits and AssignGpus only need more
+  // of what is free), so the feasibility check, O(nodes) copies, is skipped for it.
+  std::vector<herd::v1::NodeInfo> infos;
+  std::vector<bool> lost;
+  auto why_infeasible = [&](const JobDemand& d) {
+    if (infos.size() != nodes.size()) {
+      infos.clear();
+      lost.clear();
+      for (const NodeState& n : nodes) {
+        infos.push_back(n.info);
+        lost.push_back(!n.alive);
+      }
+    }
+    // Could it ever run? Every known node counts, alive or not.
+    return sched::WhyInfeasible(d, infos, lost);
+  };
 
   bool blocked = false;
   for (const JobDemand& raw : fifo) {
     const JobDemand d = sched::Normalized(raw);
-    // Could it ever run? Every known node counts, alive or not.
-    if (auto why = sched::WhyInfeasible(d, infos, lost)) {
-      result.infeasible.push_back({d.job_id, std::move(*why)});
-      continue;
-    }
-    if (blocked) continue;
-
     std::vector<std::pair<std::size_t, std::vector<int>>> chosen;  // node, its GPU indices
-    for (std::size_t i = 0; i < nodes.size() && static_cast<int>(chosen.size()) < d.num_nodes;
-         ++i) {
+    for (std::size_t i = 0;
+         !blocked && i < nodes.size() && static_cast<int>(chosen.size()) < d.num_nodes; ++i) {
       const herd::v1::NodeInfo& info = nodes[i].info;
       if (!nodes[i].alive ||
           !sched::RankFits(d, info, free_cpus[i], FreeGpus(gpu_used[i], info.gpu_count()))) {
@@ -119,7 +125,11 @@ ScheduleResult Schedule(const std::vector<JobDemand>& fifo, const std::vector<No
       auto gpus = AssignGpus(gpu_used[i], info.gpu_count(), d.gpus_per_node);
       if (gpus) chosen.emplace_back(i, std::move(*gpus));
     }
-    if (static_cast<int>(chosen.size()) < d.num_nodes) {
+    if (blocked || static_cast<int>(chosen.size()) < d.num_nodes) {
+      if (auto why = why_infeasible(d)) {
+        result.infeasible.push_back({d.job_id, std::move(*why)});
+        continue;  // reported wherever it is in the queue; it blocks nothing
+      }
       blocked = true;  // head-of-line: it waits, and so does everything behind it
       continue;
     }

@@ -27,9 +27,10 @@ def main():
     ap.add_argument("--jobs", type=int, default=1000)
     ap.add_argument("--parallel", type=int, default=8)
     ap.add_argument("--goal", type=float, default=100.0)
+    ap.add_argument("--net", default="127.0.60", help="loopback A.B.C: head .11, worker .12")
     a = ap.parse_args()
     print("load average:", open("/proc/loadavg").read().split()[:3])
-    c = loopback_cluster.LoopbackCluster("hflt-rate", ["127.0.60.11", "127.0.60.12"],
+    c = loopback_cluster.LoopbackCluster("hflt-rate", [a.net + ".11", a.net + ".12"],
                                          gpus_per_node=0, cpus=2 * a.jobs)
     try:
         cmd = [loopback_cluster.HERD, "exec", *c.target(), "-d", "--", "true"]

@@ -1,6 +1,5 @@
 #include "controller/provider/ec2_client.hpp"
 
-#include <curl/curl.h>
 #include <openssl/evp.h>
 
 #include <algorithm>
@@ -240,10 +239,21 @@ std::vector<Ec2InstanceType> ParseEc2InstanceTypes(const pt::ptree& reply) {
 }
 
 std::string Ec2QueryBody(std::string_view action, const Ec2Params& params) {
+  // RFC 3986 percent-encoding of all but the unreserved characters (what curl_easy_escape does;
+  // libcurl is loaded only when a request is sent).
   auto escape = [](const std::string& s) {
-    char* e = curl_easy_escape(nullptr, s.c_str(), static_cast<int>(s.size()));
-    std::string out = e != nullptr ? e : "";
-    curl_free(e);
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    std::string out;
+    for (unsigned char c : s) {
+      if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+          c == '.' || c == '_' || c == '~') {
+        out += static_cast<char>(c);
+      } else {
+        out += '%';
+        out += kHex[c >> 4];
+        out += kHex[c & 15];
+      }
+    }
     return out;
   };
   std::string body =

@@ -1,9 +1,12 @@
 #include "controller/provider/http_client.hpp"
 
 #include <curl/curl.h>
+#include <dlfcn.h>
 
 #include <memory>
 #include <mutex>
+#include <string>
+#include <type_traits>
 
 namespace herd::controller {
 
@@ -11,9 +14,57 @@ HttpClient::~HttpClient() = default;
 
 namespace {
 
-void GlobalInit() {
+// libcurl is loaded on the first request, not linked: its shared objects and their dependencies
+// (GnuTLS, Kerberos, LDAP, ... 33 in all on Debian 12) cost every `herd` command about 7 ms at
+// start (bench/README.md, P1), and only the aws provider sends HTTP.
+struct Curl {
+  decltype(&curl_global_init) global_init = nullptr;
+  decltype(&curl_easy_init) easy_init = nullptr;
+  decltype(&curl_easy_cleanup) easy_cleanup = nullptr;
+  decltype(&curl_easy_setopt) easy_setopt = nullptr;
+  decltype(&curl_easy_perform) easy_perform = nullptr;
+  decltype(&curl_easy_getinfo) easy_getinfo = nullptr;
+  decltype(&curl_easy_strerror) easy_strerror = nullptr;
+  decltype(&curl_slist_append) slist_append = nullptr;
+  decltype(&curl_slist_free_all) slist_free_all = nullptr;
+};
+
+constexpr const char* kCurlLibrary = "libcurl.so.4";
+
+// The loaded library, initialised once; an error names the library and dlerror's reason.
+Result<const Curl*> LoadCurl() {
+  static Curl curl;
+  static std::string error;
   static std::once_flag once;
-  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+  std::call_once(once, [] {
+    void* lib = ::dlopen(kCurlLibrary, RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) {
+      const char* why = ::dlerror();
+      error = std::string("cannot load ") + kCurlLibrary +
+              " (install libcurl4): " + (why != nullptr ? why : "unknown error");
+      return;
+    }
+    bool ok = true;
+    auto get = [&](auto& fn, const char* name) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(::dlsym(lib, name));
+      if (fn == nullptr && ok) {
+        ok = false;
+        error = std::string(kCurlLibrary) + " has no " + name;
+      }
+    };
+    get(curl.global_init, "curl_global_init");
+    get(curl.easy_init, "curl_easy_init");
+    get(curl.easy_cleanup, "curl_easy_cleanup");
+    get(curl.easy_setopt, "curl_easy_setopt");
+    get(curl.easy_perform, "curl_easy_perform");
+    get(curl.easy_getinfo, "curl_easy_getinfo");
+    get(curl.easy_strerror, "curl_easy_strerror");
+    get(curl.slist_append, "curl_slist_append");
+    get(curl.slist_free_all, "curl_slist_free_all");
+    if (ok) curl.global_init(CURL_GLOBAL_DEFAULT);
+  });
+  if (!error.empty()) return FailedPrecondition("aws provider: " + error);
+  return &curl;
 }
 
 size_t AppendBody(char* data, size_t size, size_t n, void* user) {
@@ -27,25 +78,27 @@ int CaptureHead(CURL*, curl_infotype type, char* data, size_t size, void* user) 
 }
 
 struct CurlDeleter {
-  void operator()(CURL* c) const { curl_easy_cleanup(c); }
+  const Curl* api;
+  void operator()(CURL* c) const { api->easy_cleanup(c); }
 };
 struct SlistDeleter {
-  void operator()(curl_slist* l) const { curl_slist_free_all(l); }
+  const Curl* api;
+  void operator()(curl_slist* l) const { api->slist_free_all(l); }
 };
 
 }  // namespace
 
 Result<HttpResponse> CurlHttpClient::Send(const HttpRequest& request) {
-  GlobalInit();
-  std::unique_ptr<CURL, CurlDeleter> curl(curl_easy_init());
+  HERD_ASSIGN_OR_RETURN(const Curl* api, LoadCurl());
+  std::unique_ptr<CURL, CurlDeleter> curl(api->easy_init(), CurlDeleter{api});
   if (!curl) return Internal("curl_easy_init failed");
   CURL* c = curl.get();
   HttpResponse response;
   char error[CURL_ERROR_SIZE] = {0};
 
-  std::unique_ptr<curl_slist, SlistDeleter> headers;
+  std::unique_ptr<curl_slist, SlistDeleter> headers(nullptr, SlistDeleter{api});
   auto add_header = [&](const std::string& line) {
-    curl_slist* next = curl_slist_append(headers.get(), line.c_str());
+    curl_slist* next = api->slist_append(headers.get(), line.c_str());
     if (next != nullptr) {
       (void)headers.release();
       headers.reset(next);
@@ -68,51 +121,51 @@ Result<HttpResponse> CurlHttpClient::Send(const HttpRequest& request) {
     }
   }
   curl_slist* connect_to = nullptr;
-  std::unique_ptr<curl_slist, SlistDeleter> connect_to_guard;
+  std::unique_ptr<curl_slist, SlistDeleter> connect_to_guard(nullptr, SlistDeleter{api});
   if (!request.connect_to.empty()) {
-    connect_to = curl_slist_append(nullptr, request.connect_to.c_str());
+    connect_to = api->slist_append(nullptr, request.connect_to.c_str());
     connect_to_guard.reset(connect_to);
   }
 
-  curl_easy_setopt(c, CURLOPT_URL, request.url.c_str());
-  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, &AppendBody);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &response.body);
-  curl_easy_setopt(c, CURLOPT_USERAGENT, "herd");
+  api->easy_setopt(c, CURLOPT_URL, request.url.c_str());
+  api->easy_setopt(c, CURLOPT_ERRORBUFFER, error);
+  api->easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  api->easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+  api->easy_setopt(c, CURLOPT_WRITEFUNCTION, &AppendBody);
+  api->easy_setopt(c, CURLOPT_WRITEDATA, &response.body);
+  api->easy_setopt(c, CURLOPT_USERAGENT, "herd");
   if (request.method == "POST") {
-    curl_easy_setopt(c, CURLOPT_POST, 1L);
-    curl_easy_setopt(c, CURLOPT_POSTFIELDS, request.body.c_str());
-    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
+    api->easy_setopt(c, CURLOPT_POST, 1L);
+    api->easy_setopt(c, CURLOPT_POSTFIELDS, request.body.c_str());
+    api->easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
   } else if (request.method != "GET") {
     return InvalidArgument("unsupported HTTP method " + request.method);
   }
-  if (headers) curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
+  if (headers) api->easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
   if (request.sign) {
-    curl_easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4.c_str());
-    curl_easy_setopt(c, CURLOPT_USERPWD, userpwd.c_str());
+    api->easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4.c_str());
+    api->easy_setopt(c, CURLOPT_USERPWD, userpwd.c_str());
   }
-  if (connect_to != nullptr) curl_easy_setopt(c, CURLOPT_CONNECT_TO, connect_to);
+  if (connect_to != nullptr) api->easy_setopt(c, CURLOPT_CONNECT_TO, connect_to);
   if (request.timeout.count() > 0) {
-    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(request.timeout.count()));
+    api->easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(request.timeout.count()));
   }
   if (request.connect_timeout.count() > 0) {
-    curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
+    api->easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS,
                      static_cast<long>(request.connect_timeout.count()));
   }
   if (request.capture_request_head) {
-    curl_easy_setopt(c, CURLOPT_VERBOSE, 1L);
-    curl_easy_setopt(c, CURLOPT_DEBUGFUNCTION, &CaptureHead);
-    curl_easy_setopt(c, CURLOPT_DEBUGDATA, &response.request_head);
+    api->easy_setopt(c, CURLOPT_VERBOSE, 1L);
+    api->easy_setopt(c, CURLOPT_DEBUGFUNCTION, &CaptureHead);
+    api->easy_setopt(c, CURLOPT_DEBUGDATA, &response.request_head);
   }
 
-  CURLcode rc = curl_easy_perform(c);
+  CURLcode rc = api->easy_perform(c);
   if (rc != CURLE_OK) {
-    std::string why = error[0] != 0 ? error : curl_easy_strerror(rc);
+    std::string why = error[0] != 0 ? error : api->easy_strerror(rc);
     return Unavailable(request.method + " " + request.url + ": " + why);
   }
-  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &response.status);
+  api->easy_getinfo(c, CURLINFO_RESPONSE_CODE, &response.status);
   return response;
 }
 

@@ -10,7 +10,9 @@
 
 namespace herd {
 
-Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode) {
+Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode,
+                       Durability durability) {
+  const bool sync = durability == Durability::kPowerLoss;
   std::filesystem::path target(path);
   std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
   // Built by appending: GCC 12 at -O3 reports a false -Wrestrict for `"." + std::string&&`
@@ -37,7 +39,7 @@ Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mo
     }
     done += static_cast<std::size_t>(n);
   }
-  if (::fsync(fd) != 0) return fail("fsync");
+  if (sync && ::fsync(fd) != 0) return fail("fsync");
   if (::close(fd) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
@@ -49,7 +51,7 @@ Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mo
     return ErrnoError("rename to " + path, err);
   }
   // The rename itself must survive a crash too.
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int dfd = sync ? ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
   if (dfd >= 0) {
     ::fsync(dfd);
     ::close(dfd);

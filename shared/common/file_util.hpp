@@ -12,7 +12,11 @@ namespace herd {
 
 // Writes through a temporary file in the same directory (mode applied before any byte), fsyncs it,
 // renames it over path and fsyncs the directory: readers see the old or the new file, never half.
-Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode);
+// kProcessCrash skips both fsyncs: still never half a file, and the file survives a crash of the
+// writer, but not a power failure or kernel crash (for state that such a crash makes void anyway).
+enum class Durability { kPowerLoss, kProcessCrash };
+Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode,
+                       Durability durability = Durability::kPowerLoss);
 // The whole file; NotFound when it does not exist.
 Result<std::string> ReadFile(const std::string& path);
 

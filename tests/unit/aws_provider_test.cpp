@@ -265,6 +265,18 @@ TEST_CASE("query bodies are percent-encoded") {
         "Action=RunInstances&Version=2016-11-15&TagSpecification.1.Tag.1.Value=a%20b%2Fc%2Bd%3D");
 }
 
+TEST_CASE("query bodies are encoded as libcurl's curl_easy_escape encodes, for every byte") {
+  // herd no longer links libcurl (it is loaded at the first request); its own encoding must stay
+  // byte for byte what curl_easy_escape gave.
+  std::string all;
+  for (int c = 1; c < 256; ++c) all += static_cast<char>(c);
+  char* e = curl_easy_escape(nullptr, all.data(), static_cast<int>(all.size()));
+  REQUIRE(e != nullptr);
+  const std::string want = std::string("Action=X&Version=2016-11-15&k=") + e;
+  curl_free(e);
+  CHECK(Ec2QueryBody("X", {{"k", all}}) == want);
+}
+
 // ---- Catalog ------------------------------------------------------------------------------------
 
 InstanceDemand D(std::string gpu, double count, std::optional<double> cpus = std::nullopt,
