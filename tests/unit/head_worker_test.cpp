@@ -126,8 +126,9 @@ class FakeLauncher : public ProcessLauncher {
   void ExitLocked(std::size_t i, int code, int sig) {
     Proc& p = procs_[i];
     p.exited = true;
-    boost::asio::post(
-        io_, [cb = p.callbacks, code, sig, total = p.offset] { cb.on_exit(code, sig, total); });
+    boost::asio::post(io_, [cb = p.callbacks, code, sig, total = p.offset] {
+      cb.on_exit(code, sig, total, std::string());
+    });
   }
 
   boost::asio::io_context& io_;
