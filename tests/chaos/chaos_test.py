@@ -9,7 +9,8 @@ naming node and rank when a node was lost, FAILED_DRIVER naming node, path and e
 disk), `herd logs` has every line of every rank exactly once and in order, nothing of a finished job
 is left running on any node, and the cluster runs a next `herd exec`.
 
-Replay: the seed is printed; HERD_CHAOS_SEED=N and HERD_CHAOS_ROUNDS=N repeat a run. The suite has a
+Replay: the seed is printed; HERD_CHAOS_SEED=N and HERD_CHAOS_ROUNDS=N repeat a run
+(HERD_CHAOS_FAULTS=a,b keeps only those faults, to chase one). The suite has a
 hard deadline (HERD_CHAOS_BUDGET_S, 240 s): no round starts without time for its worst case, and
 every wait is bounded by it."""
 
@@ -42,7 +43,7 @@ NODE_LOST_AFTER = 8.0
 NO_SPACE = "No space left on device"
 
 FAULTS = ["kill9_worker_agent", "kill9_head_agent", "link_flap", "head_stop", "client_kill",
-          "full_disk", "link_down_long"]
+          "full_disk", "link_down_long", "combined"]
 
 
 @unittest.skipUnless(os.geteuid() == 0 and shutil.which("ip") and shutil.which("nsenter"),
@@ -180,7 +181,7 @@ class ChaosTest(unittest.TestCase):
 
     # ---- the full disk, on its own ------------------------------------------------------------
 
-    def full_disk(self, node, tag):
+    def full_disk(self, node, tag, second=False):
         """Fills `node`'s log directory (a 1 MiB tmpfs over it) with a job that prints fast on that
         node. Returns the seconds from submit to the job's end."""
         name = self.cluster.node_id(node)
@@ -208,6 +209,16 @@ class ChaosTest(unittest.TestCase):
             # The agent is up and heartbeating (still alive after more than kNodeLostAfter).
             self.assertIsNone(self.cluster.procs[node].poll())
             self.wait_no_leftovers([tag])
+            if second:
+                # While the disk is still full, the next job fails at once too (at spawn, where
+                # the exit record's reserve does not fit, or at its first write), naming the node.
+                job2 = self.submit(tag + "again-", "num_nodes: 3\nrun: echo hello\n")
+                info2 = self.wait_state(job2, {"SUCCEEDED", "FAILED", "FAILED_DRIVER"},
+                                        timeout=30)
+                self.assertIn(info2["status"], {"FAILED", "FAILED_DRIVER"}, info2)
+                self.assertIn(name, info2["message"])
+                self.assertIn(NO_SPACE, self.log(job2))
+                self.wait_no_leftovers([tag + "again-"])
         finally:
             self.unmount(d)
         time.sleep(self.bounded(max(0.0, NODE_LOST_AFTER + 1 - (time.time() - t0))))
@@ -217,7 +228,7 @@ class ChaosTest(unittest.TestCase):
         return detected
 
     def test_a_full_disk_fails_the_job_and_the_agent_runs_the_next(self):
-        detected = self.full_disk(1, "-fulldisk-")
+        detected = self.full_disk(1, "-fulldisk-", second=True)
         print(f"\nfull disk on hch-worker1: FAILED_DRIVER {detected:.1f} s after submit",
               file=sys.stderr)
         self.check_usable()
@@ -228,9 +239,12 @@ class ChaosTest(unittest.TestCase):
         seed = int(os.environ.get("HERD_CHAOS_SEED", str(int(time.time() * 1000) % 1000000)))
         rounds = int(os.environ.get("HERD_CHAOS_ROUNDS", str(2 * len(FAULTS))))
         rng = random.Random(seed)
-        order = rng.sample(FAULTS, len(FAULTS))
+        # HERD_CHAOS_FAULTS=a,b: only these (to chase one).
+        faults = [f for f in os.environ.get("HERD_CHAOS_FAULTS", "").split(",") if f] or FAULTS
+        self.assertEqual(set(faults) - set(FAULTS), set())
+        order = rng.sample(faults, len(faults))
         while len(order) < rounds:
-            order.append(rng.choice(FAULTS))
+            order.append(rng.choice(faults))
         order = order[:rounds]
         print(f"\nchaos: HERD_CHAOS_SEED={seed} HERD_CHAOS_ROUNDS={rounds}: {order}",
               file=sys.stderr)
@@ -252,6 +266,8 @@ class ChaosTest(unittest.TestCase):
         for r in range(3):
             self.wait_log(job, rf"rank={r}, pid=\d+[^)]*\) r{r} 1\n")
         expect, note, extra_tags = "SUCCEEDED", "", []
+        time.sleep(rng.uniform(0.0, 3.0))  # early, midway or late in the job
+        t_inject = time.time()
         if fault == "kill9_worker_agent":
             i = rng.choice([1, 2])
             c.restart_agent(i, sig=signal.SIGKILL)
@@ -290,6 +306,24 @@ class ChaosTest(unittest.TestCase):
             extra_tags.append(tag + "fill-")
             detected = self.full_disk(node, tag + "fill-")
             note = f"{c.node_id(node)}'s log dir full: FAILED_DRIVER {detected:.1f} s after submit"
+        elif fault == "combined":
+            # Several at once, in the job's lifetime: both workers' agents SIGKILLed (one of them
+            # twice), worker2's link flapping meanwhile, the head SIGKILLed, clients killed.
+            p = subprocess.Popen([HERD, "logs", *c.target(), str(job)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            c.restart_agent(1, sig=signal.SIGKILL)
+            self.link("down")
+            try:
+                c.restart_agent(2, sig=signal.SIGKILL)
+                time.sleep(rng.uniform(0.2, 1.5))
+            finally:
+                self.link("up")
+            p.kill()
+            p.wait()
+            c.restart_head(sig=signal.SIGKILL)
+            c.restart_agent(1, sig=signal.SIGKILL)
+            c.wait_nodes(3, timeout=self.bounded(30))
+            note = "worker agents, the head and a client killed, worker2's link flapping"
         elif fault == "link_down_long":
             t0 = time.time()
             self.link("down")
@@ -303,7 +337,10 @@ class ChaosTest(unittest.TestCase):
             note = f"worker2's link down until the job failed ({time.time() - t0:.1f} s)"
         else:
             raise AssertionError(fault)
+        t_fault = time.time()
         final = self.follow(job)
+        note += (f"; injected in {t_fault - t_inject:.1f} s, job ended {time.time() - t_fault:.1f} s"
+                 " after")
         info = self.wait_state(job, {"SUCCEEDED", "FAILED", "FAILED_DRIVER", "CANCELLED"})
         self.assertEqual(info["status"], expect, f"round {n} {fault}: {info}")
         if expect == "SUCCEEDED":
@@ -314,9 +351,12 @@ class ChaosTest(unittest.TestCase):
         else:
             self.assertEqual((info["first_failed_node"], info["first_failed_rank"]),
                              ("hch-worker2", int(lost.group(1))))
+        t_checks = time.time()
         self.wait_no_leftovers([tag, *extra_tags])
+        t_leftovers = time.time()
         self.check_usable()
-        return note
+        return note + (f"; leftovers gone in {t_leftovers - t_checks:.1f} s, next exec in "
+                       f"{time.time() - t_leftovers:.1f} s")
 
 
 if __name__ == "__main__":
