@@ -262,9 +262,11 @@ class ChaosTest(unittest.TestCase):
     def round(self, n, fault, rng):
         c = self.cluster
         tag = f"-r{n:02d}-{fault}-"
+        t_submit = time.time()
         job = self.submit_counter(tag)
         for r in range(3):
             self.wait_log(job, rf"rank={r}, pid=\d+[^)]*\) r{r} 1\n")
+        t_printing = time.time()
         expect, note, extra_tags = "SUCCEEDED", "", []
         time.sleep(rng.uniform(0.0, 3.0))  # early, midway or late in the job
         t_inject = time.time()
@@ -339,7 +341,8 @@ class ChaosTest(unittest.TestCase):
             raise AssertionError(fault)
         t_fault = time.time()
         final = self.follow(job)
-        note += (f"; injected in {t_fault - t_inject:.1f} s, job ended {time.time() - t_fault:.1f} s"
+        note += (f"; printing {t_printing - t_submit:.1f} s after submit,"
+                 f" injected in {t_fault - t_inject:.1f} s, job ended {time.time() - t_fault:.1f} s"
                  " after")
         info = self.wait_state(job, {"SUCCEEDED", "FAILED", "FAILED_DRIVER", "CANCELLED"})
         self.assertEqual(info["status"], expect, f"round {n} {fault}: {info}")
