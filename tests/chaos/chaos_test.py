@@ -196,7 +196,7 @@ class ChaosTest(unittest.TestCase):
                                    timeout=30)
             detected = time.time() - t0
             self.assertEqual(info["status"], "FAILED_DRIVER", info)
-            msg = info["message"]
+            msg = self.full_disk_message = info["message"]
             self.assertIn(NO_SPACE, msg)
             self.assertIn(d, msg)  # the path (the head's run.log or the node-local log)
             if node == 0:
@@ -307,7 +307,8 @@ class ChaosTest(unittest.TestCase):
             node = rng.choice([0, 1, 2])
             extra_tags.append(tag + "fill-")
             detected = self.full_disk(node, tag + "fill-")
-            note = f"{c.node_id(node)}'s log dir full: FAILED_DRIVER {detected:.1f} s after submit"
+            note = (f"{c.node_id(node)}'s log dir full: FAILED_DRIVER {detected:.1f} s after submit"
+                    f" ({self.full_disk_message})")
         elif fault == "combined":
             # Several at once, in the job's lifetime: both workers' agents SIGKILLed (one of them
             # twice), worker2's link flapping meanwhile, the head SIGKILLed, clients killed.
