@@ -343,7 +343,9 @@ int RunStep(int argc, char** argv) {
       for (;;) {
         ssize_t r = ::read(master, buf.data(), buf.size());
         if (r > 0) {
-          if (!log_error.empty()) continue;  // stopping: nowhere to keep it
+          // Stopping: nowhere to keep it. One chunk per poll, so that a job that ignores SIGTERM
+          // and prints without pause still meets the SIGKILL sweep on time.
+          if (!log_error.empty()) break;
           if (int e = WriteAll(log_fd, buf.data(), static_cast<size_t>(r)); e != 0) {
             log_error = "cannot write " + a.log + ": " + std::strerror(e);
             for (char& ch : log_error)
@@ -354,6 +356,7 @@ int RunStep(int argc, char** argv) {
             stop_started = Clock::now();
             next_sweep = stop_started + limits::kKillGracePeriod;
             sweeping = true;
+            break;
           }
           continue;
         }
