@@ -215,6 +215,8 @@ class ChaosTest(unittest.TestCase):
                 job2 = self.submit(tag + "again-", "num_nodes: 3\nrun: echo hello\n")
                 info2 = self.wait_state(job2, {"SUCCEEDED", "FAILED", "FAILED_DRIVER"},
                                         timeout=30)
+                print(f"\nnext job on the still-full disk: {info2['status']}: {info2['message']}",
+                      file=sys.stderr)
                 self.assertIn(info2["status"], {"FAILED", "FAILED_DRIVER"}, info2)
                 self.assertIn(name, info2["message"])
                 self.assertIn(NO_SPACE, self.log(job2))
