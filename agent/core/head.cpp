@@ -1047,7 +1047,15 @@ void Head::ProcessExit(JobRun& run, ProcEntry& proc) {
       tail +=
           PrefixFor(proc.label) + "herd: cannot start process: " + proc.exit.spawn_error() + "\n";
     }
+    if (!proc.exit.output_error().empty())
+      tail += PrefixFor(proc.label) + "herd: " + proc.exit.output_error() + "\n";
     if (!tail.empty()) AppendLog(run, tail);
+  }
+  if (!proc.exit.output_error().empty() && !run.killing && run.driver_error.empty()) {
+    run.driver_error = "ERROR: Job " + std::to_string(run.rec.info.job_id()) + " failed: node " +
+                       proc.node_id + " (" + (proc.label.setup ? "setup, " : "") + "rank " +
+                       std::to_string(proc.label.rank) +
+                       ") could not store its output and was stopped: " + proc.exit.output_error();
   }
   if (proc.exit_code != 0 && !run.killing) {
     // Fail fast: the first non-zero exit kills every other process of the job.
@@ -1086,6 +1094,7 @@ void Head::MaybeAdvance(JobRun& run) {
   }
   list += "]";
   if (run.cancel_requested) return Finalize(id, JOB_STATE_CANCELLED, "");
+  if (!run.driver_error.empty()) return Finalize(id, JOB_STATE_FAILED_DRIVER, run.driver_error);
   if (run.in_setup) {
     if (!all_ok) {
       return Finalize(
@@ -1164,8 +1173,21 @@ void Head::AppendLog(JobRun& run, std::string_view bytes, const std::string& jou
       ssize_t n = ::write(run.fd, bytes.data() + done, bytes.size() - done);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
+        const int err = n < 0 ? errno : EIO;
         HERD_LOG(kError) << "cannot append to " << run.rec.info.log_path() << ": "
-                         << std::strerror(errno);
+                         << std::strerror(err) << "; stopping job " << run.rec.info.job_id();
+        // Output that cannot be kept (disk full): the job is stopped, not left running blind.
+        // Later bytes still reach following clients; run.log is not written again.
+        ::close(run.fd);
+        run.fd = -1;
+        if (run.driver_error.empty()) {
+          char host[256] = "";
+          ::gethostname(host, sizeof host - 1);
+          run.driver_error = "ERROR: Job " + std::to_string(run.rec.info.job_id()) +
+                             " failed: the head (" + host + ") cannot write " +
+                             run.rec.info.log_path() + ": " + std::strerror(err);
+        }
+        if (!run.killing && !run.procs.empty()) KillJobProcesses(run);
         break;
       }
       done += static_cast<std::size_t>(n);

@@ -89,6 +89,9 @@ class Head {
     bool in_setup = false;
     bool killing = false;  // fail-fast or cancel sent KillJob; later non-zero exits report 137
     bool cancel_requested = false;
+    // Set when output could not be stored (a node-local log or run.log on a full disk): the job
+    // is stopped and ends FAILED_DRIVER with this message.
+    std::string driver_error;
     int fd = -1;
     uint64_t log_size = 0;
     // run.journal next to run.log: what a restarted head needs to carry on with the job (its

@@ -270,7 +270,8 @@ ProcessCallbacks Worker::CallbacksFor(const std::string& name) {
     pit->second.output_bytes = offset + data.size();
     SendOutput(pit->second.key, offset, data);
   };
-  cb.on_exit = [this, alive, name](int exit_code, int term_signal, uint64_t end) {
+  cb.on_exit = [this, alive, name](int exit_code, int term_signal, uint64_t end,
+                                   const std::string& output_error) {
     if (!*alive) return;
     auto pit = procs_.find(name);
     if (pit == procs_.end() || pit->second.exited) return;
@@ -281,6 +282,7 @@ ProcessCallbacks Worker::CallbacksFor(const std::string& name) {
     proc.exit.set_exit_code(exit_code);
     proc.exit.set_term_signal(term_signal);
     proc.exit.set_output_bytes(end);
+    if (!output_error.empty()) proc.exit.set_output_error(output_error);
     PersistProcesses();
     AgentToHead msg;
     *msg.mutable_exited() = proc.exit;

@@ -40,8 +40,11 @@ struct ProcessCallbacks {
   // Bytes from stdout or stderr, in the order read; offset is their position in log_path.
   std::function<void(uint64_t offset, std::string_view data)> on_output;
   // After the last on_output. exit_code is 128+signal when killed by a signal; end_offset is the
-  // log's size after the process's last byte.
-  std::function<void(int exit_code, int term_signal, uint64_t end_offset)> on_exit;
+  // log's size after the process's last byte. output_error is non-empty when the log could not be
+  // written (disk full: "cannot write PATH: No space left on device"); the process was stopped.
+  std::function<void(int exit_code, int term_signal, uint64_t end_offset,
+                     const std::string& output_error)>
+      on_exit;
 };
 
 class ProcessLauncher {

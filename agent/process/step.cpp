@@ -11,6 +11,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/process/proc_scan.hpp"
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 
@@ -66,17 +68,43 @@ bool ParseArgs(int argc, char** argv, StepArgs& a) {
          a.marker.find('=') != std::string::npos;
 }
 
-void WriteAll(int fd, const char* data, size_t n) {
+// 0, or the errno of the write that failed (ENOSPC, EDQUOT, EIO, ...).
+int WriteAll(int fd, const char* data, size_t n) {
   while (n > 0) {
     ssize_t w = ::write(fd, data, n);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return;  // a full disk loses bytes, never the job
+    if (w < 0) return errno;
+    if (w == 0) return EIO;
     data += w;
     n -= static_cast<size_t>(w);
   }
+  return 0;
 }
 
 void Report(const std::string& line) { WriteAll(STDOUT_FILENO, line.data(), line.size()); }
+
+// The job process and every process of its group (found by the marker, as the agent's KillGroup
+// finds them; the supervisor does not carry the marker itself).
+void SignalGroup(pid_t child, bool child_done, const std::string& marker, int sig) {
+  if (!child_done) ::kill(child, sig);
+  for (int pid : procfs::FindLiveByEnvEntry(marker)) ::kill(pid, sig);
+}
+
+// The exit record goes over the bytes reserved at start (no new blocks needed on a full disk),
+// then takes its name atomically. Falls back to a fresh file where that fails.
+bool WriteExitRecord(const std::string& path, int reserve_fd, const std::string& reserve_path,
+                     const std::string& record) {
+  if (reserve_fd >= 0) {
+    bool ok = ::pwrite(reserve_fd, record.data(), record.size(), 0) ==
+                  static_cast<ssize_t>(record.size()) &&
+              ::ftruncate(reserve_fd, static_cast<off_t>(record.size())) == 0 &&
+              ::fsync(reserve_fd) == 0;
+    ::close(reserve_fd);
+    if (ok && ::rename(reserve_path.c_str(), path.c_str()) == 0) return true;
+    ::unlink(reserve_path.c_str());
+  }
+  return WriteFileAtomic(path, record, 0644).ok();
+}
 
 // A pty whose slave is in raw mode (no \n -> \r\n, no echo, no signals from control characters),
 // so the job's bytes reach the log unaltered; programs see a terminal and line-buffer (Python).
@@ -184,6 +212,8 @@ std::optional<ExitRecord> ReadExitRecord(const std::string& path) {
       have_end = true;
     } else if (key == "stdout") {
       r.pty = std::string_view(v) == "pty";
+    } else if (key == "error") {
+      r.error = v;
     }
   }
   if (!have_code || !have_end) return std::nullopt;
@@ -201,6 +231,22 @@ int RunStep(int argc, char** argv) {
   if (log_fd < 0) {
     int e = errno;
     Report("err " + std::to_string(e) + " opening log " + a.log + ": " + std::strerror(e) + "\n");
+    return 1;
+  }
+  // Room for the exit record, taken now: once the log has filled the disk, the record (which says
+  // so) must still be written.
+  const std::string reserve_path = a.exit + ".reserve";
+  int reserve_fd = ::open(reserve_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int reserve_err = reserve_fd < 0 ? errno : 0;
+  if (reserve_fd >= 0) {
+    std::string fill(limits::kExitRecordReserveBytes, '\n');
+    reserve_err = WriteAll(reserve_fd, fill.data(), fill.size());
+  }
+  if (reserve_err != 0) {
+    if (reserve_fd >= 0) ::close(reserve_fd);
+    ::unlink(reserve_path.c_str());
+    Report("err " + std::to_string(reserve_err) + " reserving the exit record " + reserve_path +
+           ": " + std::strerror(reserve_err) + "\n");
     return 1;
   }
   int master = -1, slave = -1;
@@ -261,13 +307,34 @@ int RunStep(int argc, char** argv) {
   bool output_open = true, child_done = false;
   int status = 0;
   Clock::time_point drain_until{};
+  // Set when the log cannot be written (disk full, quota, I/O error): output is lost from here on,
+  // so the job is stopped (SIGTERM to its group, SIGKILL sweeps after kKillGracePeriod, for at most
+  // kKillSweepTimeout) and the record says why. Its output is still read (and dropped) meanwhile so
+  // that it never blocks on a full pty.
+  std::string log_error;
+  Clock::time_point stop_started{}, next_sweep{};
+  bool sweeping = false;
   while (output_open || !child_done) {
+    auto now = Clock::now();
+    if (sweeping) {
+      if (now - stop_started > limits::kKillSweepTimeout) {
+        sweeping = false;
+      } else if (now >= next_sweep) {
+        SignalGroup(child, child_done, a.marker, SIGKILL);
+        next_sweep = now + limits::kKillSweepInterval;
+      }
+    }
     int timeout = -1;
     if (child_done) {
       // The job exited; something it left behind may still hold its stdout open.
-      auto left = std::chrono::ceil<std::chrono::milliseconds>(drain_until - Clock::now()).count();
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(drain_until - now).count();
       if (left <= 0) break;
       timeout = static_cast<int>(left);
+    }
+    if (sweeping) {
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(next_sweep - now).count();
+      left = std::max<decltype(left)>(left, 1);
+      if (timeout < 0 || left < timeout) timeout = static_cast<int>(left);
     }
     struct pollfd fds[2] = {{output_open ? master : -1, POLLIN, 0}, {sfd, POLLIN, 0}};
     int rc = ::poll(fds, 2, timeout);
@@ -276,7 +343,21 @@ int RunStep(int argc, char** argv) {
       for (;;) {
         ssize_t r = ::read(master, buf.data(), buf.size());
         if (r > 0) {
-          WriteAll(log_fd, buf.data(), static_cast<size_t>(r));
+          // Stopping: nowhere to keep it. One chunk per poll, so that a job that ignores SIGTERM
+          // and prints without pause still meets the SIGKILL sweep on time.
+          if (!log_error.empty()) break;
+          if (int e = WriteAll(log_fd, buf.data(), static_cast<size_t>(r)); e != 0) {
+            log_error = "cannot write " + a.log + ": " + std::strerror(e);
+            for (char& ch : log_error)
+              if (ch == '\n') ch = ' ';  // one line of the record
+            log_error.resize(
+                std::min<size_t>(log_error.size(), limits::kExitRecordReserveBytes - 256));
+            SignalGroup(child, child_done, a.marker, SIGTERM);
+            stop_started = Clock::now();
+            next_sweep = stop_started + limits::kKillGracePeriod;
+            sweeping = true;
+            break;
+          }
           continue;
         }
         if (r < 0 && errno == EINTR) continue;
@@ -308,7 +389,8 @@ int RunStep(int argc, char** argv) {
   std::string record = "exit_code=" + std::to_string(code) + "\nsignal=" + std::to_string(sig) +
                        "\nend=" + std::to_string(st.st_size) + "\npid=" + std::to_string(child) +
                        "\nstdout=" + (pty ? "pty" : "pipe") + "\n";
-  return WriteFileAtomic(a.exit, record, 0644).ok() ? 0 : 1;
+  if (!log_error.empty()) record += "error=" + log_error + "\n";
+  return WriteExitRecord(a.exit, reserve_fd, reserve_path, record) ? 0 : 1;
 }
 
 }  // namespace herd::agent

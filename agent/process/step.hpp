@@ -2,7 +2,9 @@
 // that the launcher starts in a session of its own for every job process. It outlives the agent:
 // it holds the job's stdout and stderr (a pty in raw mode, or a pipe where no pty can be opened),
 // copies every byte into the node-local log (O_APPEND) and, when the job process has exited and
-// its output is drained, writes an exit record next to the log (atomically) and exits. The agent
+// its output is drained, writes an exit record next to the log (atomically, over room reserved
+// at start: PATH.exit.reserve) and exits. A log it cannot write (disk full) stops the job; the
+// record then carries the error. The agent
 // never holds the job's output: it follows the log file and watches the supervisor, so an agent
 // that dies or restarts costs the job nothing (docs/ARCHITECTURE.md, section 5).
 //
@@ -29,6 +31,9 @@ struct ExitRecord {
   int term_signal = 0;  // 0 when it exited normally
   uint64_t end = 0;     // the log's size after the process's last byte
   bool pty = false;     // stdout was a pty (else a pipe)
+  // Non-empty when the log could not be written (e.g. "cannot write PATH: No space left on
+  // device"): the supervisor stopped the job then, and the log ends at `end`.
+  std::string error;
 };
 
 // The exit record next to a log.

@@ -468,11 +468,14 @@ struct UvProcessLauncher::Impl {
     c->finished = true;
     auto record = ReadExitRecord(c->exit_path);
     int code, sig;
+    std::string error;
     if (record) {
       ReadNew(c, record->end);
       code = record->exit_code;
       sig = record->term_signal;
+      error = record->error;
     } else {
+      ::unlink((c->exit_path + ".reserve").c_str());  // what it had reserved for the record
       // Killed before it could record anything (kill -9, OOM): the job's output ends here.
       ReadNew(c, UINT64_MAX);
       HERD_LOG(kWarn) << "the supervisor of pid " << c->handle.pid << " (group " << c->handle.group
@@ -480,8 +483,12 @@ struct UvProcessLauncher::Impl {
       code = 128 + SIGKILL;
       sig = SIGKILL;
     }
-    Post([cb = c->callbacks, code, sig, end = c->offset] {
-      if (cb->on_exit) cb->on_exit(code, sig, end);
+    if (!error.empty()) {
+      HERD_LOG(kError) << "pid " << c->handle.pid << " (group " << c->handle.group
+                       << ") was stopped by its supervisor: " << error;
+    }
+    Post([cb = c->callbacks, code, sig, end = c->offset, error = std::move(error)] {
+      if (cb->on_exit) cb->on_exit(code, sig, end, error);
     });
     Release(c);
     if (--children_per_group[c->handle.group] == 0) {

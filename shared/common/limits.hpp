@@ -77,6 +77,11 @@ inline constexpr Duration kProcessOutputDrainAfterExit = 2s;
 // A job process's supervisor (herdlet --step) reports the job's pid, or why it could not exec it,
 // within this; Spawn fails otherwise. Starting one program: far below any client timeout.
 inline constexpr Duration kStepStartTimeout = 10s;
+// A supervisor reserves this many bytes next to the log at start (written, so the filesystem has
+// allocated them) and writes its exit record over them: a full disk never loses the record (and
+// with it the reason the job was stopped). A record is a few lines, with one error line that names
+// the log's path (up to PATH_MAX).
+inline constexpr std::size_t kExitRecordReserveBytes = 8 * 1024;
 // Where the kernel offers no pidfd or inotify (gVisor), the agent checks its supervisors'
 // liveness and follows their logs this often (else only on events).
 inline constexpr Duration kSupervisorPollInterval = 100ms;
@@ -219,6 +224,8 @@ static_assert(kAgentRestartBackoffInitial + kAgentStartSettle + kHandshakeTimeou
 static_assert(kReconnectBackoffMax < kNodeLostAfter,
               "an agent retries several times before the head gives up on it");
 static_assert(kKillGracePeriod < 2s, "other ranks die within 2 s of the first failure");
+static_assert(kExitRecordReserveBytes >= 4096 + 512,
+              "an exit record whose error names a PATH_MAX path fits its reserve");
 static_assert(kReconnectBackoffMax < kClientReconnectWindow, "a client retries more than once");
 static_assert(kLocalNodeStartTimeout < kSshWaitTotal,
               "a local node starts long before ssh gives up");

@@ -118,12 +118,12 @@ class LoopbackCluster:
         env.pop("PYTHONUNBUFFERED", None)
         return env
 
-    def restart_agent(self, i, binary=None):
-        """Stops worker i's herdlet and starts it again (a new incarnation), from `binary` if
-        given (an in-place upgrade)."""
+    def restart_agent(self, i, binary=None, sig=signal.SIGTERM):
+        """Stops worker i's herdlet (with `sig`: SIGKILL for a crash) and starts it again (a new
+        incarnation), from `binary` if given (an in-place upgrade)."""
         proc = self.procs[i]
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
+            os.killpg(proc.pid, sig)
         proc.wait(timeout=10)
         ndir = os.path.join(self.dir, self.node_id(i))
         env = dict(self._agent_env(), HOME=os.path.join(ndir, "home"), CUDA_VISIBLE_DEVICES="0,1")
@@ -134,10 +134,12 @@ class LoopbackCluster:
                                          start_new_session=True)
         log.close()
 
-    def restart_head(self):
-        """Stops the head's herdlet and starts it again on the same port."""
+    def restart_head(self, sig=signal.SIGTERM):
+        """Stops the head's herdlet (with `sig`: SIGKILL for a crash) and starts it again on the
+        same port."""
         head = self.procs[0]
-        os.killpg(head.pid, signal.SIGTERM)
+        if head.poll() is None:
+            os.killpg(head.pid, sig)
         head.wait(timeout=10)
         ndir = os.path.join(self.dir, self.node_id(0))
         path = os.path.join(ndir, "herdlet.yaml")

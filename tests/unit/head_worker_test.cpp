@@ -121,13 +121,20 @@ class FakeLauncher : public ProcessLauncher {
     std::lock_guard lock(mu_);
     ExitLocked(i, code, 0);
   }
+  // What a supervisor reports when it could not write the log and stopped the process.
+  void StoppedOnFullDisk(std::size_t i) {
+    std::lock_guard lock(mu_);
+    ExitLocked(i, 143, 15,
+               "cannot write " + procs_[i].request.log_path + ": No space left on device");
+  }
 
  private:
-  void ExitLocked(std::size_t i, int code, int sig) {
+  void ExitLocked(std::size_t i, int code, int sig, std::string error = "") {
     Proc& p = procs_[i];
     p.exited = true;
-    boost::asio::post(
-        io_, [cb = p.callbacks, code, sig, total = p.offset] { cb.on_exit(code, sig, total); });
+    boost::asio::post(io_, [cb = p.callbacks, code, sig, total = p.offset, error] {
+      cb.on_exit(code, sig, total, error);
+    });
   }
 
   boost::asio::io_context& io_;
@@ -303,6 +310,32 @@ TEST_CASE("setup on every node, a barrier, then run; fail fast kills the other r
                         "(head, rank=0, pid=1002) half\n") != std::string::npos);
   CHECK(follow.log.find("ERROR: Job 1 failed with return code list: [137, 3]") !=
         std::string::npos);
+}
+
+TEST_CASE("a node that cannot store its output fails the job FAILED_DRIVER, naming it") {
+  Cluster c;
+  auto client = c.Client();
+  auto job = client->Submit(TwoNodes("", "yes"), "erin");
+  REQUIRE(job.ok());
+  Follow follow(c, *job);
+  REQUIRE(c.launchers[0]->WaitSpawns(1));
+  REQUIRE(c.launchers[1]->WaitSpawns(1));
+  c.launchers[1]->Print(0, "y\ny\n");
+  c.launchers[1]->StoppedOnFullDisk(0);  // the other rank is killed (fail fast)
+  follow.Join();
+  CHECK(follow.last.state() == herd::v1::JOB_STATE_FAILED_DRIVER);
+  CHECK(follow.last.first_failed_node() == "unit-worker1");
+  CHECK(follow.last.first_failed_rank() == 1);
+  CHECK(c.launchers[0]->kills() == std::vector<std::string>{JobGroupName(*job, 1)});
+  const std::string why =
+      "ERROR: Job 1 failed: node unit-worker1 (rank 1) could not store its "
+      "output and was stopped: cannot write ";
+  CHECK(follow.last.message().rfind(why, 0) == 0);
+  CHECK(follow.last.message().find(": No space left on device") != std::string::npos);
+  CHECK(follow.log.find("y\n(worker1, rank=1, pid=1001, ip=127.0.0.1) herd: cannot write " +
+                        (c.dir / "state1/logs/1-t/tasks/1-unit-worker1.log").string() +
+                        ": No space left on device\n") != std::string::npos);
+  CHECK(follow.log.find(why) != std::string::npos);
 }
 
 TEST_CASE("a failing setup never starts run") {

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -82,6 +83,7 @@ struct Recorder {
   int exit_code = -1;
   int term_signal = -1;
   uint64_t total_bytes = 0;
+  std::string output_error;
 
   ProcessCallbacks Callbacks() {
     return {[this](uint64_t offset, std::string_view data) {
@@ -89,11 +91,12 @@ struct Recorder {
               chunks.emplace_back(offset, std::string(data));
               output.append(data);
             },
-            [this](int code, int sig, uint64_t total) {
+            [this](int code, int sig, uint64_t total, const std::string& error) {
               exited = true;
               exit_code = code;
               term_signal = sig;
               total_bytes = total;
+              output_error = error;
             }};
   }
   std::vector<int> Pids() const {
@@ -630,6 +633,47 @@ TEST_CASE("a supervisor killed with SIGKILL is reported as a killed process") {
   CHECK(rec.term_signal == SIGKILL);
   f.launcher->KillGroup(G("svkill"), 100ms);  // the orphaned job process
   CHECK(f.queue.RunUntil([&] { return !Alive(h.pid); }, 3s));
+}
+
+TEST_CASE("a log on a full disk stops the process group; the exit record says why") {
+  if (::geteuid() != 0) {
+    MESSAGE("skipped: mounting a small tmpfs needs root");
+    return;
+  }
+  Fixture f;
+  // The node's log directory on a 256 KiB filesystem.
+  fs::path logs = f.dir / "logs";
+  fs::create_directories(logs);
+  REQUIRE(::mount("herd-test-full", logs.c_str(), "tmpfs", 0, "size=256k") == 0);
+  struct Unmount {
+    fs::path p;
+    ~Unmount() { ::umount2(p.c_str(), MNT_DETACH); }
+  } unmount{logs};
+  Recorder rec;
+  SpawnRequest req;
+  req.log_path = (logs / "job.log").string();
+  // A child in a session of its own prints too: the whole group is stopped, not just the shell,
+  // which ignores SIGTERM and prints without pause (SIGKILL after kKillGracePeriod).
+  int pid = f.Spawn(G("full"),
+                    Sh("setsid sh -c 'while :; do echo escaped; sleep 0.01; done' & "
+                       "trap '' TERM; i=0; "
+                       "while :; do i=$((i+1)); echo \"line $i of a job that prints fast\"; done"),
+                    rec, req);
+  auto t0 = std::chrono::steady_clock::now();
+  REQUIRE(f.WaitExit(rec, 10s));
+  CHECK(std::chrono::steady_clock::now() - t0 < herd::limits::kKillGracePeriod + 2s);
+  CHECK(rec.output_error == "cannot write " + req.log_path + ": No space left on device");
+  CHECK(rec.exit_code == 128 + SIGKILL);
+  CHECK(rec.term_signal == SIGKILL);
+  // Every byte up to the failure reached the callback, and the log is what it says.
+  CHECK(rec.total_bytes == fs::file_size(req.log_path));
+  CHECK(rec.total_bytes > 100 * 1024);
+  CHECK(rec.output.find("line 1 of a job that prints fast\n") != std::string::npos);
+  CHECK(!Alive(pid));
+  CHECK(f.queue.RunUntil([&] { return MarkedPids(G("full")).empty(); }, 3s));
+  // The record replaced its reserve (nothing left but the log and the record).
+  CHECK(fs::exists(req.log_path + ".exit"));
+  CHECK(!fs::exists(req.log_path + ".exit.reserve"));
 }
 
 TEST_CASE("stdout is a raw terminal: bytes unaltered, programs line-buffer") {
