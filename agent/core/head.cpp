@@ -19,6 +19,7 @@
 #include "agent/sched/job_env.hpp"
 #include "agent/sched/node_order.hpp"
 #include "agent/sched/scheduler.hpp"
+#include "shared/common/crash_point.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 #include "shared/proto/frame.hpp"
@@ -275,8 +276,12 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
       if (proc.node_id != id || proc.exited) continue;
       auto p = progress.find(name);
       HeadToAgent m;
-      if (p == progress.end() && (agent_restarted || proc.restored)) {
-        // Started (or about to be) by the previous agent: starting it again would run it twice.
+      // An agent persists a process before spawning it and its successor resolves that entry
+      // (Worker::AdoptProcesses), so one it does not report was never started: send it (again).
+      // Unless the head knows it started (its table was lost), or, restored from the journal, it
+      // was never rebuilt whole (only the run phase is, by ResumeRestored).
+      if (p == progress.end() && (agent_restarted || proc.restored) &&
+          (proc.started || proc.start.script().empty())) {
         lost_jobs.push_back(job_id);
         break;
       }
@@ -338,7 +343,8 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
     KillJobProcesses(run);
     Finalize(job_id, JOB_STATE_FAILED_DRIVER,
              "ERROR: Job " + std::to_string(job_id) + " failed: the agent on " + id +
-                 " restarted and does not know the job's process there");
+                 " does not know the job's process there (restarted without its process table, "
+                 "or the head restarted while starting it)");
   }
   Schedule();
 }
@@ -765,6 +771,46 @@ void Head::Recover() {
       orphaned_.emplace_back(id, rec.info.attempt());
       Finalize(id, JOB_STATE_FAILED_DRIVER,
                "ERROR: Job " + std::to_string(id) + " failed: the head restarted while it ran");
+    } else if (rec.info.state() != JOB_STATE_PENDING) {
+      ResumeRestored(run);
+    }
+  }
+}
+
+void Head::ResumeRestored(JobRun& run) {
+  // A head that died between two steps of a phase change left nothing that would move the job
+  // on (no process of the current phase will exit again): take the step now.
+  const int64_t id = run.rec.info.job_id();
+  bool phase_over = true;
+  std::set<int> run_ranks;
+  bool run_incomplete = false;  // a run process never started, known only from the journal
+  for (const auto& [name, proc] : run.procs) {
+    if (proc.label.setup == run.in_setup && !proc.exited) phase_over = false;
+    if (proc.label.setup) continue;
+    run_ranks.insert(proc.label.rank);
+    run_incomplete = run_incomplete || (!proc.started && !proc.exited);
+  }
+  if (!run.in_setup && (run_ranks.size() < run.gang.size() || run_incomplete)) {
+    // RUNNING, but not every run process was journaled, or one may not have been sent: start
+    // the phase again; it rebuilds every rank's StartProcess, and the agents report what they
+    // already run (a rank is started once).
+    HERD_LOG(kInfo) << "job " << id << ": the head restarted while starting its run; resuming";
+    StartPhase(run, false);
+  } else if (phase_over) {
+    HERD_LOG(kInfo) << "job " << id << ": the head restarted after its "
+                    << (run.in_setup ? "setup" : "run") << " ended; moving on";
+    MaybeAdvance(run);
+  } else {
+    return;
+  }
+  // Nodes of processes just started are lost like others if they do not register again.
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;  // ended
+  for (const auto& [name, proc] : it->second.procs) {
+    NodeEntry& node = nodes_[proc.node_id];
+    if (!proc.exited && !node.alive) {
+      node.alive = true;
+      node.last_seen = Clock::now();
     }
   }
 }
@@ -942,6 +988,7 @@ void Head::StartPhase(JobRun& run, bool setup) {
   run.in_setup = setup;
   run.rec.info.set_state(setup ? JOB_STATE_SETTING_UP : JOB_STATE_RUNNING);
   PersistAndNotify(run, false);
+  if (!setup) CrashPoint("head-run-persisted");
 
   std::vector<NodeInfo> cluster = OrderedNodes(true);
   JobEnvContext ctx;
@@ -998,6 +1045,7 @@ void Head::StartPhase(JobRun& run, bool setup) {
                      std::to_string(rank) + " " + node_id + " " + std::to_string(setup) + " " +
                      std::to_string(proc.label.num_nodes) + " " + proc.label.ip + " " +
                      sp->log_name());
+    if (!setup && rank + 1 == static_cast<int>(targets.size())) CrashPoint("head-run-journaled");
     SendToAgent(node_id, msg);
   }
 }
@@ -1060,6 +1108,7 @@ void Head::MaybeAdvance(JobRun& run) {
           id, JOB_STATE_FAILED_SETUP,
           "ERROR: Job " + std::to_string(id) + "'s setup failed with return code list: " + list);
     }
+    CrashPoint("head-setup-done");
     return StartPhase(run, false);
   }
   if (!all_ok) {

@@ -77,6 +77,11 @@ inline constexpr Duration kProcessOutputDrainAfterExit = 2s;
 // A job process's supervisor (herdlet --step) reports the job's pid, or why it could not exec it,
 // within this; Spawn fails otherwise. Starting one program: far below any client timeout.
 inline constexpr Duration kStepStartTimeout = 10s;
+// A restarted agent that finds the supervisor of a process its predecessor was starting (table
+// entry "starting", no registration file yet) waits this long for the supervisor to register
+// (write <log>.pid, which it does right after the exec, before it reports "ok"); longer, it is
+// killed as unprovable. Short: the agent waits before registering (see the relations below).
+inline constexpr Duration kStepRegisterWait = 2s;
 // Where the kernel offers no pidfd or inotify (gVisor), the agent checks its supervisors'
 // liveness and follows their logs this often (else only on events).
 inline constexpr Duration kSupervisorPollInterval = 100ms;
@@ -194,6 +199,10 @@ static_assert(kNodeCheckInterval < kHeadStallAfter && kHeadStallAfter < kNodeLos
 static_assert(kAgentRestartBackoffInitial + kAgentStartSettle + kHandshakeTimeout / 4 <
                   kNodeLostAfter,
               "an agent restarted by its supervisor registers again before its node is lost");
+static_assert(kAgentRestartBackoffInitial + kAgentStartSettle + kStepRegisterWait +
+                      kHandshakeTimeout / 4 <
+                  kNodeLostAfter,
+              "an agent that waits for a starting supervisor still registers before node loss");
 static_assert(kReconnectBackoffMax < kNodeLostAfter,
               "an agent retries several times before the head gives up on it");
 static_assert(kKillGracePeriod < 2s, "other ranks die within 2 s of the first failure");

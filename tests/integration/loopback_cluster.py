@@ -135,9 +135,10 @@ class LoopbackCluster:
         log.close()
 
     def restart_head(self):
-        """Stops the head's herdlet and starts it again on the same port."""
+        """Stops the head's herdlet (unless it is gone) and starts it again on the same port."""
         head = self.procs[0]
-        os.killpg(head.pid, signal.SIGTERM)
+        if head.poll() is None:
+            os.killpg(head.pid, signal.SIGTERM)
         head.wait(timeout=10)
         ndir = os.path.join(self.dir, self.node_id(0))
         path = os.path.join(ndir, "herdlet.yaml")

@@ -64,6 +64,19 @@ class FakeLauncher : public ProcessLauncher {
     cv_.notify_all();
     return Status::Ok();
   }
+  Result<ProcessHandle> FindStarted(const std::string& group, const std::string& log) override {
+    std::lock_guard lock(mu_);
+    for (std::size_t i = 0; i < procs_.size(); ++i) {
+      if (procs_[i].request.group != group || procs_[i].request.log_path != log) continue;
+      ProcessHandle h;
+      h.pid = procs_[i].adopted_pid ? procs_[i].adopted_pid : 1001 + static_cast<int>(i);
+      h.supervisor_pid = h.pid + 1000;
+      h.group = group;
+      h.log_path = log;
+      return h;
+    }
+    return NotFound("no supervisor was started for " + log);
+  }
   void KillGroup(const std::string& group, std::chrono::milliseconds) override {
     std::lock_guard lock(mu_);
     kills_.push_back(group);

@@ -1,0 +1,154 @@
+"""The crash windows of issue 7 that no external fault hits reliably, driven with the test-only
+HERD_TEST_CRASH_AT hook (shared/common/crash_point.hpp): an agent _exits at an exact point, is
+started again, and the job must end SUCCEEDED with every line once in `herd logs` (a follower
+attached across the crash and a fresh one), and nothing left running. A head and a worker on
+127.0.100.1-2 from the real binaries, driven with the real `herd` CLI.
+
+- Head crash between the last setup exit and the start of run, after RUNNING was persisted but
+  before any run process was journaled, and after journaling the run processes but before the
+  last StartProcess was sent: the restarted head starts (or resumes) the run phase.
+- Worker crash after its process table says "starting" but before the spawn, after the spawn but
+  before the table write, and inside the spawn before the supervisor's "ok": the restarted agent
+  finds the supervisor by its registration (or learns nothing was started, and the head sends the
+  process again)."""
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from loopback_cluster import HERD, LoopbackCluster, job_id_of, run  # noqa: E402
+
+ADDRS = ["127.0.100.1", "127.0.100.2"]
+CRASH_EXIT = 86  # kCrashPointExitCode
+PER_RANK = 40
+
+
+def rank_lines(text, rank):
+    """(numbers, pids) of rank's "rN i" lines, in order."""
+    got, pids = [], set()
+    for line in text.splitlines():
+        m = re.match(r"\(\w+, rank=%d, pid=(\d+)[^)]*\) r%d (\d+)$" % (rank, rank), line)
+        if m:
+            pids.add(int(m.group(1)))
+            got.append(int(m.group(2)))
+    return got, pids
+
+
+class RestartHolesTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = LoopbackCluster("hho", ADDRS)
+        cls.tasks = tempfile.mkdtemp(prefix="herd-hho-tasks-")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.close()
+        subprocess.run(["rm", "-rf", cls.tasks])
+
+    def submit(self, tag, body):
+        path = os.path.join(self.tasks, f"{tag}.yaml")
+        with open(path, "w") as f:
+            f.write(body)
+        p = run([HERD, "exec", *self.cluster.target(), *self.cluster.marker_env(tag), "-d", path])
+        return job_id_of(p.stderr)
+
+    def restart(self, i, crash_at=None):
+        """Restarts agent i (0: the head's), with HERD_TEST_CRASH_AT=crash_at if given."""
+        c = self.cluster
+        if crash_at:
+            c.agent_env["HERD_TEST_CRASH_AT"] = crash_at
+        try:
+            c.restart_head() if i == 0 else c.restart_agent(i)
+        finally:
+            c.agent_env.pop("HERD_TEST_CRASH_AT", None)
+        c.wait_nodes(len(ADDRS), timeout=30)
+
+    def crash_and_recover(self, i, point, tag, body):
+        """Arms `point` on agent i, submits, waits for the crash, restarts agent i and returns
+        (job, the follower's stdout, seconds from the restart to the job's end)."""
+        c = self.cluster
+        self.restart(i, point)
+        job = self.submit(tag, body)
+        follower = subprocess.Popen([HERD, "logs", *c.target(), str(job)],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            c.procs[i].wait(timeout=60)
+            self.assertEqual(c.procs[i].returncode, CRASH_EXIT,
+                             f"agent {i} did not reach {point}:\n{c.agent_log(i)[-3000:]}")
+            t0 = time.time()
+            c.restart_head() if i == 0 else c.restart_agent(i)
+            out, err = follower.communicate(timeout=180)
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+                follower.wait()
+        info = c.wait_state(job, {"SUCCEEDED", "FAILED", "FAILED_SETUP", "FAILED_DRIVER",
+                                  "CANCELLED"}, timeout=60)
+        took = time.time() - t0
+        print(f"\n{point}: job {info['status']} {took:.1f} s after the agent was started again",
+              file=sys.stderr)
+        self.assertEqual(info["status"], "SUCCEEDED",
+                         f"{info}\n{c.agent_log(0)[-3000:]}\n{c.agent_log(1)[-3000:]}")
+        self.assertEqual(follower.returncode, 0, err.decode(errors="replace")[-2000:])
+        return job, out.decode(errors="replace")
+
+    def check_output(self, job, followed, tag, setup):
+        c = self.cluster
+        stored = c.herd("logs", "--no-follow", str(job)).stdout.decode(errors="replace")
+        for text in (followed, stored):
+            for rank in (0, 1):
+                got, pids = rank_lines(text, rank)
+                self.assertEqual(got, list(range(1, PER_RANK + 1)), f"rank {rank}:\n{text}")
+                self.assertEqual(len(pids), 1, f"rank {rank} ran more than once:\n{text}")
+            if setup:
+                self.assertEqual(sorted(re.findall(r"\) setup-ok (\d)\n", text)), ["0", "1"],
+                                 text)
+        deadline = time.time() + 10
+        while c.leftovers(tag) and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(c.leftovers(tag), [])
+
+    RUN = ("run: |\n"
+           f"  for i in $(seq 1 {PER_RANK}); do echo r$SKYPILOT_NODE_RANK $i; sleep 0.05; done\n")
+
+    def _head_crash(self, point, tag):
+        body = ("num_nodes: 2\nsetup: |\n  echo setup-ok $SKYPILOT_SETUP_NODE_RANK\n" + self.RUN)
+        job, followed = self.crash_and_recover(0, point, tag, body)
+        self.check_output(job, followed, tag, setup=True)
+        log = self.cluster.agent_log(0)
+        self.assertIn(f"job {job}: the head restarted", log)
+
+    def test_head_crash_after_setup_before_run(self):
+        self._head_crash("head-setup-done", "hsetup")
+
+    def test_head_crash_after_running_persisted(self):
+        self._head_crash("head-run-persisted", "hpersist")
+
+    def test_head_crash_after_run_journaled_before_sent(self):
+        self._head_crash("head-run-journaled", "hjournal")
+
+    def _worker_crash(self, point, tag, expect):
+        job, followed = self.crash_and_recover(1, point, tag, "num_nodes: 2\n" + self.RUN)
+        self.check_output(job, followed, tag, setup=False)
+        self.assertIn(expect, self.cluster.agent_log(1))
+
+    def test_worker_crash_before_spawn(self):
+        # Nothing was started: the new agent forgets the entry, the head sends the process again.
+        self._worker_crash("worker-before-spawn", "wbefore", "which died first")
+
+    def test_worker_crash_after_spawn_before_table(self):
+        self._worker_crash("worker-after-spawn", "wafter",
+                           "was being started by the previous agent: found pid")
+
+    def test_worker_crash_before_supervisor_report(self):
+        self._worker_crash("spawn-before-report", "wreport",
+                           "was being started by the previous agent: found pid")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
