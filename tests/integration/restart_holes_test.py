@@ -14,6 +14,7 @@ attached across the crash and a fresh one), and nothing left running. A head and
 
 import os
 import re
+import select
 import subprocess
 import sys
 import tempfile
@@ -68,15 +69,28 @@ class RestartHolesTest(unittest.TestCase):
             c.agent_env.pop("HERD_TEST_CRASH_AT", None)
         c.wait_nodes(len(ADDRS), timeout=30)
 
-    def crash_and_recover(self, i, point, tag, body):
+    def crash_and_recover(self, i, point, tag, body, gate=None):
         """Arms `point` on agent i, submits, waits for the crash, restarts agent i and returns
-        (job, the follower's stdout, seconds from the restart to the job's end)."""
+        (job, what a `herd logs` following it all along printed). gate: a file the job's setup
+        waits for, created once the follower printed both setup lines (so it is attached when
+        the head crashes at the end of setup)."""
         c = self.cluster
         self.restart(i, point)
         job = self.submit(tag, body)
         follower = subprocess.Popen([HERD, "logs", *c.target(), str(job)],
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        seen = b""
         try:
+            if gate:
+                deadline = time.time() + 60
+                while seen.count(b") setup-ok ") < 2 and time.time() < deadline:
+                    if select.select([follower.stdout], [], [], 0.5)[0]:
+                        chunk = os.read(follower.stdout.fileno(), 65536)
+                        if not chunk:
+                            break
+                        seen += chunk
+                self.assertEqual(seen.count(b") setup-ok "), 2, seen)
+                open(gate, "w").close()
             c.procs[i].wait(timeout=60)
             self.assertEqual(c.procs[i].returncode, CRASH_EXIT,
                              f"agent {i} did not reach {point}:\n{c.agent_log(i)[-3000:]}")
@@ -95,7 +109,7 @@ class RestartHolesTest(unittest.TestCase):
         self.assertEqual(info["status"], "SUCCEEDED",
                          f"{info}\n{c.agent_log(0)[-3000:]}\n{c.agent_log(1)[-3000:]}")
         self.assertEqual(follower.returncode, 0, err.decode(errors="replace")[-2000:])
-        return job, out.decode(errors="replace")
+        return job, (seen + out).decode(errors="replace")
 
     def check_output(self, job, followed, tag, setup):
         c = self.cluster
@@ -117,8 +131,10 @@ class RestartHolesTest(unittest.TestCase):
            f"  for i in $(seq 1 {PER_RANK}); do echo r$SKYPILOT_NODE_RANK $i; sleep 0.05; done\n")
 
     def _head_crash(self, point, tag):
-        body = ("num_nodes: 2\nsetup: |\n  echo setup-ok $SKYPILOT_SETUP_NODE_RANK\n" + self.RUN)
-        job, followed = self.crash_and_recover(0, point, tag, body)
+        gate = os.path.join(self.tasks, f"{tag}.go")
+        body = ("num_nodes: 2\nsetup: |\n  echo setup-ok $SKYPILOT_SETUP_NODE_RANK\n"
+                f"  while [ ! -e {gate} ]; do sleep 0.1; done\n" + self.RUN)
+        job, followed = self.crash_and_recover(0, point, tag, body, gate)
         self.check_output(job, followed, tag, setup=True)
         log = self.cluster.agent_log(0)
         self.assertIn(f"job {job}: the head restarted", log)
