@@ -88,8 +88,12 @@ Status Head::Start() {
   fs::create_directories(options_.state_dir + "/logs", ec);
   if (ec) return IoError("cannot create " + options_.state_dir + "/logs: " + ec.message());
   HERD_ASSIGN_OR_RETURN(store_, JobStore::Open(options_.state_dir + "/jobs.db"));
-  for (auto& node : store_->ListNodes().ok() ? *store_->ListNodes() : std::vector<NodeInfo>{}) {
+  std::map<std::string, uint64_t> incarnations;
+  auto known = store_->ListNodes(&incarnations);
+  for (auto& node : known.ok() ? *known : std::vector<NodeInfo>{}) {
     nodes_[node.node_id()].info = node;  // known, not alive until it registers again
+    // Fencing survives the restart: an older agent is still refused, a newer one is a restart.
+    nodes_[node.node_id()].incarnation = incarnations[node.node_id()];
   }
   Recover();
   autostop_.set_idle_minutes(-1);
@@ -256,7 +260,7 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
   node.last_seen = Clock::now();
   node.alive = true;
   agent_conns_[conn.get()] = id;
-  if (auto s = store_->UpsertNode(node.info); !s.ok()) {
+  if (auto s = store_->UpsertNode(node.info, node.incarnation); !s.ok()) {
     HERD_LOG(kError) << s.message();
   }
   HERD_LOG(kInfo) << "node " << id << " registered from " << conn->peer().remote_address

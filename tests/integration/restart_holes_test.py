@@ -10,11 +10,15 @@ attached across the crash and a fresh one), and nothing left running. A head and
 - Worker crash after its process table says "starting" but before the spawn, after the spawn but
   before the table write, and inside the spawn before the supervisor's "ok": the restarted agent
   finds the supervisor by its registration (or learns nothing was started, and the head sends the
-  process again)."""
+  process again).
+- Fencing across a head restart: an agent older than the last one the head accepted for its node
+  (a stalled agent whose node was taken over by a new one) is still refused after the head
+  restarted (the incarnation is in jobs.db); a newer one is accepted and the node runs jobs."""
 
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,7 +26,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from loopback_cluster import HERD, LoopbackCluster, job_id_of, run  # noqa: E402
+from loopback_cluster import HERD, HERDLET, LoopbackCluster, job_id_of, run  # noqa: E402
 
 ADDRS = ["127.0.100.1", "127.0.100.2"]
 CRASH_EXIT = 86  # kCrashPointExitCode
@@ -164,6 +168,50 @@ class RestartHolesTest(unittest.TestCase):
     def test_worker_crash_before_supervisor_report(self):
         self._worker_crash("spawn-before-report", "wreport",
                            "was being started by the previous agent: found pid")
+
+
+    def start_worker(self):
+        """Another herdlet for worker 1 (its config and state), next to whatever runs there."""
+        c = self.cluster
+        ndir = os.path.join(c.dir, c.node_id(1))
+        env = dict(c._agent_env(), HOME=os.path.join(ndir, "home"), CUDA_VISIBLE_DEVICES="0,1")
+        with open(os.path.join(ndir, "herdlet.log"), "ab") as log:
+            return subprocess.Popen([HERDLET, "--config", os.path.join(ndir, "herdlet.yaml")],
+                                    stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True)
+
+    def test_stale_agent_refused_after_head_restart(self):
+        c = self.cluster
+        stale = c.procs[1]
+        os.kill(stale.pid, signal.SIGSTOP)  # it hangs; a new agent takes the node over
+        try:
+            c.procs[1] = self.start_worker()
+            deadline = time.time() + 30
+            while c.agent_log(0).count("agent hho-worker1 re-registered") == 0:
+                self.assertLess(time.time(), deadline, c.agent_log(0)[-3000:])
+                time.sleep(0.1)
+            c.restart_head()
+            c.wait_nodes(2, timeout=30)
+            # The new agent goes away; the stale one wakes up and dials the restarted head.
+            os.killpg(c.procs[1].pid, signal.SIGTERM)
+            c.procs[1].wait(timeout=10)
+            os.kill(stale.pid, signal.SIGCONT)
+            deadline = time.time() + 30
+            while "refusing registration of hho-worker1: stale agent" not in c.agent_log(0):
+                self.assertLess(time.time(), deadline, c.agent_log(0)[-3000:])
+                time.sleep(0.1)
+            alive = {n["node_id"]: n["alive"] for n in c.nodes()}
+            self.assertFalse(alive["hho-worker1"], alive)
+        finally:
+            if stale.poll() is None:
+                os.kill(stale.pid, signal.SIGCONT)
+                os.killpg(stale.pid, signal.SIGKILL)
+            stale.wait()
+        # A newer agent is accepted and the node runs jobs again.
+        c.procs[1] = self.start_worker()
+        c.wait_nodes(2, timeout=30)
+        p = c.herd("exec", "--num-nodes", "2", "--", "echo", "again", "$SKYPILOT_NODE_RANK")
+        self.assertIn(b"again 1\n", p.stdout)
 
 
 if __name__ == "__main__":
