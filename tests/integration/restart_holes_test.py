@@ -190,11 +190,12 @@ class RestartHolesTest(unittest.TestCase):
             while c.agent_log(0).count("agent hho-worker1 re-registered") == 0:
                 self.assertLess(time.time(), deadline, c.agent_log(0)[-3000:])
                 time.sleep(0.1)
-            c.restart_head()
-            c.wait_nodes(2, timeout=30)
-            # The new agent goes away; the stale one wakes up and dials the restarted head.
+            # The new agent goes away and the head restarts; the stale agent wakes up and is the
+            # first of the node to dial the restarted head.
             os.killpg(c.procs[1].pid, signal.SIGTERM)
             c.procs[1].wait(timeout=10)
+            c.restart_head()
+            c.wait_nodes(1, timeout=30)
             os.kill(stale.pid, signal.SIGCONT)
             deadline = time.time() + 30
             while "refusing registration of hho-worker1: stale agent" not in c.agent_log(0):
