@@ -188,7 +188,8 @@ class RestartHolesTest(unittest.TestCase):
             c.procs[1] = self.start_worker()
             deadline = time.time() + 30
             while c.agent_log(0).count("agent hho-worker1 re-registered") == 0:
-                self.assertLess(time.time(), deadline, c.agent_log(0)[-3000:])
+                self.assertLess(time.time(), deadline,
+                                c.agent_log(0)[-3000:] + "\n---\n" + c.agent_log(1)[-3000:])
                 time.sleep(0.1)
             # The new agent goes away and the head restarts; the stale agent wakes up and is the
             # first of the node to dial the restarted head.
@@ -210,6 +211,60 @@ class RestartHolesTest(unittest.TestCase):
             stale.wait()
         # A newer agent is accepted and the node runs jobs again.
         c.procs[1] = self.start_worker()
+        c.wait_nodes(2, timeout=30)
+        p = c.herd("exec", "--num-nodes", "2", "--", "echo", "again", "$SKYPILOT_NODE_RANK")
+        self.assertIn(b"again 1\n", p.stdout)
+
+
+    @staticmethod
+    def _on_node(pid, node):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            return False
+        # Each node's agent (and so its jobs) has a HOME of its own under the node's directory.
+        return any(e.startswith(b"HOME=") and (b"/" + node.encode() + b"/") in e for e in env)
+
+    def test_node_back_with_new_incarnation_after_head_restart_fails_its_ranks(self):
+        """While the head is down, a worker dies with its processes (kill -9) and its agent comes
+        back (a new incarnation); then the head restarts. The job is FAILED naming the node and
+        the rank, the other rank is killed, and the node runs jobs again."""
+        c = self.cluster
+        job = self.submit("newinc",
+                          "num_nodes: 2\nrun: |\n  echo up $SKYPILOT_NODE_RANK; sleep 1000\n")
+        deadline = time.time() + 30
+        while True:
+            log = c.herd("logs", "--no-follow", str(job), check=False).stdout
+            if b") up 0\n" in log and b") up 1\n" in log:
+                break
+            self.assertLess(time.time(), deadline, log)
+            time.sleep(0.1)
+        os.killpg(c.procs[0].pid, signal.SIGTERM)  # the head goes down; jobs keep running
+        c.procs[0].wait(timeout=10)
+        pids = [p for p in c.leftovers("newinc") if self._on_node(p, "hho-worker1")]
+        self.assertTrue(pids)
+        os.kill(c.procs[1].pid, signal.SIGKILL)
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        c.procs[1].wait()
+        c.restart_agent(1)  # a new incarnation, while the head is down
+        t0 = time.time()
+        c.restart_head()
+        c.wait_nodes(2, timeout=30)  # listening again, and the new agent registered
+        info = c.wait_state(job, {"FAILED", "FAILED_DRIVER", "SUCCEEDED", "CANCELLED"}, timeout=30)
+        print(f"\nnew incarnation after a head restart: job {info['status']} "
+              f"{time.time() - t0:.1f} s after the head was started again", file=sys.stderr)
+        self.assertEqual(info["status"], "FAILED", info)
+        self.assertEqual((info["first_failed_node"], info["first_failed_rank"]), ("hho-worker1", 1))
+        self.assertIn("rank 1 on hho-worker1", info["message"])
+        deadline = time.time() + 10
+        while c.leftovers("newinc") and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(c.leftovers("newinc"), [])
         c.wait_nodes(2, timeout=30)
         p = c.herd("exec", "--num-nodes", "2", "--", "echo", "again", "$SKYPILOT_NODE_RANK")
         self.assertIn(b"again 1\n", p.stdout)
