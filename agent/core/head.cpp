@@ -785,6 +785,51 @@ void Head::ResumeRestored(JobRun& run) {
   // A head that died between two steps of a phase change left nothing that would move the job
   // on (no process of the current phase will exit again): take the step now.
   const int64_t id = run.rec.info.job_id();
+  std::vector<ProcEntry*> setup;  // by rank
+  for (auto& [name, proc] : run.procs) {
+    if (proc.label.setup) setup.push_back(&proc);
+  }
+  std::sort(setup.begin(), setup.end(),
+            [](const ProcEntry* a, const ProcEntry* b) { return a->label.rank < b->label.rank; });
+  bool setup_whole = !setup.empty() && static_cast<int>(setup.size()) == setup[0]->label.num_nodes;
+  for (std::size_t r = 0; setup_whole && r < setup.size(); ++r) {
+    setup_whole = setup[r]->label.rank == static_cast<int>(r);
+  }
+  if (run.in_setup && setup_whole) {
+    // Setup processes journaled but not confirmed started may not have reached their agents:
+    // rebuild their StartProcess (the journal has every setup node's rank and ip, so the cluster
+    // of that moment), for Register to send it to an agent that does not report it. With a setup
+    // record missing, that cluster is unknown and such a process fails the job (FAILED_DRIVER).
+    JobEnvContext ctx;
+    ctx.cluster_name = options_.cluster;
+    ctx.cloud = options_.cloud;
+    ctx.job_id = id;
+    ctx.task_id = MakeTaskId(std::chrono::system_clock::time_point(
+                                 std::chrono::milliseconds(run.rec.info.submitted_unix_ms())),
+                             options_.cluster, id);
+    ctx.user = run.rec.info.user();
+    ctx.spec = &run.rec.spec;
+    for (const ProcEntry* proc : setup) ctx.cluster_ips.push_back(proc->label.ip);
+    for (const auto& g : run.gang) ctx.gang_ips.push_back(nodes_.at(g).info.addresses(0));
+    for (const auto& g : run.rec.info.rank_gpus()) {
+      ctx.gang_gpus.emplace_back(g.indices().begin(), g.indices().end());
+    }
+    int rebuilt = 0;
+    for (ProcEntry* proc : setup) {
+      if (proc->started || proc->exited || !proc->start.script().empty()) continue;
+      ++rebuilt;
+      StartProcess& sp = proc->start;  // key and log name from the journal
+      sp.set_script(run.rec.spec.setup());
+      auto env = SetupEnv(ctx, proc->label.rank);
+      sp.mutable_env()->insert(env.begin(), env.end());
+      for (const auto& u : SetupUnsetEnv()) sp.add_unset_env(u);
+      sp.set_cwd(run.rec.spec.workdir());
+    }
+    if (rebuilt > 0) {
+      HERD_LOG(kInfo) << "job " << id << ": the head restarted while starting its setup; "
+                      << rebuilt << " setup process(es) not confirmed started are sent on Register";
+    }
+  }
   bool phase_over = true;
   std::set<int> run_ranks;
   bool run_incomplete = false;  // a run process never started, known only from the journal
@@ -1049,7 +1094,9 @@ void Head::StartPhase(JobRun& run, bool setup) {
                      std::to_string(rank) + " " + node_id + " " + std::to_string(setup) + " " +
                      std::to_string(proc.label.num_nodes) + " " + proc.label.ip + " " +
                      sp->log_name());
-    if (!setup && rank + 1 == static_cast<int>(targets.size())) CrashPoint("head-run-journaled");
+    if (rank + 1 == static_cast<int>(targets.size())) {
+      CrashPoint(setup ? "head-setup-journaled" : "head-run-journaled");
+    }
     SendToAgent(node_id, msg);
   }
 }
