@@ -795,6 +795,18 @@ void Head::ResumeRestored(JobRun& run) {
   for (std::size_t r = 0; setup_whole && r < setup.size(); ++r) {
     setup_whole = setup[r]->label.rank == static_cast<int>(r);
   }
+  if (run.in_setup && !setup_whole) {
+    // Died while journaling the setup processes: a node has no record, so whether it got its
+    // setup is unknown (and the phase would end without it). Fail clearly rather than guess.
+    KillJobProcesses(run);
+    Finalize(id, JOB_STATE_FAILED_DRIVER,
+             "ERROR: Job " + std::to_string(id) +
+                 " failed: the head restarted while starting its setup (" +
+                 std::to_string(setup.size()) + " of " +
+                 std::to_string(setup.empty() ? 0 : setup[0]->label.num_nodes) +
+                 " setup processes recorded)");
+    return;
+  }
   if (run.in_setup && setup_whole) {
     // Setup processes journaled but not confirmed started may not have reached their agents:
     // rebuild their StartProcess (the journal has every setup node's rank and ip, so the cluster
@@ -1096,6 +1108,8 @@ void Head::StartPhase(JobRun& run, bool setup) {
                      sp->log_name());
     if (rank + 1 == static_cast<int>(targets.size())) {
       CrashPoint(setup ? "head-setup-journaled" : "head-run-journaled");
+    } else if (setup && rank == 0) {
+      CrashPoint("head-setup-partly-journaled");
     }
     SendToAgent(node_id, msg);
   }

@@ -2,6 +2,7 @@
 // _exit(kCrashPointExitCode) when it reaches CrashPoint("<point>"), as a crash (or kill -9) at
 // exactly that place would, for the places no external fault can hit reliably (between two
 // writes). Unset (always, outside tests) it costs one string comparison. Points in use:
+//   head-setup-partly-journaled  the first of several setup processes journaled, not sent
 //   head-setup-journaled every setup process journaled, the last StartProcess not sent
 //   head-setup-done     the last setup exit is journaled, the run phase not started
 //   head-run-persisted  the job is RUNNING in jobs.db, no run process journaled yet

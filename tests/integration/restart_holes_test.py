@@ -164,6 +164,35 @@ class RestartHolesTest(unittest.TestCase):
     def test_head_crash_after_setup_journaled_before_sent(self):
         self._head_crash("head-setup-journaled", "hsetupj", gated=False)
 
+    def test_head_crash_while_journaling_setup_fails_clearly(self):
+        """A setup record is missing: whether that node got its setup is unknown. The job fails
+        FAILED_DRIVER saying why, nothing of it is left, the cluster runs the next job."""
+        c = self.cluster
+        self.restart(0, "head-setup-partly-journaled")
+        body = "num_nodes: 2\nsetup: |\n  echo setup-ok; sleep 1000\n" + self.RUN
+        path = os.path.join(self.tasks, "hpartial.yaml")
+        with open(path, "w") as f:
+            f.write(body)
+        run([HERD, "exec", *c.target(), *c.marker_env("hpartial"), "-d", path], check=False)
+        c.procs[0].wait(timeout=60)
+        self.assertEqual(c.procs[0].returncode, CRASH_EXIT, c.agent_log(0)[-3000:])
+        c.restart_head()
+        c.wait_nodes(len(ADDRS), timeout=30)
+        job = max(c.queue())
+        info = c.wait_state(job, {"FAILED", "FAILED_DRIVER", "FAILED_SETUP", "SUCCEEDED"},
+                            timeout=30)
+        self.assertEqual(info["status"], "FAILED_DRIVER", info)
+        self.assertIn("the head restarted while starting its setup (1 of 2 setup processes",
+                      info["message"])
+        log = c.herd("logs", "--no-follow", str(job), check=False).stdout.decode()
+        self.assertIn("the head restarted while starting its setup", log)
+        deadline = time.time() + 10
+        while c.leftovers("hpartial") and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(c.leftovers("hpartial"), [])
+        p = c.herd("exec", "--num-nodes", "2", "--", "echo", "again", "$SKYPILOT_NODE_RANK")
+        self.assertIn(b"again 1\n", p.stdout)
+
     def test_head_crash_after_setup_before_run(self):
         self._head_crash("head-setup-done", "hsetup")
 
