@@ -378,6 +378,11 @@ TEST_CASE(
   CHECK(follow.last.first_failed_node() == "unit-worker1");
   CHECK(follow.log.find("ERROR: Job 1 failed: node unit-worker1 (rank 1) was lost") !=
         std::string::npos);
+  // The KillJob reaches worker 0 after the client saw the job end (two connections): wait for it.
+  auto until = std::chrono::steady_clock::now() + 2s;
+  while (c.launchers[0]->kills().empty() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(10ms);
+  }
   CHECK(c.launchers[0]->kills() == std::vector<std::string>{JobGroupName(*job, 1)});
 }
 
