@@ -19,6 +19,7 @@
 #include "agent/sched/job_env.hpp"
 #include "agent/sched/node_order.hpp"
 #include "agent/sched/scheduler.hpp"
+#include "shared/common/crash_point.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 #include "shared/proto/frame.hpp"
@@ -87,9 +88,13 @@ Status Head::Start() {
   fs::create_directories(options_.state_dir + "/logs", ec);
   if (ec) return IoError("cannot create " + options_.state_dir + "/logs: " + ec.message());
   HERD_ASSIGN_OR_RETURN(store_, JobStore::Open(options_.state_dir + "/jobs.db"));
-  for (auto& node : store_->ListNodes().ok() ? *store_->ListNodes() : std::vector<NodeInfo>{}) {
+  std::map<std::string, uint64_t> incarnations;
+  auto known = store_->ListNodes(&incarnations);
+  for (auto& node : known.ok() ? *known : std::vector<NodeInfo>{}) {
     nodes_[node.node_id()].info = node;  // known, not alive until it registers again
     ++node_info_gen_;
+    // Fencing survives the restart: an older agent is still refused, a newer one is a restart.
+    nodes_[node.node_id()].incarnation = incarnations[node.node_id()];
   }
   Recover();
   autostop_.set_idle_minutes(-1);
@@ -257,7 +262,7 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
   node.last_seen = Clock::now();
   node.alive = true;
   agent_conns_[conn.get()] = id;
-  if (auto s = store_->UpsertNode(node.info); !s.ok()) {
+  if (auto s = store_->UpsertNode(node.info, node.incarnation); !s.ok()) {
     HERD_LOG(kError) << s.message();
   }
   HERD_LOG(kInfo) << "node " << id << " registered from " << conn->peer().remote_address
@@ -277,8 +282,12 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
       if (proc.node_id != id || proc.exited) continue;
       auto p = progress.find(name);
       HeadToAgent m;
-      if (p == progress.end() && (agent_restarted || proc.restored)) {
-        // Started (or about to be) by the previous agent: starting it again would run it twice.
+      // An agent persists a process before spawning it and its successor resolves that entry
+      // (Worker::AdoptProcesses), so one it does not report was never started: send it (again).
+      // Unless the head knows it started (its table was lost), or, restored from the journal, it
+      // was never rebuilt whole (only the run phase is, by ResumeRestored).
+      if (p == progress.end() && (agent_restarted || proc.restored) &&
+          (proc.started || proc.start.script().empty())) {
         lost_jobs.push_back(job_id);
         break;
       }
@@ -340,7 +349,8 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
     KillJobProcesses(run);
     Finalize(job_id, JOB_STATE_FAILED_DRIVER,
              "ERROR: Job " + std::to_string(job_id) + " failed: the agent on " + id +
-                 " restarted and does not know the job's process there");
+                 " does not know the job's process there (restarted without its process table, "
+                 "or the head restarted while starting it)");
   }
   Schedule();
 }
@@ -788,6 +798,103 @@ void Head::Recover() {
       orphaned_.emplace_back(id, rec.info.attempt());
       Finalize(id, JOB_STATE_FAILED_DRIVER,
                "ERROR: Job " + std::to_string(id) + " failed: the head restarted while it ran");
+    } else if (rec.info.state() != JOB_STATE_PENDING) {
+      ResumeRestored(run);
+    }
+  }
+}
+
+void Head::ResumeRestored(JobRun& run) {
+  // A head that died between two steps of a phase change left nothing that would move the job
+  // on (no process of the current phase will exit again): take the step now.
+  const int64_t id = run.rec.info.job_id();
+  std::vector<ProcEntry*> setup;  // by rank
+  for (auto& [name, proc] : run.procs) {
+    if (proc.label.setup) setup.push_back(&proc);
+  }
+  std::sort(setup.begin(), setup.end(),
+            [](const ProcEntry* a, const ProcEntry* b) { return a->label.rank < b->label.rank; });
+  bool setup_whole = !setup.empty() && static_cast<int>(setup.size()) == setup[0]->label.num_nodes;
+  for (std::size_t r = 0; setup_whole && r < setup.size(); ++r) {
+    setup_whole = setup[r]->label.rank == static_cast<int>(r);
+  }
+  if (run.in_setup && !setup_whole) {
+    // Died while journaling the setup processes: a node has no record, so whether it got its
+    // setup is unknown (and the phase would end without it). Fail clearly rather than guess.
+    KillJobProcesses(run);
+    Finalize(id, JOB_STATE_FAILED_DRIVER,
+             "ERROR: Job " + std::to_string(id) +
+                 " failed: the head restarted while starting its setup (" +
+                 std::to_string(setup.size()) + " of " +
+                 std::to_string(setup.empty() ? 0 : setup[0]->label.num_nodes) +
+                 " setup processes recorded)");
+    return;
+  }
+  if (run.in_setup && setup_whole) {
+    // Setup processes journaled but not confirmed started may not have reached their agents:
+    // rebuild their StartProcess (the journal has every setup node's rank and ip, so the cluster
+    // of that moment), for Register to send it to an agent that does not report it. With a setup
+    // record missing, that cluster is unknown and such a process fails the job (FAILED_DRIVER).
+    JobEnvContext ctx;
+    ctx.cluster_name = options_.cluster;
+    ctx.cloud = options_.cloud;
+    ctx.job_id = id;
+    ctx.task_id = MakeTaskId(std::chrono::system_clock::time_point(
+                                 std::chrono::milliseconds(run.rec.info.submitted_unix_ms())),
+                             options_.cluster, id);
+    ctx.user = run.rec.info.user();
+    ctx.spec = &run.rec.spec;
+    for (const ProcEntry* proc : setup) ctx.cluster_ips.push_back(proc->label.ip);
+    for (const auto& g : run.gang) ctx.gang_ips.push_back(nodes_.at(g).info.addresses(0));
+    for (const auto& g : run.rec.info.rank_gpus()) {
+      ctx.gang_gpus.emplace_back(g.indices().begin(), g.indices().end());
+    }
+    int rebuilt = 0;
+    for (ProcEntry* proc : setup) {
+      if (proc->started || proc->exited || !proc->start.script().empty()) continue;
+      ++rebuilt;
+      StartProcess& sp = proc->start;  // key and log name from the journal
+      sp.set_script(run.rec.spec.setup());
+      auto env = SetupEnv(ctx, proc->label.rank);
+      sp.mutable_env()->insert(env.begin(), env.end());
+      for (const auto& u : SetupUnsetEnv()) sp.add_unset_env(u);
+      sp.set_cwd(run.rec.spec.workdir());
+    }
+    if (rebuilt > 0) {
+      HERD_LOG(kInfo) << "job " << id << ": the head restarted while starting its setup; "
+                      << rebuilt << " setup process(es) not confirmed started are sent on Register";
+    }
+  }
+  bool phase_over = true;
+  std::set<int> run_ranks;
+  bool run_incomplete = false;  // a run process never started, known only from the journal
+  for (const auto& [name, proc] : run.procs) {
+    if (proc.label.setup == run.in_setup && !proc.exited) phase_over = false;
+    if (proc.label.setup) continue;
+    run_ranks.insert(proc.label.rank);
+    run_incomplete = run_incomplete || (!proc.started && !proc.exited);
+  }
+  if (!run.in_setup && (run_ranks.size() < run.gang.size() || run_incomplete)) {
+    // RUNNING, but not every run process was journaled, or one may not have been sent: start
+    // the phase again; it rebuilds every rank's StartProcess, and the agents report what they
+    // already run (a rank is started once).
+    HERD_LOG(kInfo) << "job " << id << ": the head restarted while starting its run; resuming";
+    StartPhase(run, false);
+  } else if (phase_over) {
+    HERD_LOG(kInfo) << "job " << id << ": the head restarted after its "
+                    << (run.in_setup ? "setup" : "run") << " ended; moving on";
+    MaybeAdvance(run);
+  } else {
+    return;
+  }
+  // Nodes of processes just started are lost like others if they do not register again.
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;  // ended
+  for (const auto& [name, proc] : it->second.procs) {
+    NodeEntry& node = nodes_[proc.node_id];
+    if (!proc.exited && !node.alive) {
+      node.alive = true;
+      node.last_seen = Clock::now();
     }
   }
 }
@@ -964,6 +1071,7 @@ void Head::StartPhase(JobRun& run, bool setup) {
   run.in_setup = setup;
   run.rec.info.set_state(setup ? JOB_STATE_SETTING_UP : JOB_STATE_RUNNING);
   PersistAndNotify(run, false);
+  if (!setup) CrashPoint("head-run-persisted");
 
   // The cluster's alive nodes: only setup runs on them and only SetupEnv lists them, so a run
   // phase does not walk every node of a large cluster.
@@ -1030,6 +1138,11 @@ void Head::StartPhase(JobRun& run, bool setup) {
                      std::to_string(rank) + " " + node_id + " " + std::to_string(setup) + " " +
                      std::to_string(proc.label.num_nodes) + " " + proc.label.ip + " " +
                      sp->log_name());
+    if (rank + 1 == static_cast<int>(targets.size())) {
+      CrashPoint(setup ? "head-setup-journaled" : "head-run-journaled");
+    } else if (setup && rank == 0) {
+      CrashPoint("head-setup-partly-journaled");
+    }
     SendToAgent(node_id, msg);
   }
 }
@@ -1101,6 +1214,7 @@ void Head::MaybeAdvance(JobRun& run) {
           id, JOB_STATE_FAILED_SETUP,
           "ERROR: Job " + std::to_string(id) + "'s setup failed with return code list: " + list);
     }
+    CrashPoint("head-setup-done");
     return StartPhase(run, false);
   }
   if (!all_ok) {

@@ -66,7 +66,8 @@ class Head {
   };
   struct ProcEntry {
     herd::v1::StartProcess start;  // kept to re-send after a re-registration
-    bool restored = false;         // rebuilt from the journal: `start` holds only key and log
+    bool restored = false;  // rebuilt from the journal: `start` holds only key and log (until
+                            // ResumeRestored rebuilds a run phase whole)
     std::string node_id;
     ProcessLabel label;
     int pid = 0;
@@ -130,6 +131,8 @@ class Head {
   void Recover();
   // Rebuilds a SETTING_UP/RUNNING job from its journal; false when it cannot.
   bool RestoreRun(JobRun& run);
+  // After RestoreRun: takes the phase change a head that died in the middle of it did not finish.
+  void ResumeRestored(JobRun& run);
   void Journal(JobRun& run, const std::string& line);
   void Schedule();
   void StartJob(JobRun& run, const Placement& placement);

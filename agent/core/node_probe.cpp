@@ -3,7 +3,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -39,7 +41,12 @@ Result<uint64_t> NextIncarnation(const std::string& state_dir) {
     std::ifstream in(path);
     if (in) in >> n;
   }
-  ++n;
+  // At least the wall clock in ms: a node whose state dir was lost (a replaced machine) still
+  // comes back newer than the incarnation the head persisted for it.
+  const auto now_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                std::chrono::system_clock::now().time_since_epoch())
+                                                .count());
+  n = std::max(n + 1, now_ms);
   std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError("cannot write " + tmp, errno);

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "agent/core/node_probe.hpp"
+#include "shared/common/crash_point.hpp"
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
@@ -236,8 +237,16 @@ void Worker::HandleStart(const herd::v1::StartProcess& start) {
   std::error_code ec;
   fs::create_directories(req.cwd, ec);  // ~/sky_workdir may not exist before the first sync
   req.log_path = p.log_path;
+  // In the table before the spawn: an agent that dies during it leaves an entry the next one
+  // resolves (AdoptProcesses), never a process nobody knows.
+  p.starting = true;
+  p.handle.group = req.group;
+  PersistProcesses();
+  CrashPoint("worker-before-spawn");
 
   auto handle = launcher_.Spawn(req, CallbacksFor(name));
+  CrashPoint("worker-after-spawn");
+  p.starting = false;
   if (!handle.ok()) {
     HERD_LOG(kError) << "cannot start " << name << ": " << handle.status().message();
     p.exited = true;
@@ -312,6 +321,7 @@ void Worker::PersistProcesses() {
     e->set_log_path(p.log_path);
     e->set_log_start(p.handle.log_start);
     e->set_exited(p.exited);
+    e->set_starting(p.starting);
     if (p.exited) *e->mutable_exit() = p.exit;
   }
   std::string path = config_.state_dir + "/processes.pb";
@@ -334,6 +344,7 @@ void Worker::AdoptProcesses() {
     return;
   }
   int adopted = 0;
+  bool resolved = false;  // a "starting" entry was settled: persist the table again
   for (const auto& e : table.processes()) {
     std::string name = ProcessKeyString(e.key());
     Proc& p = procs_[name];
@@ -346,6 +357,31 @@ void Worker::AdoptProcesses() {
     p.handle.group = e.group();
     p.handle.log_path = e.log_path();
     p.handle.log_start = e.log_start();
+    if (e.starting() && !e.exited()) {
+      // The previous agent died while spawning it: its supervisor registered itself, or nothing
+      // was started (then it is forgotten and the head, not hearing of it, sends it again).
+      resolved = true;
+      auto found = launcher_.FindStarted(e.group(), e.log_path());
+      if (found.ok()) {
+        HERD_LOG(kInfo) << name << " was being started by the previous agent: found pid "
+                        << found->pid << " (supervisor " << found->supervisor_pid << ")";
+        p.handle = *found;
+        p.pid = found->pid;
+      } else if (found.status().code() == Code::kNotFound) {
+        HERD_LOG(kInfo) << name << " was being started by the previous agent, which died first: "
+                        << found.status().message();
+        procs_.erase(name);
+        continue;
+      } else {
+        HERD_LOG(kError) << "cannot adopt " << name << ": " << found.status().message();
+        p.exited = true;
+        *p.exit.mutable_key() = p.key;
+        p.exit.set_exit_code(limits::kKilledRankExitCode);
+        p.exit.set_spawn_error("the agent restarted while starting it: " +
+                               found.status().message());
+        continue;
+      }
+    }
     if (e.exited()) {
       p.exited = true;
       p.exit = e.exit();
@@ -369,6 +405,7 @@ void Worker::AdoptProcesses() {
   }
   HERD_LOG(kInfo) << "process table: " << table.processes_size() << " known, " << adopted
                   << " adopted";
+  if (resolved) PersistProcesses();
 }
 
 void Worker::HandleKill(const herd::v1::KillJob& kill) {

@@ -44,6 +44,7 @@ class Worker {
     ProcessHandle handle;  // how to find it again after an agent restart
     uint64_t output_bytes = 0;
     bool exited = false;
+    bool starting = false;  // persisted before Spawn, cleared once it returned
     herd::v1::ProcessExited exit;
   };
 

@@ -51,6 +51,20 @@ std::optional<ProcStat> ReadStat(int pid) {
   return st;
 }
 
+std::vector<std::string> ReadCmdline(int pid) {
+  std::vector<std::string> args;
+  auto text = ReadProcFile("/proc/" + std::to_string(pid) + "/cmdline");
+  if (!text) return args;
+  size_t pos = 0;
+  while (pos < text->size()) {
+    size_t nul = text->find('\0', pos);
+    if (nul == std::string::npos) nul = text->size();
+    args.push_back(text->substr(pos, nul - pos));
+    pos = nul + 1;
+  }
+  return args;
+}
+
 bool IsLive(int pid) {
   auto st = ReadStat(pid);
   return st && st->state != 'Z' && st->state != 'X';

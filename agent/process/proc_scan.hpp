@@ -24,6 +24,9 @@ std::optional<ProcStat> ReadStat(int pid);
 // True when pid exists and is not a zombie: a zombie has already died and cannot be signalled.
 bool IsLive(int pid);
 
+// The arguments of a process (/proc/PID/cmdline); empty when it is gone or a kernel thread.
+std::vector<std::string> ReadCmdline(int pid);
+
 // Every numeric entry of /proc.
 std::vector<int> AllPids();
 

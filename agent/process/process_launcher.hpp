@@ -57,6 +57,13 @@ class ProcessLauncher {
   // its log holds from from_offset, then its exit record).
   virtual Status Adopt(const ProcessHandle& handle, uint64_t from_offset,
                        ProcessCallbacks callbacks) = 0;
+  // Finds a process whose Spawn (group, log_path) an earlier launcher began but whose result its
+  // agent never recorded (it died in between). Its handle when the supervisor proves it is that
+  // process (its registration names the group); NotFound when nothing was started for that log
+  // (nothing runs); another error when a supervisor exists but cannot be proven right (it and the
+  // group are then killed).
+  virtual Result<ProcessHandle> FindStarted(const std::string& group,
+                                            const std::string& log_path) = 0;
   // SIGTERM to every process of the group, including descendants that called setsid, then SIGKILL
   // to whatever is left after grace; repeated sweeps until nothing of the group is left.
   virtual void KillGroup(const std::string& group, std::chrono::milliseconds grace) = 0;

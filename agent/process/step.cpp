@@ -187,6 +187,31 @@ bool OpenPty(int& master, int& slave) {
 
 std::string ExitRecordPath(const std::string& log_path) { return log_path + ".exit"; }
 
+std::string StepRegistrationPath(const std::string& log_path) { return log_path + ".pid"; }
+
+std::optional<StepRegistration> ReadStepRegistration(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text.ok() || text->empty() || text->back() != '\n') return std::nullopt;
+  StepRegistration r;
+  size_t pos = 0;
+  while (pos < text->size()) {
+    size_t nl = text->find('\n', pos);
+    std::string line = text->substr(pos, nl - pos);
+    pos = nl + 1;
+    size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string key = line.substr(0, eq);
+    std::string v = line.substr(eq + 1);
+    if (key == "pid") r.pid = std::atoi(v.c_str());
+    if (key == "supervisor") r.supervisor_pid = std::atoi(v.c_str());
+    if (key == "supervisor_start") r.supervisor_start = std::strtoull(v.c_str(), nullptr, 10);
+    if (key == "log_start") r.log_start = std::strtoull(v.c_str(), nullptr, 10);
+    if (key == "marker") r.marker = v;
+  }
+  if (r.pid <= 0 || r.supervisor_pid <= 0 || r.marker.empty()) return std::nullopt;
+  return r;
+}
+
 std::optional<ExitRecord> ReadExitRecord(const std::string& path) {
   auto text = ReadFile(path);
   if (!text.ok()) return std::nullopt;
@@ -249,6 +274,8 @@ int RunStep(int argc, char** argv) {
            ": " + std::strerror(reserve_err) + "\n");
     return 1;
   }
+  struct stat log_st {};
+  ::fstat(log_fd, &log_st);
   int master = -1, slave = -1;
   bool pty = !a.pipe && OpenPty(master, slave);
   if (!pty) {
@@ -294,6 +321,15 @@ int RunStep(int argc, char** argv) {
     Report("err " + std::to_string(exec_err) + " " + a.argv[0] + ": " + std::strerror(exec_err) +
            "\n");
     return 1;
+  }
+  {
+    // Before "ok": an agent that dies before reading it is replaced by one that finds this.
+    auto self = procfs::ReadStat(::getpid());
+    std::string reg =
+        "pid=" + std::to_string(child) + "\nsupervisor=" + std::to_string(::getpid()) +
+        "\nsupervisor_start=" + std::to_string(self ? self->start_time : 0) +
+        "\nlog_start=" + std::to_string(log_st.st_size) + "\nmarker=" + a.marker + "\n";
+    (void)WriteFileAtomic(StepRegistrationPath(a.log), reg, 0644);
   }
   Report("ok " + std::to_string(child) + "\n");
   int devnull = ::open("/dev/null", O_WRONLY);

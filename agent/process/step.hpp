@@ -13,7 +13,9 @@
 // The job's environment is the supervisor's own plus the marker (which the supervisor itself does
 // not carry, so the kill sweep of a group never signals it). PROGRAM is a path (resolved by the
 // launcher). On stdout, which the launcher reads, the supervisor reports "ok PID\n" once the
-// program was exec'd, or "err ERRNO MESSAGE\n" (and exits 1, writing no exit record).
+// program was exec'd, or "err ERRNO MESSAGE\n" (and exits 1, writing no exit record). Just before
+// "ok" it registers itself in <log>.pid (StepRegistration, written atomically), so an agent that
+// died before reading "ok" is replaced by one that can still find the process.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +37,20 @@ struct ExitRecord {
   // device"): the supervisor stopped the job then, and the log ends at `end`.
   std::string error;
 };
+
+// What a supervisor registered once its job process was exec'd.
+struct StepRegistration {
+  int pid = 0;                    // the job process
+  int supervisor_pid = 0;         // the supervisor itself
+  uint64_t supervisor_start = 0;  // its start time (/proc/PID/stat field 22)
+  uint64_t log_start = 0;         // the log's size when the supervisor opened it
+  std::string marker;             // --marker KEY=VALUE: names the group (job and attempt)
+};
+
+// The registration next to a log.
+std::string StepRegistrationPath(const std::string& log_path);
+// nullopt when there is none (yet), or it cannot be parsed.
+std::optional<StepRegistration> ReadStepRegistration(const std::string& path);
 
 // The exit record next to a log.
 std::string ExitRecordPath(const std::string& log_path);

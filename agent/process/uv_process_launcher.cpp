@@ -26,6 +26,7 @@
 #include "agent/process/cgroup_tree.hpp"
 #include "agent/process/proc_scan.hpp"
 #include "agent/process/step.hpp"
+#include "shared/common/crash_point.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 
@@ -243,6 +244,7 @@ struct UvProcessLauncher::Impl {
     ::close(fd);
     const std::string exit_path = ExitRecordPath(req.log_path);
     ::unlink(exit_path.c_str());  // an earlier process's record is not this one's
+    ::unlink(StepRegistrationPath(req.log_path).c_str());
 
     std::vector<std::string> args = step_command;
     for (std::string a : {"--log", req.log_path.c_str(), "--exit", exit_path.c_str(), "--marker"})
@@ -304,6 +306,7 @@ struct UvProcessLauncher::Impl {
     posix_spawn_file_actions_destroy(&files);
     posix_spawnattr_destroy(&attr);
     ::close(hs[1]);
+    CrashPoint("spawn-before-report");
     if (rc != 0) {
       ::close(hs[0]);
       return fail(ErrnoError("starting the supervisor " + step_command[0], rc));
@@ -668,6 +671,51 @@ Status UvProcessLauncher::Adopt(const ProcessHandle& handle, uint64_t from_offse
   impl_->RunOnLoop(
       [&] { result.set_value(impl_->DoAdopt(handle, from_offset, std::move(callbacks))); });
   return future.get();
+}
+
+Result<ProcessHandle> UvProcessLauncher::FindStarted(const std::string& group,
+                                                     const std::string& log_path) {
+  const std::string marker = std::string(kGroupEnvVar) + "=" + impl_->Marker(group);
+  auto registered = [&]() -> std::optional<ProcessHandle> {
+    auto r = ReadStepRegistration(StepRegistrationPath(log_path));
+    if (!r || r->marker != marker) return std::nullopt;  // none, or an earlier attempt's
+    ProcessHandle h;
+    h.pid = r->pid;
+    h.supervisor_pid = r->supervisor_pid;
+    h.supervisor_start = r->supervisor_start;
+    h.group = group;
+    h.log_path = log_path;
+    h.log_start = r->log_start;
+    return h;
+  };
+  if (auto h = registered()) return *h;
+  // Not registered (yet): a supervisor of this log and group that is still starting?
+  int supervisor = 0;
+  for (int pid : procfs::AllPids()) {
+    auto args = procfs::ReadCmdline(pid);
+    bool log = false, mark = false;
+    for (std::size_t i = 0; i + 1 < args.size() && args[i] != "--"; ++i) {
+      log = log || (args[i] == "--log" && args[i + 1] == log_path);
+      mark = mark || (args[i] == "--marker" && args[i + 1] == marker);
+    }
+    if (log && mark && procfs::IsLive(pid)) {
+      supervisor = pid;
+      break;
+    }
+  }
+  if (supervisor == 0) return NotFound("no supervisor was started for " + log_path);
+  auto deadline = Clock::now() + limits::kStepRegisterWait;
+  while (Clock::now() < deadline && procfs::IsLive(supervisor)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (auto h = registered()) return *h;
+  }
+  if (auto h = registered()) return *h;
+  ::kill(supervisor, SIGKILL);
+  KillGroup(group, limits::kKillGracePeriod);
+  return DeadlineExceeded("the supervisor (pid " + std::to_string(supervisor) + ") of " + log_path +
+                          " did not register within " +
+                          std::to_string(limits::kStepRegisterWait.count()) +
+                          " ms; it and its group were killed");
 }
 
 void UvProcessLauncher::KillGroup(const std::string& group, std::chrono::milliseconds grace) {

@@ -41,6 +41,9 @@ class UvProcessLauncher : public ProcessLauncher {
   // Thread-safe.
   Status Adopt(const ProcessHandle& handle, uint64_t from_offset,
                ProcessCallbacks callbacks) override;
+  // Thread-safe. Reads the supervisor's registration (<log>.pid); without one, looks in /proc for
+  // a supervisor of that log and group and waits up to limits::kStepRegisterWait for it.
+  Result<ProcessHandle> FindStarted(const std::string& group, const std::string& log_path) override;
   // Thread-safe, returns at once; the kill runs on the loop thread: SIGTERM now, SIGKILL after
   // grace, then sweeps every limits::kKillSweepInterval for up to limits::kKillSweepTimeout.
   void KillGroup(const std::string& group, std::chrono::milliseconds grace) override;

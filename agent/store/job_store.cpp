@@ -15,8 +15,9 @@ namespace {
 
 // PRAGMA user_version of the schema below. Bump it with a migration step in Init when the schema
 // changes; a file with a bigger version was written by a newer herd and is refused.
-// Version 1 kept secrets in clear inside `spec`; 2 seals them in `secrets`.
-constexpr int kSchemaVersion = 2;
+// Version 1 kept secrets in clear inside `spec`; 2 seals them in `secrets`; 3 keeps each node's
+// last agent incarnation (fencing across head restarts).
+constexpr int kSchemaVersion = 3;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE jobs (
@@ -30,7 +31,8 @@ CREATE INDEX jobs_by_state ON jobs (state, job_id);
 CREATE TABLE nodes (
   seq INTEGER PRIMARY KEY AUTOINCREMENT,     -- first-seen order
   node_id TEXT NOT NULL UNIQUE,
-  info BLOB NOT NULL                         -- herd.v1.NodeInfo
+  info BLOB NOT NULL,                        -- herd.v1.NodeInfo
+  incarnation INTEGER NOT NULL DEFAULT 0     -- the last accepted agent incarnation (uint64 bits)
 );
 )sql";
 
@@ -179,7 +181,11 @@ Status JobStore::Init() {
     if (found == 1) {
       HERD_RETURN_IF_ERROR(Exec("ALTER TABLE jobs ADD COLUMN secrets BLOB"));
       HERD_RETURN_IF_ERROR(MigrateClearSecrets(&migrated));
-      return Exec("PRAGMA user_version = 2");
+    }
+    if (found == 1 || found == 2) {
+      HERD_RETURN_IF_ERROR(
+          Exec("ALTER TABLE nodes ADD COLUMN incarnation INTEGER NOT NULL DEFAULT 0"));
+      return Exec("PRAGMA user_version = 3");
     }
     // Version 0: a new file, unless something else already put tables in it.
     HERD_ASSIGN_OR_RETURN(Stmt tables, Prepare("SELECT count(*) FROM sqlite_master"));
@@ -189,9 +195,9 @@ Status JobStore::Init() {
                                 ": the file is an SQLite database but not a herd job store");
     }
     HERD_RETURN_IF_ERROR(Exec(kSchema));
-    return Exec("PRAGMA user_version = 2");
+    return Exec("PRAGMA user_version = 3");
   }));
-  static_assert(kSchemaVersion == 2, "update the PRAGMAs above");
+  static_assert(kSchemaVersion == 3, "update the PRAGMAs above");
   if (migrated) {
     // Old page images with clear secrets are in the WAL until a checkpoint overwrites the file.
     if (auto s = Exec("PRAGMA wal_checkpoint(TRUNCATE)"); !s.ok()) {
@@ -216,10 +222,12 @@ Status JobStore::Init() {
   HERD_ASSIGN_OR_RETURN(active_jobs_, Prepare("SELECT job_id, info, spec, secrets FROM jobs "
                                               "WHERE state IN (2, 3, 4) ORDER BY job_id ASC"));
   HERD_ASSIGN_OR_RETURN(latest_job_id_, Prepare("SELECT COALESCE(MAX(job_id), 0) FROM jobs"));
-  HERD_ASSIGN_OR_RETURN(upsert_node_, Prepare("INSERT INTO nodes (node_id, info) VALUES (?1, ?2) "
-                                              "ON CONFLICT (node_id) DO UPDATE "
-                                              "SET info = excluded.info"));
-  HERD_ASSIGN_OR_RETURN(list_nodes_, Prepare("SELECT node_id, info FROM nodes ORDER BY seq"));
+  HERD_ASSIGN_OR_RETURN(
+      upsert_node_, Prepare("INSERT INTO nodes (node_id, info, incarnation) VALUES (?1, ?2, ?3) "
+                            "ON CONFLICT (node_id) DO UPDATE "
+                            "SET info = excluded.info, incarnation = excluded.incarnation"));
+  HERD_ASSIGN_OR_RETURN(list_nodes_,
+                        Prepare("SELECT node_id, info, incarnation FROM nodes ORDER BY seq"));
   return Status::Ok();
 }
 
@@ -444,7 +452,7 @@ Status JobStore::OpenSecrets(int64_t job_id, std::string_view sealed,
   return Status::Ok();
 }
 
-Status JobStore::UpsertNode(const herd::v1::NodeInfo& node) {
+Status JobStore::UpsertNode(const herd::v1::NodeInfo& node, uint64_t incarnation) {
   std::lock_guard lock(mu_);
   if (node.node_id().empty()) return InvalidArgument("job store: a node needs a node_id");
   std::string info;
@@ -454,13 +462,15 @@ Status JobStore::UpsertNode(const herd::v1::NodeInfo& node) {
     sqlite3_bind_text(upsert_node_.get(), 1, node.node_id().c_str(),
                       static_cast<int>(node.node_id().size()), SQLITE_TRANSIENT);
     BindBlob(upsert_node_.get(), 2, info);
+    sqlite3_bind_int64(upsert_node_.get(), 3, static_cast<sqlite3_int64>(incarnation));
     const int rc = sqlite3_step(upsert_node_.get());
     if (rc != SQLITE_DONE) return Error("upsert node " + node.node_id(), rc);
     return Status::Ok();
   });
 }
 
-Result<std::vector<herd::v1::NodeInfo>> JobStore::ListNodes() {
+Result<std::vector<herd::v1::NodeInfo>> JobStore::ListNodes(
+    std::map<std::string, uint64_t>* incarnations) {
   std::lock_guard lock(mu_);
   Reset reset(list_nodes_.get());
   std::vector<herd::v1::NodeInfo> nodes;
@@ -474,6 +484,10 @@ Result<std::vector<herd::v1::NodeInfo>> JobStore::ListNodes() {
       return IoError("job store " + path_ + ": the record of node " +
                      reinterpret_cast<const char*>(sqlite3_column_text(list_nodes_.get(), 0)) +
                      " is damaged");
+    }
+    if (incarnations) {
+      (*incarnations)[node.node_id()] =
+          static_cast<uint64_t>(sqlite3_column_int64(list_nodes_.get(), 2));
     }
     nodes.push_back(std::move(node));
   }

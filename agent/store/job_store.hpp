@@ -12,6 +12,7 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -60,9 +61,12 @@ class JobStore {
 
   // Nodes of the cluster, persisted so a relaunch keeps ranks stable. Upsert replaces the info of
   // a node_id already known (keeping its first-seen row) or adds it.
-  Status UpsertNode(const herd::v1::NodeInfo& node);
-  // In cluster order (agent/sched/node_order.hpp).
-  Result<std::vector<herd::v1::NodeInfo>> ListNodes();
+  // incarnation: the node's last accepted agent incarnation, so that a restarted head still
+  // refuses an older agent and knows a newer one restarted.
+  Status UpsertNode(const herd::v1::NodeInfo& node, uint64_t incarnation = 0);
+  // In cluster order (agent/sched/node_order.hpp); incarnations (if given) by node id.
+  Result<std::vector<herd::v1::NodeInfo>> ListNodes(
+      std::map<std::string, uint64_t>* incarnations = nullptr);
 
   const std::string& path() const { return path_; }
 

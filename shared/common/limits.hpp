@@ -82,6 +82,11 @@ inline constexpr Duration kStepStartTimeout = 10s;
 // with it the reason the job was stopped). A record is a few lines, with one error line that names
 // the log's path (up to PATH_MAX).
 inline constexpr std::size_t kExitRecordReserveBytes = 8 * 1024;
+// A restarted agent that finds the supervisor of a process its predecessor was starting (table
+// entry "starting", no registration file yet) waits this long for the supervisor to register
+// (write <log>.pid, which it does right after the exec, before it reports "ok"); longer, it is
+// killed as unprovable. Short: the agent waits before registering (see the relations below).
+inline constexpr Duration kStepRegisterWait = 2s;
 // Where the kernel offers no pidfd or inotify (gVisor), the agent checks its supervisors'
 // liveness and follows their logs this often (else only on events).
 inline constexpr Duration kSupervisorPollInterval = 100ms;
@@ -221,6 +226,10 @@ static_assert(kNodeCheckInterval < kHeadStallAfter && kHeadStallAfter < kNodeLos
 static_assert(kAgentRestartBackoffInitial + kAgentStartSettle + kHandshakeTimeout / 4 <
                   kNodeLostAfter,
               "an agent restarted by its supervisor registers again before its node is lost");
+static_assert(kAgentRestartBackoffInitial + kAgentStartSettle + kStepRegisterWait +
+                      kHandshakeTimeout / 4 <
+                  kNodeLostAfter,
+              "an agent that waits for a starting supervisor still registers before node loss");
 static_assert(kReconnectBackoffMax < kNodeLostAfter,
               "an agent retries several times before the head gives up on it");
 static_assert(kKillGracePeriod < 2s, "other ranks die within 2 s of the first failure");

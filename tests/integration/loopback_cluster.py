@@ -135,8 +135,8 @@ class LoopbackCluster:
         log.close()
 
     def restart_head(self, sig=signal.SIGTERM):
-        """Stops the head's herdlet (with `sig`: SIGKILL for a crash) and starts it again on the
-        same port."""
+        """Stops the head's herdlet (with `sig`: SIGKILL for a crash; unless it is gone) and starts
+        it again on the same port."""
         head = self.procs[0]
         if head.poll() is None:
             os.killpg(head.pid, sig)

@@ -64,6 +64,19 @@ class FakeLauncher : public ProcessLauncher {
     cv_.notify_all();
     return Status::Ok();
   }
+  Result<ProcessHandle> FindStarted(const std::string& group, const std::string& log) override {
+    std::lock_guard lock(mu_);
+    for (std::size_t i = 0; i < procs_.size(); ++i) {
+      if (procs_[i].request.group != group || procs_[i].request.log_path != log) continue;
+      ProcessHandle h;
+      h.pid = procs_[i].adopted_pid ? procs_[i].adopted_pid : 1001 + static_cast<int>(i);
+      h.supervisor_pid = h.pid + 1000;
+      h.group = group;
+      h.log_path = log;
+      return h;
+    }
+    return NotFound("no supervisor was started for " + log);
+  }
   void KillGroup(const std::string& group, std::chrono::milliseconds) override {
     std::lock_guard lock(mu_);
     kills_.push_back(group);
@@ -398,6 +411,11 @@ TEST_CASE(
   CHECK(follow.last.first_failed_node() == "unit-worker1");
   CHECK(follow.log.find("ERROR: Job 1 failed: node unit-worker1 (rank 1) was lost") !=
         std::string::npos);
+  // The KillJob reaches worker 0 after the client saw the job end (two connections): wait for it.
+  auto until = std::chrono::steady_clock::now() + 2s;
+  while (c.launchers[0]->kills().empty() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(10ms);
+  }
   CHECK(c.launchers[0]->kills() == std::vector<std::string>{JobGroupName(*job, 1)});
 }
 

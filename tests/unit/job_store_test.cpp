@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -489,6 +490,45 @@ TEST_CASE("a missing, replaced or unsafe key file: a clear error, nothing change
     const int64_t id = store->AddJob(WithSecret("next", "new-secret")).value();
     CHECK(store->GetJob(id).value().spec.secrets().at("HF_TOKEN") == "new-secret");
   }
+}
+
+TEST_CASE("a node's agent incarnation persists; a schema 2 store gains it (0) on open") {
+  TempDir dir;
+  const std::string path = dir.File("jobs.db");
+  {
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+    const std::string info = Node("w1", "10.0.0.10").SerializeAsString();
+    CHECK(sqlite3_exec(db,
+                       "PRAGMA journal_mode = WAL;"
+                       "CREATE TABLE jobs (job_id INTEGER PRIMARY KEY AUTOINCREMENT, "
+                       "state INTEGER NOT NULL, info BLOB NOT NULL, spec BLOB NOT NULL, "
+                       "secrets BLOB);"
+                       "CREATE INDEX jobs_by_state ON jobs (state, job_id);"
+                       "CREATE TABLE nodes (seq INTEGER PRIMARY KEY AUTOINCREMENT, "
+                       "node_id TEXT NOT NULL UNIQUE, info BLOB NOT NULL);"
+                       "PRAGMA user_version = 2;",
+                       nullptr, nullptr, nullptr) == SQLITE_OK);
+    sqlite3_stmt* insert = nullptr;
+    REQUIRE(sqlite3_prepare_v2(db, "INSERT INTO nodes (node_id, info) VALUES ('w1', ?1)", -1,
+                               &insert, nullptr) == SQLITE_OK);
+    sqlite3_bind_blob(insert, 1, info.data(), static_cast<int>(info.size()), SQLITE_TRANSIENT);
+    REQUIRE(sqlite3_step(insert) == SQLITE_DONE);
+    sqlite3_finalize(insert);
+    sqlite3_close(db);
+  }
+  constexpr uint64_t kIncarnation = 1796291691673ULL;  // NextIncarnation: at least unix ms
+  {
+    auto store = MustOpen(path);
+    std::map<std::string, uint64_t> incarnations;
+    CHECK(NodeIds(store->ListNodes(&incarnations).value()) == std::vector<std::string>{"w1"});
+    CHECK(incarnations.at("w1") == 0);
+    REQUIRE(store->UpsertNode(Node("w1", "10.0.0.10"), kIncarnation).ok());
+    REQUIRE(store->UpsertNode(Node("w2", "10.0.0.11"), 7).ok());
+  }
+  std::map<std::string, uint64_t> incarnations;
+  REQUIRE(MustOpen(path)->ListNodes(&incarnations).ok());
+  CHECK(incarnations == std::map<std::string, uint64_t>{{"w1", kIncarnation}, {"w2", 7}});
 }
 
 TEST_CASE("a schema 1 store (secrets in clear) is migrated: sealed or dropped, none left") {

@@ -1,8 +1,10 @@
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -25,6 +27,7 @@
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+using herd::Code;
 using herd::agent::ProcessCallbacks;
 using herd::agent::ProcessHandle;
 using herd::agent::SpawnRequest;
@@ -620,6 +623,64 @@ TEST_CASE("a process that ended while no launcher watched is reported from its e
   CHECK(second.output == "two\n");
   CHECK(second.exit_code == 5);
   CHECK(second.total_bytes == 8);
+}
+
+TEST_CASE(
+    "a new launcher finds a process whose spawn its agent never recorded, by its registration") {
+  Fixture f;
+  Recorder first;
+  ProcessHandle h = f.SpawnHandle(G("find"), Sh("echo one; sleep 0.5; echo two; exit 4"), first);
+  REQUIRE(f.queue.RunUntil([&] { return first.output == "one\n"; }, 5s));
+  f.launcher.reset();  // the agent died before it wrote the handle anywhere
+  f.launcher = std::make_unique<UvProcessLauncher>(f.queue.Poster(), f.scope, kStep);
+  const std::string log = (f.dir / (G("find") + ".log")).string();
+  auto found = f.launcher->FindStarted(G("find"), log);
+  REQUIRE_MESSAGE(found.ok(), found.status().ToString());
+  CHECK(found->pid == h.pid);
+  CHECK(found->supervisor_pid == h.supervisor_pid);
+  CHECK(found->supervisor_start == h.supervisor_start);
+  CHECK(found->log_start == h.log_start);
+  // Another group's (or attempt's) process of the same log is not this one; another log has none.
+  CHECK(f.launcher->FindStarted(G("find-other"), log).status().code() == Code::kNotFound);
+  CHECK(f.launcher->FindStarted(G("find"), log + ".x").status().code() == Code::kNotFound);
+  Recorder second;
+  REQUIRE(f.launcher->Adopt(*found, 4, second.Callbacks()).ok());
+  REQUIRE(f.WaitExit(second));
+  CHECK(second.output == "two\n");
+  CHECK(second.exit_code == 4);
+}
+
+TEST_CASE("a supervisor of the log that does not register is killed, and the group with it") {
+  Fixture f;
+  const std::string group = G("unproven");
+  f.groups.push_back(group);
+  const std::string log = (f.dir / "unproven.log").string();
+  const std::string marker = std::string(UvProcessLauncher::kGroupEnvVar) + "=" +
+                             (f.scope.empty() ? group : f.scope + "/" + group);
+  // Looks like a supervisor of that log and group (its arguments), but never registers.
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    // Short sleeps: what it forks dies on its own once it is killed; no pipe of ctest held.
+    int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 1);
+    ::dup2(devnull, 2);
+    ::execl("/bin/sh", "/bin/sh", "-c", "while :; do sleep 0.05; done", "--log", log.c_str(),
+            "--marker", marker.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  f.extra_pids.push_back(pid);
+  std::this_thread::sleep_for(100ms);  // exec'd
+  auto t0 = std::chrono::steady_clock::now();
+  auto found = f.launcher->FindStarted(group, log);
+  CHECK(std::chrono::steady_clock::now() - t0 >= herd::limits::kStepRegisterWait);
+  REQUIRE_FALSE(found.ok());
+  CHECK(found.status().code() == Code::kDeadlineExceeded);
+  CHECK(found.status().message().find("did not register") != std::string::npos);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGKILL);
 }
 
 TEST_CASE("a supervisor killed with SIGKILL is reported as a killed process") {
