@@ -159,17 +159,7 @@ Status JobStore::Init() {
     }
   }
 
-  auto read_version = [&]() -> Result<int> {
-    HERD_ASSIGN_OR_RETURN(Stmt version, Prepare("PRAGMA user_version"));
-    if (sqlite3_step(version.get()) != SQLITE_ROW) return Error("read schema version");
-    const int found = sqlite3_column_int(version.get(), 0);
-    if (found > kSchemaVersion) {
-      return FailedPrecondition("job store " + path_ + ": schema version " + std::to_string(found) +
-                                " is newer than this herd's (" + std::to_string(kSchemaVersion) +
-                                "); upgrade herd");
-    }
-    return found;
-  };
+  auto read_version = [&] { return sqlite::SchemaVersion(db_, LabelFor(path_), kSchemaVersion); };
   {
     HERD_ASSIGN_OR_RETURN(const int found, read_version());
     HERD_RETURN_IF_ERROR(LoadKey(found));

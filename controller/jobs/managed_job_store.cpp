@@ -136,31 +136,7 @@ Status ManagedJobStore::Exec(const char* sql) { return sqlite::Exec(db_, LabelFo
 Status ManagedJobStore::Init() {
   HERD_RETURN_IF_ERROR(sqlite::EnableWal(db_, LabelFor(path_)));
   HERD_RETURN_IF_ERROR(Exec("PRAGMA synchronous=NORMAL"));
-  HERD_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-  auto schema = [&]() -> Status {
-    HERD_ASSIGN_OR_RETURN(sqlite::Stmt version,
-                          sqlite::Prepare(db_, LabelFor(path_), "PRAGMA user_version"));
-    int rc = sqlite3_step(version.get());
-    if (rc != SQLITE_ROW) return sqlite::Error(db_, LabelFor(path_), "read schema version", rc);
-    const int found = sqlite3_column_int(version.get(), 0);
-    version.reset();
-    if (found > kSchemaVersion) {
-      return FailedPrecondition("managed job store " + path_ + " has schema version " +
-                                std::to_string(found) + ", newer than this herd's " +
-                                std::to_string(kSchemaVersion) + "; upgrade herd");
-    }
-    if (found == 0) {
-      HERD_RETURN_IF_ERROR(Exec(kSchema));
-      HERD_RETURN_IF_ERROR(Exec(("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str()));
-    }
-    return Status::Ok();
-  };
-  Status status = schema();
-  if (status.ok()) status = Exec("COMMIT");
-  if (!status.ok() && !sqlite3_get_autocommit(db_)) {
-    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-  }
-  return status;
+  return sqlite::CreateSchemaOnce(db_, LabelFor(path_), kSchema, kSchemaVersion);
 }
 
 Result<ManagedJob> ManagedJobStore::Decode(sqlite3_stmt* s) const {

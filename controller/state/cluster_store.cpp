@@ -76,32 +76,7 @@ Status ClusterStore::Init() {
   // exclusive access (EnableWal waits for it).
   HERD_RETURN_IF_ERROR(sqlite::EnableWal(db_, LabelFor(path_)));
   HERD_RETURN_IF_ERROR(Exec("PRAGMA synchronous=NORMAL"));
-  // Creating the schema and checking the version happen under the write lock, so two commands
-  // opening a fresh file at once do not both create it.
-  HERD_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-  auto schema = [&]() -> Status {
-    HERD_ASSIGN_OR_RETURN(Stmt version, Prepare("PRAGMA user_version"));
-    int rc = sqlite3_step(version.get());
-    if (rc != SQLITE_ROW) return Error("read schema version", rc);
-    const int found = sqlite3_column_int(version.get(), 0);
-    version.reset();
-    if (found > kSchemaVersion) {
-      return FailedPrecondition("cluster store " + path_ + " has schema version " +
-                                std::to_string(found) + ", newer than this herd's " +
-                                std::to_string(kSchemaVersion) + "; upgrade herd");
-    }
-    if (found == 0) {
-      HERD_RETURN_IF_ERROR(Exec(kSchema));
-      HERD_RETURN_IF_ERROR(Exec(("PRAGMA user_version=" + std::to_string(kSchemaVersion)).c_str()));
-    }
-    return Status::Ok();
-  };
-  Status status = schema();
-  if (status.ok()) status = Exec("COMMIT");
-  if (!status.ok()) {
-    if (!sqlite3_get_autocommit(db_)) sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
-    return status;
-  }
+  HERD_RETURN_IF_ERROR(sqlite::CreateSchemaOnce(db_, LabelFor(path_), kSchema, kSchemaVersion));
   HERD_ASSIGN_OR_RETURN(get_, Prepare("SELECT name, record FROM clusters WHERE name = ?1"));
   HERD_ASSIGN_OR_RETURN(list_, Prepare("SELECT name, record FROM clusters ORDER BY name"));
   HERD_ASSIGN_OR_RETURN(

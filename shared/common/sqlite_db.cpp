@@ -71,4 +71,33 @@ Result<Stmt> Prepare(sqlite3* db, const Label& label, const char* sql) {
   return Stmt(s);
 }
 
+Result<int> SchemaVersion(sqlite3* db, const Label& label, int newest) {
+  HERD_ASSIGN_OR_RETURN(Stmt version, Prepare(db, label, "PRAGMA user_version"));
+  const int rc = sqlite3_step(version.get());
+  if (rc != SQLITE_ROW) return Error(db, label, "read schema version", rc);
+  const int found = sqlite3_column_int(version.get(), 0);
+  if (found > newest) {
+    return FailedPrecondition(label.name + ": schema version " + std::to_string(found) +
+                              " is newer than this herd's (" + std::to_string(newest) +
+                              "); upgrade herd");
+  }
+  return found;
+}
+
+Status CreateSchemaOnce(sqlite3* db, const Label& label, const char* schema, int version) {
+  HERD_RETURN_IF_ERROR(Exec(db, label, "BEGIN IMMEDIATE"));
+  auto create = [&]() -> Status {
+    HERD_ASSIGN_OR_RETURN(const int found, SchemaVersion(db, label, version));
+    if (found != 0) return Status::Ok();
+    HERD_RETURN_IF_ERROR(Exec(db, label, schema));
+    return Exec(db, label, ("PRAGMA user_version=" + std::to_string(version)).c_str());
+  };
+  Status status = create();
+  if (status.ok()) status = Exec(db, label, "COMMIT");
+  if (!status.ok() && !sqlite3_get_autocommit(db)) {
+    sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  return status;
+}
+
 }  // namespace herd::sqlite

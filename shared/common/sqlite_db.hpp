@@ -50,4 +50,13 @@ Status Exec(sqlite3* db, const Label& label, const char* sql);
 Status EnableWal(sqlite3* db, const Label& label);
 Result<Stmt> Prepare(sqlite3* db, const Label& label, const char* sql);
 
+// PRAGMA user_version. FailedPrecondition naming the store when it is above `newest` (the file
+// was written by a newer herd).
+Result<int> SchemaVersion(sqlite3* db, const Label& label, int newest);
+// For a store with one schema version and no migrations yet: in one BEGIN IMMEDIATE transaction
+// (two processes opening a fresh file at once do not both create it), a file at version 0 gets
+// `schema` and user_version = `version`; a newer file is refused (SchemaVersion). Rolled back on
+// any error.
+Status CreateSchemaOnce(sqlite3* db, const Label& label, const char* schema, int version);
+
 }  // namespace herd::sqlite

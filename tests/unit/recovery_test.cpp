@@ -1,6 +1,7 @@
 // herd_managed_jobs: the recovery decision (a pure function, driven with made-up outcomes), the
 // task's stored form, and the managed job table.
 #include <doctest/doctest.h>
+#include <sqlite3.h>
 #include <stdlib.h>
 
 #include <filesystem>
@@ -212,6 +213,23 @@ TEST_CASE("the job table: create, update, cancel flag kept apart from the contro
   unknown.id = 999;
   CHECK((*store)->Put(unknown).code() == Code::kNotFound);
   CHECK_FALSE((*store)->Get(999)->has_value());
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a job table written by a newer herd is refused, naming the file") {
+  fs::path dir = fs::temp_directory_path() / ("mj-newer-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const std::string path = (dir / "managed_jobs.db").string();
+  REQUIRE(ManagedJobStore::Open(path).ok());
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  REQUIRE(sqlite3_exec(db, "PRAGMA user_version=99", nullptr, nullptr, nullptr) == SQLITE_OK);
+  sqlite3_close(db);
+  auto newer = ManagedJobStore::Open(path);
+  REQUIRE_FALSE(newer.ok());
+  CHECK(newer.status().code() == Code::kFailedPrecondition);
+  CHECK(newer.status().message().find(path) != std::string::npos);
+  CHECK(newer.status().message().find("schema version 99 is newer") != std::string::npos);
   fs::remove_all(dir);
 }
 
