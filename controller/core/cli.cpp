@@ -13,10 +13,10 @@
 
 #include "controller/core/head_client.hpp"
 #include "controller/core/managed_jobs.hpp"
-#include "controller/core/trace.hpp"
 #include "controller/core/progress.hpp"
 #include "controller/core/sdk.hpp"
 #include "controller/core/table.hpp"
+#include "controller/core/trace.hpp"
 #include "shared/common/host_port.hpp"
 #include "shared/common/log.hpp"
 #include "shared/proto/job_state.hpp"
