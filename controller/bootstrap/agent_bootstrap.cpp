@@ -145,7 +145,8 @@ Result<NodeOutcome> InstallOne(SshRunner& ssh, const SshTarget& t, const AgentIn
 
   NodeOutcome out;
   // Every differing file in one ssh session (a session costs more than a small file): the agent
-  // binary through stdin, the small text files inside the script.
+  // binary through stdin, the small text files inside the script; and when anything changed, the
+  // (re)start in that same session (one ssh session per node fewer on a cold launch).
   std::vector<UploadItem> items;
   std::string_view stdin_data;
   milliseconds timeout = limits::kBootstrapCommandTimeout;
@@ -158,20 +159,22 @@ Result<NodeOutcome> InstallOne(SshRunner& ssh, const SshTarget& t, const AgentIn
     timeout = std::max(timeout, f.timeout);
     names += (names.empty() ? "" : ", ") + f.path;
   }
-  if (!items.empty()) {
-    HERD_RETURN_IF_ERROR(
-        RunScript(ssh, t, UploadManyScript(dir, items), "uploading " + names, timeout, stdin_data)
-            .status());
-    HERD_LOG(kDebug) << DescribeTarget(t) << ": uploaded " << names;
-    out.uploaded = true;
-  }
-  if (!out.uploaded && probe.up && probe.pid > 0) {
+  if (items.empty() && probe.up && probe.pid > 0) {
     out.pid = probe.pid;
     return out;
   }
-  HERD_ASSIGN_OR_RETURN(std::string started,
-                        RunScript(ssh, t, StartScript(dir, probe.mode), "starting herdlet",
-                                  limits::kBootstrapCommandTimeout));
+  std::string started;
+  if (!items.empty()) {
+    HERD_ASSIGN_OR_RETURN(started,
+                          RunScript(ssh, t, UploadAndStartScript(dir, items, probe.mode),
+                                    "uploading " + names + " and starting herdlet",
+                                    timeout + limits::kBootstrapCommandTimeout, stdin_data));
+    HERD_LOG(kDebug) << DescribeTarget(t) << ": uploaded " << names;
+    out.uploaded = true;
+  } else {
+    HERD_ASSIGN_OR_RETURN(started, RunScript(ssh, t, StartScript(dir, probe.mode),
+                                             "starting herdlet", limits::kBootstrapCommandTimeout));
+  }
   HERD_ASSIGN_OR_RETURN(out.pid, ParsePid(started));
   out.restarted = true;
   HERD_LOG(kInfo) << DescribeTarget(t) << ": herdlet " << (probe.pid > 0 ? "restarted" : "started")

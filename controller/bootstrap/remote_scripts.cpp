@@ -303,6 +303,12 @@ echo "pid $HP"
   return s.str();
 }
 
+std::string UploadAndStartScript(const std::string& remote_dir,
+                                 const std::vector<UploadItem>& items, AgentMode mode) {
+  return "(\n" + UploadManyScript(remote_dir, items) + ") || exit $?\n" +
+         StartScript(remote_dir, mode);
+}
+
 std::string StopScript(const std::string& remote_dir) {
   return Prelude(remote_dir) + "enter || exit 0\nstop_all\necho stopped\n";
 }

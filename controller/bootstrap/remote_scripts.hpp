@@ -67,6 +67,11 @@ std::string UploadManyScript(const std::string& remote_dir, const std::vector<Up
 // end of the agent's log on stderr, non-zero exit, nothing left running.
 std::string StartScript(const std::string& remote_dir, AgentMode mode);
 
+// UploadManyScript, then StartScript, in one script for one ssh session. The upload runs in a
+// subshell (its umask 077 must not reach the agent); its failure exits before anything starts.
+std::string UploadAndStartScript(const std::string& remote_dir,
+                                 const std::vector<UploadItem>& items, AgentMode mode);
+
 // Stops the supervisor or unit and herdlet (SIGKILL after kAgentStopTimeout); jobs stay.
 std::string StopScript(const std::string& remote_dir);
 

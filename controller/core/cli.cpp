@@ -16,6 +16,7 @@
 #include "controller/core/progress.hpp"
 #include "controller/core/sdk.hpp"
 #include "controller/core/table.hpp"
+#include "controller/core/trace.hpp"
 #include "shared/common/host_port.hpp"
 #include "shared/common/log.hpp"
 #include "shared/proto/job_state.hpp"
@@ -319,6 +320,7 @@ std::string AutostopText(const controller::ClusterRecord& c) {
 }  // namespace
 
 int RunCli(int argc, char** argv) {
+  TraceMark("cli start");
   CLI::App app{"herd: launch distributed jobs on clusters of machines"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every command");
@@ -507,6 +509,7 @@ int RunCli(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  TraceMark("arguments parsed");
   log::SetLevel(verbose ? log::Level::kDebug : log::Level::kWarn);
   // Everything after `--` is the command to run (`herd exec demo --num-nodes 2 -- nvidia-smi`).
   for (auto [cmd, args] :
@@ -563,6 +566,7 @@ int RunCli(int argc, char** argv) {
     g_cluster = cluster;
     auto t = BuildTask(rest, exec_flags);
     if (!t.ok()) return Fail(t.status(), 2);
+    TraceMark("task built");
     InstallSigint();
     if (exec_target.endpoint.empty()) {
       if (cluster.empty()) return Fail(InvalidArgument("give a cluster name"), 2);

@@ -3,6 +3,7 @@
 #include <optional>
 #include <thread>
 
+#include "controller/core/trace.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/proto/frame.hpp"
 
@@ -32,6 +33,7 @@ HeadClient::~HeadClient() {
   io_.restart();
   io_.run_for(std::chrono::milliseconds(200));
   if (cleanup_) cleanup_();
+  TraceMark("connection closed");
 }
 
 Result<std::unique_ptr<HeadClient>> HeadClient::Connect(const HeadEndpoint& endpoint) {
@@ -69,6 +71,7 @@ Status HeadClient::Dial() {
                        std::to_string(endpoint_.port) + ": " + result->status().message());
   }
   conn_ = std::move(*result).value();
+  TraceMark("head connected (TCP, TLS, websocket)");
   closed_ = false;
   inbox_.clear();
   return Status::Ok();
@@ -117,6 +120,7 @@ Result<int64_t> HeadClient::Submit(const TaskSpec& task, const std::string& user
   req.mutable_submit()->set_task_id(task_id);
   req.mutable_submit()->set_attempt(attempt);
   HERD_ASSIGN_OR_RETURN(HeadToClient reply, RoundTrip(std::move(req)));
+  TraceMark("submit reply");
   return reply.submit_reply().job_id();
 }
 
@@ -140,6 +144,7 @@ Result<NodesReply> HeadClient::Nodes() {
   ClientToHead req;
   req.mutable_nodes();
   HERD_ASSIGN_OR_RETURN(HeadToClient reply, RoundTrip(std::move(req)));
+  TraceMark("nodes reply");
   return reply.nodes_reply();
 }
 
@@ -189,12 +194,14 @@ Result<JobInfo> HeadClient::Stream(int64_t job_id, uint64_t offset, bool follow,
         if (end <= offset) continue;  // already printed
         std::string_view fresh(d.data());
         if (d.offset() < offset) fresh.remove_prefix(offset - d.offset());
+        if (offset == 0) TraceMark("first output");
         if (cb.on_data) cb.on_data(fresh);
         offset = end;
       } else if (msg->has_job_status()) {
         last = msg->job_status().job();
         job_id = last.job_id();
         if (cb.on_status) cb.on_status(last);
+        TraceMark(msg->job_status().end_of_stream() ? "end of stream" : "job status");
         if (msg->job_status().end_of_stream()) return last;
       }
     }

@@ -14,6 +14,7 @@
 
 #include "controller/bootstrap/agent_bootstrap.hpp"
 #include "controller/bootstrap/sha256.hpp"
+#include "controller/core/trace.hpp"
 #include "controller/provider/aws_provider.hpp"
 #include "controller/provider/local_provider.hpp"
 #include "controller/provider/ssh_pool_provider.hpp"
@@ -424,6 +425,7 @@ Result<std::unique_ptr<HeadClient>> ConnectHead(const ClusterRecord& c) {
     return client;
   };
   HERD_ASSIGN_OR_RETURN(int port, forward(-1));
+  TraceMark("kept forward port read");
   if (port > 0) {
     auto client = connect(port);
     if (client.ok()) return client;
@@ -431,6 +433,7 @@ Result<std::unique_ptr<HeadClient>> ConnectHead(const ClusterRecord& c) {
                      << ") failed: " << client.status().message() << "; renewing it";
   }
   HERD_ASSIGN_OR_RETURN(port, forward(port));
+  TraceMark("kept forward renewed");
   return connect(port);
 }
 
@@ -556,7 +559,9 @@ Result<LaunchResult> Launch(const Task& task, const LaunchOptions& o) {
 
 Result<LaunchResult> Exec(const std::string& cluster, const Task& task, const ExecOptions& o) {
   HERD_ASSIGN_OR_RETURN(auto store, OpenStore());
+  TraceMark("state db open");
   HERD_ASSIGN_OR_RETURN(ClusterRecord c, Lookup(*store, cluster));
+  TraceMark("cluster record read");
   if (c.status != ClusterStatus::kUp) {
     return FailedPrecondition("cluster " + c.name + " is " + std::string(Name(c.status)) +
                               "; start it with `herd start " + c.name + "`");
