@@ -20,6 +20,7 @@
 #include "controller/provider/ec2_client.hpp"
 #include "controller/provider/http_client.hpp"
 #include "controller/provider/instance_catalog.hpp"
+#include "tests/unit/test_support.hpp"
 
 namespace herd::controller {
 namespace {
@@ -339,19 +340,7 @@ TEST_CASE("an impossible demand says what the catalog offers") {
 
 // ---- Credentials and config ---------------------------------------------------------------------
 
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/herd-aws-unit-XXXXXX";
-    path = ::mkdtemp(tmpl);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string Write(const std::string& name, const std::string& text) const {
-    fs::create_directories(fs::path(path + "/" + name).parent_path());
-    std::ofstream(path + "/" + name) << text;
-    return path + "/" + name;
-  }
-  std::string path;
-};
+using herd::testing::TempDir;
 
 GetenvFn EnvOf(std::map<std::string, std::string> m) {
   return [m](const std::string& k) -> std::optional<std::string> {
@@ -362,53 +351,53 @@ GetenvFn EnvOf(std::map<std::string, std::string> m) {
 }
 
 TEST_CASE("credentials come from the environment first, then the profile's file") {
-  TempDir d;
+  TempDir d{"herd-aws-unit"};
   d.Write(".aws/credentials",
           "[default]\naws_access_key_id = AKIDDEFAULT\naws_secret_access_key = s1\n"
           "# a comment\n[work]\naws_access_key_id=AKIDWORK\naws_secret_access_key=s2\n"
           "aws_session_token=tok\n");
   d.Write(".aws/config", "[default]\nregion = eu-west-1\n[profile work]\nregion=us-west-2\n");
-  auto env = LoadAwsCredentials(EnvOf({{"HOME", d.path},
+  auto env = LoadAwsCredentials(EnvOf({{"HOME", d.path()},
                                        {"AWS_ACCESS_KEY_ID", "AKIDENV"},
                                        {"AWS_SECRET_ACCESS_KEY", "senv"},
                                        {"AWS_SESSION_TOKEN", "tenv"}}));
   REQUIRE(env.ok());
   CHECK(env->access_key_id == "AKIDENV");
   CHECK(env->session_token == "tenv");
-  auto def = LoadAwsCredentials(EnvOf({{"HOME", d.path}}));
+  auto def = LoadAwsCredentials(EnvOf({{"HOME", d.path()}}));
   REQUIRE(def.ok());
   CHECK(def->access_key_id == "AKIDDEFAULT");
   CHECK(def->session_token.empty());
-  auto work = LoadAwsCredentials(EnvOf({{"HOME", d.path}, {"AWS_PROFILE", "work"}}));
+  auto work = LoadAwsCredentials(EnvOf({{"HOME", d.path()}, {"AWS_PROFILE", "work"}}));
   REQUIRE(work.ok());
   CHECK(work->access_key_id == "AKIDWORK");
   CHECK(work->session_token == "tok");
-  CHECK(work->source == d.path + "/.aws/credentials [work]");
-  CHECK(*LoadAwsRegion(EnvOf({{"HOME", d.path}})) == "eu-west-1");
-  CHECK(*LoadAwsRegion(EnvOf({{"HOME", d.path}, {"AWS_PROFILE", "work"}})) == "us-west-2");
-  CHECK(*LoadAwsRegion(EnvOf({{"HOME", d.path}, {"AWS_DEFAULT_REGION", "ap-south-1"}})) ==
+  CHECK(work->source == d.path() + "/.aws/credentials [work]");
+  CHECK(*LoadAwsRegion(EnvOf({{"HOME", d.path()}})) == "eu-west-1");
+  CHECK(*LoadAwsRegion(EnvOf({{"HOME", d.path()}, {"AWS_PROFILE", "work"}})) == "us-west-2");
+  CHECK(*LoadAwsRegion(EnvOf({{"HOME", d.path()}, {"AWS_DEFAULT_REGION", "ap-south-1"}})) ==
         "ap-south-1");
-  CHECK(*LoadAwsRegion(EnvOf({{"HOME", d.path},
+  CHECK(*LoadAwsRegion(EnvOf({{"HOME", d.path()},
                               {"AWS_REGION", "sa-east-1"},
                               {"AWS_DEFAULT_REGION", "ap-south-1"}})) == "sa-east-1");
 }
 
 TEST_CASE("missing or broken credentials say where herd looked") {
-  TempDir d;
-  auto none = LoadAwsCredentials(EnvOf({{"HOME", d.path}}));
+  TempDir d{"herd-aws-unit"};
+  auto none = LoadAwsCredentials(EnvOf({{"HOME", d.path()}}));
   REQUIRE(!none.ok());
   CHECK(none.status().code() == Code::kNotFound);
   CHECK(none.status().message().find("AWS_ACCESS_KEY_ID") != std::string::npos);
-  CHECK(none.status().message().find(d.path + "/.aws/credentials (it does not exist)") !=
+  CHECK(none.status().message().find(d.path() + "/.aws/credentials (it does not exist)") !=
         std::string::npos);
-  auto half = LoadAwsCredentials(EnvOf({{"HOME", d.path}, {"AWS_ACCESS_KEY_ID", "x"}}));
+  auto half = LoadAwsCredentials(EnvOf({{"HOME", d.path()}, {"AWS_ACCESS_KEY_ID", "x"}}));
   REQUIRE(!half.ok());
   CHECK(half.status().message().find("not AWS_SECRET_ACCESS_KEY") != std::string::npos);
   d.Write(".aws/credentials", "[default]\naws_access_key_id = A\nbroken line\n");
-  auto bad = LoadAwsCredentials(EnvOf({{"HOME", d.path}}));
+  auto bad = LoadAwsCredentials(EnvOf({{"HOME", d.path()}}));
   REQUIRE(!bad.ok());
-  CHECK(bad.status().message().find(d.path + "/.aws/credentials:3:") == 0);
-  CHECK(*LoadAwsRegion(EnvOf({{"HOME", d.path}})) == "");
+  CHECK(bad.status().message().find(d.path() + "/.aws/credentials:3:") == 0);
+  CHECK(*LoadAwsRegion(EnvOf({{"HOME", d.path()}})) == "");
 }
 
 TEST_CASE("infra and config.yaml") {
@@ -416,15 +405,15 @@ TEST_CASE("infra and config.yaml") {
   CHECK(ParseAwsInfra("aws/us-east-1")->region == "us-east-1");
   CHECK(ParseAwsInfra("aws/us-east-1/us-east-1c")->zone == "us-east-1c");
   CHECK(!ParseAwsInfra("aws/us-east-1/eu-west-1a").ok());
-  TempDir d;
-  CHECK(LoadAwsConfig(d.path + "/none.yaml")->ssh_user == "ubuntu");
+  TempDir d{"herd-aws-unit"};
+  CHECK(LoadAwsConfig(d.path() + "/none.yaml")->ssh_user == "ubuntu");
   auto c = LoadAwsConfig(d.Write("c.yaml", "aws:\n  ssh_user: root\n  image_id: ami-1\n"));
   REQUIRE(c.ok());
   CHECK(c->ssh_user == "root");
   CHECK(c->image_id == "ami-1");
   auto bad = LoadAwsConfig(d.Write("b.yaml", "aws:\n  ssh_usr: root\n"));
   REQUIRE(!bad.ok());
-  CHECK(bad.status().message() == d.path +
+  CHECK(bad.status().message() == d.path() +
                                       "/b.yaml:2:3: aws.ssh_usr: unknown field (known: "
                                       "ssh_user, image_id, ssh_cidr)");
 }
@@ -460,21 +449,21 @@ std::string Err(const std::string& code, const std::string& msg) {
 }
 
 struct ProviderFixture {
-  TempDir d;
+  TempDir d{"herd-aws-unit"};
   FakeHttp* http = nullptr;
   std::vector<std::string> notes;
   std::unique_ptr<AwsProvider> Make(AwsLaunchSpec spec) {
     auto h = std::make_unique<FakeHttp>();
     http = h.get();
     return std::make_unique<AwsProvider>(std::move(spec), std::move(h),
-                                         EnvOf({{"HOME", d.path},
+                                         EnvOf({{"HOME", d.path()},
                                                 {"AWS_ACCESS_KEY_ID", "AKIDTEST"},
                                                 {"AWS_SECRET_ACCESS_KEY", "secret"}}),
-                                         d.path + "/config.yaml",
+                                         d.path() + "/config.yaml",
                                          [this](const std::string& l) { notes.push_back(l); });
   }
   ProvisionRequest Request(int n) {
-    return {"c1", n, d.path + "/state", "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFake herd"};
+    return {"c1", n, d.path() + "/state", "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFake herd"};
   }
 };
 
@@ -498,7 +487,7 @@ TEST_CASE("AuthFailure on the first call: a clear error and nothing created") {
   CHECK(f.http->Actions() == std::vector<std::string>{"DescribeInstanceTypes"});
   CHECK(f.http->bodies[0].find("InstanceType.1=g6.xlarge") != std::string::npos);
   // Nothing made, so down has nothing to do and asks EC2 nothing.
-  CHECK(p->Teardown("c1", f.d.path + "/state").ok());
+  CHECK(p->Teardown("c1", f.d.path() + "/state").ok());
   CHECK(f.http->bodies.size() == 1);
 }
 
@@ -599,10 +588,10 @@ TEST_CASE("teardown deletes what it recorded and fails if a listing still shows 
   R["DeleteSecurityGroup"] = {{400, Err("DependencyViolation", "in use")}, {200, "<ok/>"}};
   R["DeleteKeyPair"] = {{200, "<ok/>"}};
   R["DescribeKeyPairs"] = {{200, "<r><keySet/></r>"}};
-  auto s = p->Teardown("c1", f.d.path + "/state");
+  auto s = p->Teardown("c1", f.d.path() + "/state");
   REQUIRE(!s.ok());
   CHECK(s.message() == "left in us-east-1 after tearing down c1: security group sg-1");
-  CHECK(fs::exists(f.d.path + "/state/aws.json"));  // kept, so that down can be run again
+  CHECK(fs::exists(f.d.path() + "/state/aws.json"));  // kept, so that down can be run again
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 #include "shared/tls/certs.hpp"
+#include "tests/unit/test_support.hpp"
 
 #include <doctest/doctest.h>
 #include <openssl/pem.h>
@@ -17,24 +18,7 @@ namespace {
 using transport::Role;
 namespace fs = std::filesystem;
 
-// A private temporary directory, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "herd-certs-test-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string operator/(std::string_view name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using herd::testing::TempDir;
 
 mode_t ModeOf(const std::string& path) {
   struct stat st {};
@@ -146,7 +130,7 @@ TEST_CASE("bad input is refused") {
 }
 
 TEST_CASE("WriteFileAtomic sets the mode, replaces whole files and leaves no temporaries") {
-  TempDir dir;
+  TempDir dir{"herd-certs-test"};
   std::string path = dir / "secret";
   REQUIRE(WriteFileAtomic(path, "one", 0600).ok());
   CHECK(ModeOf(path) == 0600);
@@ -163,7 +147,7 @@ TEST_CASE("WriteFileAtomic sets the mode, replaces whole files and leaves no tem
 }
 
 TEST_CASE("cluster and agent directory layout") {
-  TempDir root;
+  TempDir root{"herd-certs-test"};
   std::string cluster = root / "cluster";
   std::string agent = root / "agent";
   REQUIRE(InitClusterCerts(cluster, "prod").ok());

@@ -17,6 +17,7 @@
 
 #include "controller/state/cluster_lock.hpp"
 #include "controller/state/herd_home.hpp"
+#include "tests/unit/test_support.hpp"
 
 extern char** environ;
 
@@ -31,46 +32,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-// Sets an environment variable for one test and restores it after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
-// A fresh HOME with HERD_HOME=<it>/herd, removed with everything in it when the test ends.
-class TempHome {
- public:
-  TempHome() : dir_(MakeDir()), home_("HOME", dir_), herd_home_("HERD_HOME", dir_ + "/herd") {}
-  ~TempHome() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  const std::string& dir() const { return dir_; }
-  std::string herd() const { return dir_ + "/herd"; }
-
- private:
-  static std::string MakeDir() {
-    std::string tmpl = (fs::temp_directory_path() / "herd-cstate-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    return tmpl;
-  }
-  std::string dir_;
-  ScopedEnv home_, herd_home_;
-};
+using herd::testing::ScopedEnv;
+using herd::testing::TempHome;
 
 // A forked child process, killed and reaped when the test ends however it ends.
 class Child {

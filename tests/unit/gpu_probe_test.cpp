@@ -11,6 +11,7 @@
 #include <string>
 
 #include "agent/gpu/system_gpu_probe.hpp"
+#include "tests/unit/test_support.hpp"
 
 namespace fs = std::filesystem;
 using herd::agent::DeclaredGpus;
@@ -19,36 +20,8 @@ using herd::agent::SystemGpuProbe;
 
 namespace {
 
-// A private temporary directory, removed with everything in it.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "herd-gpu-test-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-// Sets an environment variable for one test and restores the old value.
-struct ScopedEnv {
-  std::string name;
-  std::optional<std::string> old;
-  ScopedEnv(std::string n, const std::string& value) : name(std::move(n)) {
-    if (const char* v = ::getenv(name.c_str())) old = v;
-    ::setenv(name.c_str(), value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old) {
-      ::setenv(name.c_str(), old->c_str(), 1);
-    } else {
-      ::unsetenv(name.c_str());
-    }
-  }
-};
+using herd::testing::ScopedEnv;
+using herd::testing::TempDir;
 
 void WriteFile(const fs::path& path, const std::string& text, bool executable = false) {
   fs::create_directories(path.parent_path());
@@ -59,15 +32,15 @@ void WriteFile(const fs::path& path, const std::string& text, bool executable = 
 // Options where every source is absent unless a test provides it.
 SystemGpuProbe::Options Nothing(const TempDir& dir) {
   SystemGpuProbe::Options o;
-  o.nvml_library = (dir.path / "no-libnvidia-ml.so.1").string();
-  o.nvidia_smi = (dir.path / "no-nvidia-smi").string();
-  o.procfs_dir = (dir.path / "no-procfs").string();
+  o.nvml_library = dir / "no-libnvidia-ml.so.1";
+  o.nvidia_smi = dir / "no-nvidia-smi";
+  o.procfs_dir = dir / "no-procfs";
   return o;
 }
 
 // A fake nvidia-smi that prints `output` when called with exactly the query herd makes.
 fs::path FakeNvidiaSmi(const TempDir& dir, const std::string& output, int exit_code = 0) {
-  fs::path script = dir.path / "bin" / "nvidia-smi";
+  fs::path script = fs::path(dir / "bin/nvidia-smi");
   WriteFile(script,
             "#!/bin/sh\n"
             "[ \"$1 $2\" = '--query-gpu=name --format=csv,noheader' ] || exit 9\n"
@@ -83,7 +56,7 @@ fs::path FakeNvidiaSmi(const TempDir& dir, const std::string& output, int exit_c
 }  // namespace
 
 TEST_CASE("NVML is used first and reports every GPU by name") {
-  TempDir dir;
+  TempDir dir{"herd-gpu-test"};
   ScopedEnv gpus("FAKE_NVML_GPUS", "NVIDIA H200,NVIDIA H200");
   auto options = Nothing(dir);
   options.nvml_library = FAKE_NVML_PATH;
@@ -95,7 +68,7 @@ TEST_CASE("NVML is used first and reports every GPU by name") {
 }
 
 TEST_CASE("a failing nvmlInit falls back to nvidia-smi") {
-  TempDir dir;
+  TempDir dir{"herd-gpu-test"};
   ScopedEnv gpus("FAKE_NVML_GPUS", "NVIDIA H200");
   ScopedEnv fail("FAKE_NVML_FAIL_INIT", "1");
   auto options = Nothing(dir);
@@ -110,7 +83,7 @@ TEST_CASE("a failing nvmlInit falls back to nvidia-smi") {
 }
 
 TEST_CASE("NVML with zero GPUs falls through to the next source") {
-  TempDir dir;
+  TempDir dir{"herd-gpu-test"};
   ScopedEnv gpus("FAKE_NVML_GPUS", "");
   auto options = Nothing(dir);
   options.nvml_library = FAKE_NVML_PATH;
@@ -121,9 +94,9 @@ TEST_CASE("NVML with zero GPUs falls through to the next source") {
 }
 
 TEST_CASE("nvidia-smi is found in PATH by name") {
-  TempDir dir;
+  TempDir dir{"herd-gpu-test"};
   FakeNvidiaSmi(dir, "  NVIDIA L4  \\n\\n");
-  ScopedEnv path("PATH", (dir.path / "bin").string() + ":" + ::getenv("PATH"));
+  ScopedEnv path("PATH", (dir / "bin") + ":" + ::getenv("PATH"));
   auto options = Nothing(dir);
   options.nvidia_smi = "nvidia-smi";
   GpuInventory inv = SystemGpuProbe(options).Probe();
@@ -132,10 +105,10 @@ TEST_CASE("nvidia-smi is found in PATH by name") {
 }
 
 TEST_CASE("a failing nvidia-smi falls back to procfs, in PCI bus order") {
-  TempDir dir;
+  TempDir dir{"herd-gpu-test"};
   auto options = Nothing(dir);
   options.nvidia_smi = FakeNvidiaSmi(dir, "NVIDIA-SMI has failed\\n", 9).string();
-  fs::path procfs = dir.path / "gpus";
+  fs::path procfs = fs::path(dir / "gpus");
   WriteFile(procfs / "0000:3b:00.0" / "information",
             "Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 150\nGPU UUID: \t GPU-2\n");
   WriteFile(procfs / "0000:1a:00.0" / "information",
@@ -147,14 +120,14 @@ TEST_CASE("a failing nvidia-smi falls back to procfs, in PCI bus order") {
 }
 
 TEST_CASE("a hung nvidia-smi is killed and the probe moves on") {
-  TempDir dir;
+  TempDir dir{"herd-gpu-test"};
   auto options = Nothing(dir);
-  fs::path script = dir.path / "bin" / "nvidia-smi";
-  fs::path pid_file = dir.path / "pid";
+  fs::path script = fs::path(dir / "bin/nvidia-smi");
+  fs::path pid_file = fs::path(dir / "pid");
   WriteFile(script, "#!/bin/sh\necho $$ > " + pid_file.string() + "\nexec sleep 1000\n", true);
   options.nvidia_smi = script.string();
-  WriteFile(dir.path / "gpus" / "0000:01:00.0" / "information", "Model: \t\t Tesla V100\n");
-  options.procfs_dir = (dir.path / "gpus").string();
+  WriteFile(fs::path(dir / "gpus/0000:01:00.0") / "information", "Model: \t\t Tesla V100\n");
+  options.procfs_dir = dir / "gpus";
   auto start = std::chrono::steady_clock::now();
   GpuInventory inv = SystemGpuProbe(options).Probe();
   auto took = std::chrono::steady_clock::now() - start;
@@ -167,7 +140,7 @@ TEST_CASE("a hung nvidia-smi is killed and the probe moves on") {
 }
 
 TEST_CASE("no source: none") {
-  TempDir dir;
+  TempDir dir{"herd-gpu-test"};
   GpuInventory inv = SystemGpuProbe(Nothing(dir)).Probe();
   CHECK(inv.source == "none");
   CHECK(inv.count() == 0);

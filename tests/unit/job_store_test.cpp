@@ -1,4 +1,5 @@
 #include "agent/store/job_store.hpp"
+#include "tests/unit/test_support.hpp"
 
 #include <doctest/doctest.h>
 
@@ -22,23 +23,7 @@ using herd::agent::JobStore;
 
 namespace {
 
-// A fresh directory, removed with everything in it when the test ends.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "herd-store-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string File(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using herd::testing::TempDir;
 
 JobRecord Record(const std::string& name, herd::v1::JobState state = herd::v1::JOB_STATE_PENDING) {
   JobRecord r;
@@ -82,8 +67,8 @@ std::vector<std::string> NodeIds(const std::vector<herd::v1::NodeInfo>& nodes) {
 }  // namespace
 
 TEST_CASE("jobs get ids 1, 2, 3 and round-trip every field") {
-  TempDir dir;
-  auto store = MustOpen(dir.File("jobs.db"));
+  TempDir dir{"herd-store"};
+  auto store = MustOpen(dir / "jobs.db");
   CHECK(store->LatestJobId().value() == 0);
 
   JobRecord first = Record("train");
@@ -117,8 +102,8 @@ TEST_CASE("jobs get ids 1, 2, 3 and round-trip every field") {
 }
 
 TEST_CASE("missing jobs are NotFound") {
-  TempDir dir;
-  auto store = MustOpen(dir.File("jobs.db"));
+  TempDir dir{"herd-store"};
+  auto store = MustOpen(dir / "jobs.db");
   auto got = store->GetJob(7);
   REQUIRE_FALSE(got.ok());
   CHECK(got.status().code() == herd::Code::kNotFound);
@@ -133,8 +118,8 @@ TEST_CASE("missing jobs are NotFound") {
 }
 
 TEST_CASE("UpdateJob replaces the whole record and the state index follows") {
-  TempDir dir;
-  auto store = MustOpen(dir.File("jobs.db"));
+  TempDir dir{"herd-store"};
+  auto store = MustOpen(dir / "jobs.db");
   const int64_t id = store->AddJob(Record("a")).value();
   JobRecord r = store->GetJob(id).value();
   r.info.set_state(herd::v1::JOB_STATE_FAILED);
@@ -152,8 +137,8 @@ TEST_CASE("UpdateJob replaces the whole record and the state index follows") {
 }
 
 TEST_CASE("ListJobs is newest first, honours limit and skip_finished") {
-  TempDir dir;
-  auto store = MustOpen(dir.File("jobs.db"));
+  TempDir dir{"herd-store"};
+  auto store = MustOpen(dir / "jobs.db");
   using S = herd::v1::JobState;
   const std::vector<S> states = {herd::v1::JOB_STATE_SUCCEEDED,     herd::v1::JOB_STATE_RUNNING,
                                  herd::v1::JOB_STATE_CANCELLED,     herd::v1::JOB_STATE_PENDING,
@@ -169,8 +154,8 @@ TEST_CASE("ListJobs is newest first, honours limit and skip_finished") {
 }
 
 TEST_CASE("ActiveJobs are PENDING, SETTING_UP and RUNNING jobs in FIFO order") {
-  TempDir dir;
-  auto store = MustOpen(dir.File("jobs.db"));
+  TempDir dir{"herd-store"};
+  auto store = MustOpen(dir / "jobs.db");
   REQUIRE(store->AddJob(Record("1", herd::v1::JOB_STATE_RUNNING)).ok());
   REQUIRE(store->AddJob(Record("2", herd::v1::JOB_STATE_SUCCEEDED)).ok());
   REQUIRE(store->AddJob(Record("3", herd::v1::JOB_STATE_PENDING)).ok());
@@ -185,8 +170,8 @@ TEST_CASE("ActiveJobs are PENDING, SETTING_UP and RUNNING jobs in FIFO order") {
 }
 
 TEST_CASE("jobs and nodes persist across reopen, and ids continue") {
-  TempDir dir;
-  const std::string path = dir.File("jobs.db");
+  TempDir dir{"herd-store"};
+  const std::string path = dir / "jobs.db";
   {
     auto store = MustOpen(path);
     REQUIRE(store->AddJob(Record("a")).ok());
@@ -203,8 +188,8 @@ TEST_CASE("jobs and nodes persist across reopen, and ids continue") {
 }
 
 TEST_CASE("nodes come back in cluster order and keep their rank when they re-register") {
-  TempDir dir;
-  auto store = MustOpen(dir.File("jobs.db"));
+  TempDir dir{"herd-store"};
+  auto store = MustOpen(dir / "jobs.db");
   REQUIRE(store->UpsertNode(Node("w10", "10.0.0.10")).ok());
   REQUIRE(store->UpsertNode(Node("w9", "10.0.0.9")).ok());
   REQUIRE(store->UpsertNode(Node("head", "10.0.0.100", true)).ok());
@@ -227,8 +212,8 @@ TEST_CASE("nodes come back in cluster order and keep their rank when they re-reg
 }
 
 TEST_CASE("two stores on one file see each other's interleaved writes") {
-  TempDir dir;
-  const std::string path = dir.File("jobs.db");
+  TempDir dir{"herd-store"};
+  const std::string path = dir / "jobs.db";
   auto a = MustOpen(path);
   auto b = MustOpen(path);
   CHECK(a->AddJob(Record("from-a")).value() == 1);
@@ -245,8 +230,8 @@ TEST_CASE("two stores on one file see each other's interleaved writes") {
 }
 
 TEST_CASE("two processes adding jobs at once get distinct ids and lose nothing") {
-  TempDir dir;
-  const std::string path = dir.File("jobs.db");
+  TempDir dir{"herd-store"};
+  const std::string path = dir / "jobs.db";
   constexpr int kPerProcess = 60;
   std::vector<pid_t> children;
   for (int p = 0; p < 2; ++p) {
@@ -291,9 +276,9 @@ TEST_CASE("two processes adding jobs at once get distinct ids and lose nothing")
 }
 
 TEST_CASE("a file that is not a job store gives an error naming the path") {
-  TempDir dir;
+  TempDir dir{"herd-store"};
   SUBCASE("garbage") {
-    const std::string path = dir.File("garbage.db");
+    const std::string path = dir / "garbage.db";
     {
       std::ofstream out(path, std::ios::binary);
       for (int i = 0; i < 200; ++i) out << "this is not an sqlite file ";
@@ -304,7 +289,7 @@ TEST_CASE("a file that is not a job store gives an error naming the path") {
     CHECK(store.status().message().find("not a database") != std::string::npos);
   }
   SUBCASE("damaged pages") {
-    const std::string path = dir.File("jobs.db");
+    const std::string path = dir / "jobs.db";
     {
       auto store = MustOpen(path);
       for (int i = 0; i < 50; ++i) REQUIRE(store->AddJob(Record(std::string(200, 'x'))).ok());
@@ -322,7 +307,7 @@ TEST_CASE("a file that is not a job store gives an error naming the path") {
     CHECK(store.status().message().find(path) != std::string::npos);
   }
   SUBCASE("another program's SQLite database") {
-    const std::string path = dir.File("other.db");
+    const std::string path = dir / "other.db";
     sqlite3* db = nullptr;
     REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
     CHECK(sqlite3_exec(db, "CREATE TABLE photos (id INTEGER)", nullptr, nullptr, nullptr) ==
@@ -334,7 +319,7 @@ TEST_CASE("a file that is not a job store gives an error naming the path") {
     CHECK(store.status().message().find("not a herd job store") != std::string::npos);
   }
   SUBCASE("a newer schema") {
-    const std::string path = dir.File("jobs.db");
+    const std::string path = dir / "jobs.db";
     { MustOpen(path); }
     sqlite3* db = nullptr;
     REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
@@ -346,7 +331,7 @@ TEST_CASE("a file that is not a job store gives an error naming the path") {
     CHECK(store.status().message().find("schema version 99 is newer") != std::string::npos);
   }
   SUBCASE("a directory that does not exist") {
-    const std::string path = dir.File("missing/jobs.db");
+    const std::string path = dir / "missing/jobs.db";
     auto store = JobStore::Open(path);
     REQUIRE_FALSE(store.ok());
     CHECK(store.status().message().find(path) != std::string::npos);
@@ -359,7 +344,7 @@ namespace {
 std::string RawBytes(const TempDir& dir) {
   std::string all;
   for (const char* name : {"jobs.db", "jobs.db-wal", "jobs.db-journal"}) {
-    std::ifstream in(dir.File(name), std::ios::binary);
+    std::ifstream in(dir / name, std::ios::binary);
     all.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
   return all;
@@ -376,10 +361,10 @@ JobRecord WithSecret(const std::string& name, const std::string& value,
 }  // namespace
 
 TEST_CASE("secrets are sealed at rest: never in the file's bytes, back in the spec when read") {
-  TempDir dir;
+  TempDir dir{"herd-store"};
   const std::string value = "hf_SECRET_7f3a9c21d4";
   {
-    auto store = MustOpen(dir.File("jobs.db"));
+    auto store = MustOpen(dir / "jobs.db");
     const int64_t id = store->AddJob(WithSecret("train", value)).value();
     JobRecord rec = store->GetJob(id).value();
     CHECK(rec.spec.secrets().at("HF_TOKEN") == value);
@@ -404,11 +389,11 @@ TEST_CASE("secrets are sealed at rest: never in the file's bytes, back in the sp
     }
   }
   // A new process (a restarted head) reads them back with the key file.
-  auto store = MustOpen(dir.File("jobs.db"));
+  auto store = MustOpen(dir / "jobs.db");
   CHECK(store->GetJob(1).value().spec.secrets().at("HF_TOKEN") == value);
   CHECK(RawBytes(dir).find(value) == std::string::npos);
   struct stat st {};
-  REQUIRE(::stat(dir.File("secrets.key").c_str(), &st) == 0);
+  REQUIRE(::stat((dir / "secrets.key").c_str(), &st) == 0);
   CHECK((st.st_mode & 07777) == 0600);
 
   // A finished job's secrets are dropped: nothing needs them any more.
@@ -420,20 +405,20 @@ TEST_CASE("secrets are sealed at rest: never in the file's bytes, back in the sp
 }
 
 TEST_CASE("a sealed row moved to another job does not open") {
-  TempDir dir;
+  TempDir dir{"herd-store"};
   {
-    auto store = MustOpen(dir.File("jobs.db"));
+    auto store = MustOpen(dir / "jobs.db");
     REQUIRE(store->AddJob(WithSecret("a", "value-a")).ok());
     REQUIRE(store->AddJob(Record("b")).ok());
   }
   sqlite3* db = nullptr;
-  REQUIRE(sqlite3_open(dir.File("jobs.db").c_str(), &db) == SQLITE_OK);
+  REQUIRE(sqlite3_open((dir / "jobs.db").c_str(), &db) == SQLITE_OK);
   CHECK(sqlite3_exec(db,
                      "UPDATE jobs SET secrets = (SELECT secrets FROM jobs WHERE job_id = 1) "
                      "WHERE job_id = 2",
                      nullptr, nullptr, nullptr) == SQLITE_OK);
   sqlite3_close(db);
-  auto store = MustOpen(dir.File("jobs.db"));
+  auto store = MustOpen(dir / "jobs.db");
   CHECK(store->GetJob(1).value().spec.secrets().at("HF_TOKEN") == "value-a");
   auto moved = store->GetJob(2);
   REQUIRE_FALSE(moved.ok());
@@ -442,30 +427,30 @@ TEST_CASE("a sealed row moved to another job does not open") {
 }
 
 TEST_CASE("a missing, replaced or unsafe key file: a clear error, nothing changed") {
-  TempDir dir;
-  const std::string db = dir.File("jobs.db");
-  const std::string key = dir.File("secrets.key");
+  TempDir dir{"herd-store"};
+  const std::string db = dir / "jobs.db";
+  const std::string key = dir / "secrets.key";
   { REQUIRE(MustOpen(db)->AddJob(WithSecret("waiting", "pending-secret")).ok()); }
 
   SUBCASE("missing while a job waits with sealed secrets") {
-    std::filesystem::rename(key, dir.File("saved.key"));
+    std::filesystem::rename(key, dir / "saved.key");
     auto store = JobStore::Open(db);
     REQUIRE_FALSE(store.ok());
     CHECK(store.status().code() == herd::Code::kFailedPrecondition);
     CHECK(store.status().message().find(key + " is missing") != std::string::npos);
     CHECK(store.status().message().find("job 1") != std::string::npos);
     CHECK_FALSE(std::filesystem::exists(key));  // no new key that could never open them
-    std::filesystem::rename(dir.File("saved.key"), key);
+    std::filesystem::rename(dir / "saved.key", key);
     CHECK(MustOpen(db)->GetJob(1).value().spec.secrets().at("HF_TOKEN") == "pending-secret");
   }
   SUBCASE("replaced by another key") {
-    std::filesystem::rename(key, dir.File("saved.key"));
+    std::filesystem::rename(key, dir / "saved.key");
     REQUIRE(herd::agent::SecretBox::Create(key).ok());
     auto store = JobStore::Open(db);
     REQUIRE_FALSE(store.ok());
     CHECK(store.status().message().find("does not open the sealed secrets of job 1") !=
           std::string::npos);
-    std::filesystem::rename(dir.File("saved.key"), key);
+    std::filesystem::rename(dir / "saved.key", key);
     CHECK(MustOpen(db)->GetJob(1).value().spec.secrets().at("HF_TOKEN") == "pending-secret");
   }
   SUBCASE("readable by others") {
@@ -493,8 +478,8 @@ TEST_CASE("a missing, replaced or unsafe key file: a clear error, nothing change
 }
 
 TEST_CASE("a node's agent incarnation persists; a schema 2 store gains it (0) on open") {
-  TempDir dir;
-  const std::string path = dir.File("jobs.db");
+  TempDir dir{"herd-store"};
+  const std::string path = dir / "jobs.db";
   {
     sqlite3* db = nullptr;
     REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
@@ -532,8 +517,8 @@ TEST_CASE("a node's agent incarnation persists; a schema 2 store gains it (0) on
 }
 
 TEST_CASE("a schema 1 store (secrets in clear) is migrated: sealed or dropped, none left") {
-  TempDir dir;
-  const std::string path = dir.File("jobs.db");
+  TempDir dir{"herd-store"};
+  const std::string path = dir / "jobs.db";
   {
     sqlite3* db = nullptr;
     REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);

@@ -1,4 +1,5 @@
 #include "agent/store/secret_box.hpp"
+#include "tests/unit/test_support.hpp"
 
 #include <doctest/doctest.h>
 #include <sys/stat.h>
@@ -13,22 +14,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "herd-secretbox-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string File(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using herd::testing::TempDir;
 
 void WriteBytes(const std::string& path, const std::string& bytes, mode_t mode) {
   {
@@ -39,8 +25,8 @@ void WriteBytes(const std::string& path, const std::string& bytes, mode_t mode) 
 }
 
 TEST_CASE("seal and open round-trip; each seal has a fresh nonce") {
-  TempDir dir;
-  auto box = SecretBox::Create(dir.File("k"));
+  TempDir dir{"herd-secretbox"};
+  auto box = SecretBox::Create(dir / "k");
   REQUIRE_MESSAGE(box.ok(), box.status().ToString());
   const std::string secret = "hf_abcdef0123456789";
   auto a = box->Seal(secret, "job 1");
@@ -55,14 +41,14 @@ TEST_CASE("seal and open round-trip; each seal has a fresh nonce") {
 }
 
 TEST_CASE("a changed byte, another context or another key does not open") {
-  TempDir dir;
-  auto box = SecretBox::Create(dir.File("k")).value();
-  auto other = SecretBox::Create(dir.File("other")).value();
+  TempDir dir{"herd-secretbox"};
+  auto box = SecretBox::Create(dir / "k").value();
+  auto other = SecretBox::Create(dir / "other").value();
   const std::string sealed = box.Seal("value", "job 1").value();
   CHECK(box.Open(sealed, "job 2").status().code() == Code::kFailedPrecondition);
   auto wrong = other.Open(sealed, "job 1");
   CHECK(wrong.status().code() == Code::kFailedPrecondition);
-  CHECK(wrong.status().message().find(dir.File("other")) != std::string::npos);
+  CHECK(wrong.status().message().find(dir / "other") != std::string::npos);
   for (std::size_t i = 1; i < sealed.size(); i += 7) {
     std::string bad = sealed;
     bad[i] = static_cast<char>(bad[i] ^ 0x01);
@@ -74,8 +60,8 @@ TEST_CASE("a changed byte, another context or another key does not open") {
 }
 
 TEST_CASE("Create makes a 0600 key of 32 bytes and never replaces an existing one") {
-  TempDir dir;
-  const std::string path = dir.File("secrets.key");
+  TempDir dir{"herd-secretbox"};
+  const std::string path = dir / "secrets.key";
   auto first = SecretBox::Create(path).value();
   struct stat st {};
   REQUIRE(::stat(path.c_str(), &st) == 0);
@@ -95,8 +81,8 @@ TEST_CASE("Create makes a 0600 key of 32 bytes and never replaces an existing on
 }
 
 TEST_CASE("bad key files: each error names the file and says what is wrong") {
-  TempDir dir;
-  const std::string path = dir.File("secrets.key");
+  TempDir dir{"herd-secretbox"};
+  const std::string path = dir / "secrets.key";
   const std::string key(32, 'k');
   auto load_error = [&]() {
     auto box = SecretBox::Load(path);
@@ -125,8 +111,8 @@ TEST_CASE("bad key files: each error names the file and says what is wrong") {
     CHECK(load_error().message().find("holds 0 bytes") != std::string::npos);
   }
   SUBCASE("a symbolic link to a good key") {
-    WriteBytes(dir.File("real"), key, 0600);
-    REQUIRE(::symlink(dir.File("real").c_str(), path.c_str()) == 0);
+    WriteBytes(dir / "real", key, 0600);
+    REQUIRE(::symlink((dir / "real").c_str(), path.c_str()) == 0);
     CHECK(load_error().message().find("symbolic link") != std::string::npos);
   }
   SUBCASE("a directory") {

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "controller/state/herd_home.hpp"
+#include "tests/unit/test_support.hpp"
 
 using herd::controller::ClusterRecord;
 using herd::controller::NodeRecord;
@@ -22,46 +23,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
+using herd::testing::TempHome;
 
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
-// A fresh HOME with HERD_HOME=<it>/herd, removed with everything in it when the test ends.
-class TempHome {
- public:
-  TempHome() : dir_(MakeDir()), home_("HOME", dir_), herd_home_("HERD_HOME", dir_ + "/herd") {}
-  ~TempHome() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  const std::string& dir() const { return dir_; }
-  std::string herd() const { return dir_ + "/herd"; }
-  std::string user_config() const { return dir_ + "/.ssh/config"; }
-
- private:
-  static std::string MakeDir() {
-    std::string tmpl = (fs::temp_directory_path() / "herd-sshcfg-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    return tmpl;
-  }
-  std::string dir_;
-  ScopedEnv home_, herd_home_;
-};
+// The user's own ssh config in the temporary HOME.
+std::string UserConfig(const TempHome& t) { return t.dir() + "/.ssh/config"; }
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -212,8 +177,8 @@ TEST_CASE("write: the cluster file, and the Include at the top of a new ~/.ssh/c
 
   const std::string include = "Include " + t.herd() + "/ssh/*.config";
   CHECK(herd::controller::SshIncludeLine() == include);
-  const std::string user = Slurp(t.user_config());
-  CHECK(ModeOf(t.user_config()) == 0600);
+  const std::string user = Slurp(UserConfig(t));
+  CHECK(ModeOf(UserConfig(t)) == 0600);
   CHECK(ModeOf(t.dir() + "/.ssh") == 0700);
   CHECK(Count(user, include) == 1);
   // Nothing but comments before it.
@@ -229,24 +194,24 @@ TEST_CASE("write: existing ~/.ssh/config is kept byte for byte, the Include adde
   fs::create_directories(t.dir() + "/.ssh");
   const std::string old =
       "# my hosts\nHost *\n  ServerAliveInterval 60\n\nHost box\n\tHostName 192.0.2.7\n  User me";
-  Spit(t.user_config(), old);
-  chmod(t.user_config().c_str(), 0644);
+  Spit(UserConfig(t), old);
+  chmod(UserConfig(t).c_str(), 0644);
 
   REQUIRE(herd::controller::WriteSshConfig(Cluster(t.dir())).ok());
-  const std::string once = Slurp(t.user_config());
+  const std::string once = Slurp(UserConfig(t));
   const std::string include = herd::controller::SshIncludeLine();
   CHECK(Count(once, include) == 1);
   CHECK(once.find(include) < once.find("Host *"));
   REQUIRE(once.size() > old.size());
   CHECK(once.substr(once.size() - old.size()) == old);
-  CHECK(ModeOf(t.user_config()) == 0644);  // the user's choice of mode is kept
+  CHECK(ModeOf(UserConfig(t)) == 0644);  // the user's choice of mode is kept
 
   // Relaunch, and a second cluster: the file does not change again.
   REQUIRE(herd::controller::WriteSshConfig(Cluster(t.dir())).ok());
   ClusterRecord second = Cluster(t.dir());
   second.name = "second";
   REQUIRE(herd::controller::WriteSshConfig(second).ok());
-  CHECK(Slurp(t.user_config()) == once);
+  CHECK(Slurp(UserConfig(t)) == once);
   CHECK(fs::exists(t.herd() + "/ssh/second.config"));
 }
 
@@ -254,9 +219,9 @@ TEST_CASE("write: a user who already has the Include line (anywhere) gets no sec
   TempHome t;
   fs::create_directories(t.dir() + "/.ssh");
   const std::string old = "Host x\n  User y\n\n  " + herd::controller::SshIncludeLine() + "\n";
-  Spit(t.user_config(), old);
+  Spit(UserConfig(t), old);
   REQUIRE(herd::controller::WriteSshConfig(Cluster(t.dir())).ok());
-  CHECK(Slurp(t.user_config()) == old);
+  CHECK(Slurp(UserConfig(t)) == old);
 }
 
 TEST_CASE("write: a symlinked ~/.ssh/config stays a symlink, its target gets the Include") {
@@ -264,9 +229,9 @@ TEST_CASE("write: a symlinked ~/.ssh/config stays a symlink, its target gets the
   fs::create_directories(t.dir() + "/.ssh");
   fs::create_directories(t.dir() + "/dotfiles");
   Spit(t.dir() + "/dotfiles/ssh_config", "Host a\n  User b\n");
-  fs::create_symlink(t.dir() + "/dotfiles/ssh_config", t.user_config());
+  fs::create_symlink(t.dir() + "/dotfiles/ssh_config", UserConfig(t));
   REQUIRE(herd::controller::WriteSshConfig(Cluster(t.dir())).ok());
-  CHECK(fs::is_symlink(t.user_config()));
+  CHECK(fs::is_symlink(UserConfig(t)));
   const std::string text = Slurp(t.dir() + "/dotfiles/ssh_config");
   CHECK(Count(text, herd::controller::SshIncludeLine()) == 1);
   CHECK(text.substr(text.size() - 16) == "Host a\n  User b\n");
@@ -279,11 +244,11 @@ TEST_CASE("remove: the cluster's file goes, the Include and other clusters stay"
   b.name = "other";
   REQUIRE(herd::controller::WriteSshConfig(a).ok());
   REQUIRE(herd::controller::WriteSshConfig(b).ok());
-  const std::string user = Slurp(t.user_config());
+  const std::string user = Slurp(UserConfig(t));
   REQUIRE(herd::controller::RemoveSshConfig("demo").ok());
   CHECK_FALSE(fs::exists(t.herd() + "/ssh/demo.config"));
   CHECK(fs::exists(t.herd() + "/ssh/other.config"));
-  CHECK(Slurp(t.user_config()) == user);
+  CHECK(Slurp(UserConfig(t)) == user);
   CHECK(herd::controller::RemoveSshConfig("demo").ok());  // `herd down` retried
   CHECK(herd::controller::RemoveSshConfig("../x").code() == herd::Code::kInvalidArgument);
   ClusterRecord bad;
@@ -295,11 +260,11 @@ TEST_CASE("ssh -G resolves the aliases through ~/.ssh/config and the Include") {
   TempHome t;
   fs::create_directories(t.dir() + "/.ssh");
   // A user block after the Include must not win over the cluster's values, and must still work.
-  Spit(t.user_config(), "Host *\n  Port 2999\n  User nobody\n\nHost box\n  HostName 192.0.2.7\n");
+  Spit(UserConfig(t), "Host *\n  Port 2999\n  User nobody\n\nHost box\n  HostName 192.0.2.7\n");
   const ClusterRecord c = Cluster(t.dir());
   REQUIRE(herd::controller::WriteSshConfig(c).ok());
 
-  auto head = SshG(t.user_config(), "demo");
+  auto head = SshG(UserConfig(t), "demo");
   CHECK(head["hostname"] == "10.77.0.1");
   CHECK(head["port"] == "22");
   CHECK(head["user"] == "root");
@@ -310,21 +275,21 @@ TEST_CASE("ssh -G resolves the aliases through ~/.ssh/config and the Include") {
   CHECK(head["controlmaster"] == "auto");
   CHECK(head["controlpersist"] == "300");
 
-  auto w1 = SshG(t.user_config(), "demo-worker1");
+  auto w1 = SshG(UserConfig(t), "demo-worker1");
   CHECK(w1["hostname"] == "10.77.0.2");
   CHECK(w1["port"] == "2202");
   CHECK(w1["identityfile"] == t.dir() + "/k/worker_key");
-  auto w2 = SshG(t.user_config(), "demo-worker2");
+  auto w2 = SshG(UserConfig(t), "demo-worker2");
   CHECK(w2["hostname"] == "10.77.0.3");
   CHECK(w2["user"] == "ubuntu");
 
-  auto box = SshG(t.user_config(), "box");
+  auto box = SshG(UserConfig(t), "box");
   CHECK(box["hostname"] == "192.0.2.7");
   CHECK(box["port"] == "2999");
 
   // After down the alias resolves to nothing of the cluster's.
   REQUIRE(herd::controller::RemoveSshConfig("demo").ok());
-  auto gone = SshG(t.user_config(), "demo");
+  auto gone = SshG(UserConfig(t), "demo");
   CHECK(gone["hostname"] == "demo");
   CHECK(gone["port"] == "2999");
 }

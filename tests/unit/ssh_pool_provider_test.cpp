@@ -17,6 +17,7 @@
 #include "controller/provider/netns.hpp"
 #include "controller/ssh/ssh_runner.hpp"
 #include "controller/ssh/subprocess.hpp"
+#include "tests/unit/test_support.hpp"
 
 namespace herd::controller {
 namespace {
@@ -36,40 +37,8 @@ void WriteAll(const std::string& path, const std::string& text) {
   REQUIRE(out.good());
 }
 
-// A private temporary directory, removed with everything in it.
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/herd-sp-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-// Sets an environment variable for the scope, restoring the old value (or its absence) after.
-struct ScopedEnv {
-  std::string name;
-  std::optional<std::string> old;
-  ScopedEnv(std::string n, const char* value) : name(std::move(n)) {
-    if (const char* o = std::getenv(name.c_str())) old = o;
-    if (value != nullptr) {
-      ::setenv(name.c_str(), value, 1);
-    } else {
-      ::unsetenv(name.c_str());
-    }
-  }
-  ~ScopedEnv() {
-    if (old) {
-      ::setenv(name.c_str(), old->c_str(), 1);
-    } else {
-      ::unsetenv(name.c_str());
-    }
-  }
-};
+using herd::testing::ScopedEnv;
+using herd::testing::TempDir;
 
 std::string ParseError(const std::string& yaml) {
   auto r = ParseSshNodePools(yaml, "pools.yaml");
@@ -186,11 +155,11 @@ TEST_CASE("ssh node pools: every mistake names file:line:col and the field") {
 }
 
 TEST_CASE("ssh node pools file: where it is, a missing file, a missing pool") {
-  TempDir tmp;
+  TempDir tmp{"herd-sp"};
   {
-    ScopedEnv herd_home("HERD_HOME", (tmp.path + "/hh").c_str());
-    CHECK(DefaultSshNodePoolsFile() == tmp.path + "/hh/ssh_node_pools.yaml");
-    CHECK(SshPoolProvider("p").pools_file() == tmp.path + "/hh/ssh_node_pools.yaml");
+    ScopedEnv herd_home("HERD_HOME", (tmp.path() + "/hh").c_str());
+    CHECK(DefaultSshNodePoolsFile() == tmp.path() + "/hh/ssh_node_pools.yaml");
+    CHECK(SshPoolProvider("p").pools_file() == tmp.path() + "/hh/ssh_node_pools.yaml");
   }
   {
     ScopedEnv herd_home("HERD_HOME", "rel/hh");
@@ -202,13 +171,13 @@ TEST_CASE("ssh node pools file: where it is, a missing file, a missing pool") {
     ScopedEnv home("HOME", "/home/tester");
     CHECK(DefaultSshNodePoolsFile() == "/home/tester/.herd/ssh_node_pools.yaml");
   }
-  const std::string missing = tmp.path + "/none.yaml";
+  const std::string missing = tmp.path() + "/none.yaml";
   auto r = LoadSshNodePool(missing, "p");
   CHECK(r.status().code() == Code::kNotFound);
   CHECK(r.status().message() == "no ssh node pools file at " + missing +
                                     " (write the pools there; HERD_HOME sets its directory)");
 
-  const std::string file = tmp.path + "/pools.yaml";
+  const std::string file = tmp.path() + "/pools.yaml";
   WriteAll(file, "gpus:\n  hosts: [1.2.3.4]\ncpus:\n  hosts: [1.2.3.5]\n");
   auto none = LoadSshNodePool(file, "tpu");
   CHECK(none.status().code() == Code::kNotFound);
@@ -225,22 +194,22 @@ TEST_CASE("ssh node pools file: where it is, a missing file, a missing pool") {
 
   SshPoolProvider provider("p", missing);
   CHECK(provider.name() == "ssh");
-  auto p = provider.Provision({"c1", 1, tmp.path + "/clusters/c1", ""});
+  auto p = provider.Provision({"c1", 1, tmp.path() + "/clusters/c1", ""});
   CHECK(p.status().code() == Code::kNotFound);
   CHECK(p.status().message().starts_with("no ssh node pools file at " + missing));
 }
 
 TEST_CASE(
     "ssh pool hosts: aliases resolve through the ssh config, with the documented precedence") {
-  TempDir tmp;
-  const std::string config = tmp.path + "/ssh_config";
+  TempDir tmp{"herd-sp"};
+  const std::string config = tmp.path() + "/ssh_config";
   WriteAll(config,
            "Host gpu-box\n"
            "  HostName 10.1.2.3\n"
            "  Port 2201\n"
            "  User alice\n"
            "  IdentityFile " +
-               tmp.path +
+               tmp.path() +
                "/alias_key\n"
                "Host bare\n"
                "  HostName 10.1.2.4\n"
@@ -275,7 +244,7 @@ TEST_CASE(
   CHECK(a.ip == "10.1.2.3");
   CHECK(a.port == 2201);
   CHECK(a.user == "alice");
-  CHECK(a.identity_file == tmp.path + "/alias_key");
+  CHECK(a.identity_file == tmp.path() + "/alias_key");
   // An alias whose entry sets only HostName: the pool fills the rest.
   ResolvedSshHost b = resolve(1);
   CHECK(b.ip == "10.1.2.4");
@@ -308,12 +277,12 @@ TEST_CASE(
 
 // A pools file and identity files for picking tests; nothing is contacted.
 struct PickFixture {
-  TempDir tmp;
+  TempDir tmp{"herd-sp"};
   std::string file, key, clusters;
   PickFixture() {
-    file = tmp.path + "/ssh_node_pools.yaml";
-    key = tmp.path + "/id_pool";
-    clusters = tmp.path + "/clusters";
+    file = tmp.path() + "/ssh_node_pools.yaml";
+    key = tmp.path() + "/id_pool";
+    clusters = tmp.path() + "/clusters";
     WriteAll(key, "not really a key; only its existence is checked before connecting\n");
     WriteAll(file,
              "p:\n"
@@ -337,7 +306,7 @@ struct PickFixture {
                  "  hosts: [10.99.0.5, {ip: 10.99.0.5, port: 22}]\n"
                  "nokey:\n"
                  "  identity_file: " +
-                 tmp.path +
+                 tmp.path() +
                  "/missing_key\n"
                  "  hosts: [10.99.0.6]\n");
   }
@@ -434,7 +403,7 @@ TEST_CASE("ssh pool provider: picks the first free hosts, records them, skips ot
   auto nokey = SshPoolProvider("nokey", f.file, "/dev/null").Provision(f.Req("k", 1));
   CHECK(nokey.status().code() == Code::kFailedPrecondition);
   CHECK(nokey.status().message() == f.file + ":16:11: nokey.hosts[0] (10.99.0.6): identity_file " +
-                                        f.tmp.path + "/missing_key: No such file or directory");
+                                        f.tmp.path() + "/missing_key: No such file or directory");
   CHECK_FALSE(fs::exists(f.Dir("k") + "/ssh_pool.state"));
 
   // A damaged record blocks picking (its hosts are unknown) and says which file; Teardown clears
@@ -472,7 +441,7 @@ void SweepNamespaces(const std::string& cluster) {
 // Machines that exist before herd's ssh provider sees them: a local-provider cluster, torn down
 // (and swept) however the test ends.
 struct Machines {
-  TempDir tmp;
+  TempDir tmp{"herd-sp"};
   std::string name, state_dir, key, known_hosts, control_dir;
   LocalProvider local;
   OpenSshRunner ssh;
@@ -480,10 +449,10 @@ struct Machines {
   std::vector<SshTarget> opened;
 
   Machines() : name("hs" + std::to_string(::getpid() % 100000)) {
-    state_dir = tmp.path + "/machines/" + name;
-    key = tmp.path + "/id_machines";
-    known_hosts = tmp.path + "/known_hosts";
-    control_dir = tmp.path + "/cm";
+    state_dir = tmp.path() + "/machines/" + name;
+    key = tmp.path() + "/id_machines";
+    known_hosts = tmp.path() + "/known_hosts";
+    control_dir = tmp.path() + "/cm";
     fs::create_directories(control_dir);
     SweepNamespaces(name);
     Keygen(key);
@@ -525,7 +494,7 @@ TEST_CASE("ssh pool provider: existing machines reached with the pool's keys") {
   REQUIRE_MESSAGE(made.ok(), made.status().ToString());
   m.nodes = *made;
   // Machine 1 also accepts a second key, which only its own pool entry names.
-  const std::string key2 = m.tmp.path + "/id_second";
+  const std::string key2 = m.tmp.path() + "/id_second";
   Machines::Keygen(key2);
   {
     std::ofstream auth(m.state_dir + "/nodes/" + m.nodes[1].name + "/authorized_keys",
@@ -536,7 +505,7 @@ TEST_CASE("ssh pool provider: existing machines reached with the pool's keys") {
   std::string subnet = m.nodes[0].ip.substr(0, m.nodes[0].ip.rfind('.') + 1);
   const std::string dead_ip = subnet + "200";  // inside the machines' subnet; nothing there
 
-  const std::string pools = m.tmp.path + "/ssh_node_pools.yaml";
+  const std::string pools = m.tmp.path() + "/ssh_node_pools.yaml";
   WriteAll(pools,
            "lab:\n"
            "  user: root\n"
@@ -558,7 +527,7 @@ TEST_CASE("ssh pool provider: existing machines reached with the pool's keys") {
                "  user: root\n"
                "  identity_file: " +
                m.key + "\n  hosts: [" + dead_ip + "]\n");
-  const std::string clusters = m.tmp.path + "/clusters";
+  const std::string clusters = m.tmp.path() + "/clusters";
   SshPoolProvider provider("lab", pools, "/dev/null");
   auto nodes = provider.Provision({"job", 2, clusters + "/job", ""});
   REQUIRE_MESSAGE(nodes.ok(), nodes.status().ToString());

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "shared/task/env_vars.hpp"
+#include "tests/unit/test_support.hpp"
 
 namespace herd::task {
 namespace {
@@ -51,28 +52,7 @@ Task ParseFile(const std::string& name, const ParseOptions& options = WithEnv())
   return std::move(task).value();
 }
 
-// A fresh directory under /tmp, removed with everything in it when the test ends.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "herd-task-test-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string Write(const std::string& name, const std::string& text) const {
-    std::string p = (path_ / name).string();
-    std::ofstream(p) << text;
-    return p;
-  }
-  std::string path() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
+using herd::testing::TempDir;
 
 const std::string kSeedSetup =
     "git clone --depth 1 https://github.com/pytorch/examples || true\n"
@@ -192,7 +172,7 @@ TEST_CASE("workdir and file_mounts of the seed, and ToSpec's remote workdir") {
 }
 
 TEST_CASE("env precedence: YAML < --env < --env-file") {
-  TempDir dir;
+  TempDir dir{"herd-task-test"};
   std::string env_file = dir.Write("app.env",
                                    "# comment\n"
                                    "\n"
@@ -231,7 +211,7 @@ TEST_CASE("without a getenv option the real environment is used") {
 }
 
 TEST_CASE("later --env and --env-file entries win over earlier ones") {
-  TempDir dir;
+  TempDir dir{"herd-task-test"};
   ParseOptions options = WithEnv();
   options.env_overrides = {"X=1", "X=2"};
   options.env_files = {dir.Write("a.env", "Y=a\n"), dir.Write("b.env", "Y=b\n")};
@@ -241,7 +221,7 @@ TEST_CASE("later --env and --env-file entries win over earlier ones") {
 }
 
 TEST_CASE("required envs and secrets are filled by overrides") {
-  TempDir dir;
+  TempDir dir{"herd-task-test"};
   ParseOptions options = WithEnv({{"HF_TOKEN", "hf_secret_value"}});
   options.env_files = {dir.Write("keys.env", "WANDB_API_KEY=abc\n")};
   options.secret_overrides = {"HF_TOKEN"};
@@ -580,7 +560,7 @@ TEST_CASE("bad overrides and env files name the flag or file and line") {
   secret.secret_overrides = {"=x"};
   CHECK(ErrorOf("run: x\n", secret).starts_with("--secret '=x': expected NAME=VALUE"));
 
-  TempDir dir;
+  TempDir dir{"herd-task-test"};
   ParseOptions file = WithEnv();
   file.env_files = {dir.Write("bad.env", "A=1\ngarbage line\n")};
   CHECK(ErrorOf("run: x\n", file) ==
@@ -598,7 +578,7 @@ TEST_CASE("bad overrides and env files name the flag or file and line") {
 }
 
 TEST_CASE("a missing or unreadable task file") {
-  TempDir dir;
+  TempDir dir{"herd-task-test"};
   auto r = ParseTaskFile(dir.path() + "/missing.yaml");
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().code() == Code::kIo);
@@ -610,7 +590,7 @@ TEST_CASE("a missing or unreadable task file") {
 }
 
 TEST_CASE("errors in a file are located by its path") {
-  TempDir dir;
+  TempDir dir{"herd-task-test"};
   std::string path = dir.Write("train.yaml", "name: x\nresources:\n  cpus: four\n");
   auto r = ParseTaskFile(path);
   REQUIRE_FALSE(r.ok());
@@ -745,7 +725,7 @@ TEST_CASE("RunCheck prints a summary, JSON or the error, and returns 0 or 2") {
   boost::json::value v = boost::json::parse(jout.str());
   CHECK(v.at("resources").at("accelerator") == "L4");
 
-  TempDir dir;
+  TempDir dir{"herd-task-test"};
   ParseOptions options = WithEnv();
   options.secret_overrides = {"HF_TOKEN=hf_abc"};
   std::string secret_task = dir.Write("s.yaml", "secrets: {HF_TOKEN: null}\nconfig: {}\n");

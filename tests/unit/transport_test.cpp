@@ -17,6 +17,7 @@
 #include "shared/common/limits.hpp"
 #include "shared/tls/certs.hpp"
 #include "shared/transport/transport.hpp"
+#include "tests/unit/test_support.hpp"
 
 namespace herd::transport {
 namespace {
@@ -27,22 +28,7 @@ using namespace std::chrono_literals;
 
 constexpr auto kWait = 30s;  // generous bound for one step on a loaded 2-core machine
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "herd-transport-test-XXXXXX").string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string operator/(std::string_view name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using herd::testing::TempDir;
 
 // Certificates of two clusters: ours ("test") and another one with its own CA.
 class Certs {
@@ -66,7 +52,7 @@ class Certs {
   std::string OtherCa() const { return dir_ / "other/ca.crt"; }
 
  private:
-  TempDir dir_;
+  TempDir dir_{"herd-transport-test"};
 };
 
 // What one side saw, filled from the io thread and awaited from the test thread.
