@@ -26,8 +26,9 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from loopback_cluster import HERD, LoopbackCluster, job_id_of, run  # noqa: E402
-from survive_test import count_rank_lines, free_subnet  # noqa: E402
+from loopback_cluster import (HERD, ClusterTestCase, LoopbackCluster, VethNamespace,  # noqa: E402
+                              run)
+from survive_test import count_rank_lines  # noqa: E402
 
 # The whole suite, setup included (ctest's TIMEOUT is above it).
 BUDGET_S = float(os.environ.get("HERD_CHAOS_BUDGET_S", "240"))
@@ -48,32 +49,21 @@ FAULTS = ["kill9_worker_agent", "kill9_head_agent", "link_flap", "head_stop", "c
 
 @unittest.skipUnless(os.geteuid() == 0 and shutil.which("ip") and shutil.which("nsenter"),
                      "needs root, ip and nsenter")
-class ChaosTest(unittest.TestCase):
+class ChaosTest(ClusterTestCase):
+    """setUpClass makes its own cluster (one worker behind a veth); submit() is the base's."""
+
     @classmethod
     def setUpClass(cls):
         cls.t0 = time.time()
         cls.deadline = cls.t0 + BUDGET_S
-        tag = str(os.getpid() % 100000)
-        cls.ns = f"hch-{tag}"
-        cls.host_if, cls.ns_if = f"hchr{tag}", f"hchn{tag}"
-        cls.cluster = None
+        cls.cluster = cls.net = None
         cls.mounts = []
         cls.tasks = tempfile.mkdtemp(prefix="herd-hch-tasks-")
         try:
-            prefix, base = free_subnet()
-            cls.head_ip, cls.node_ip = f"{prefix}{base + 1}", f"{prefix}{base + 2}"
-            run(["ip", "netns", "add", cls.ns])
-            run(["ip", "link", "add", cls.host_if, "type", "veth", "peer", "name", cls.ns_if])
-            run(["ip", "link", "set", cls.ns_if, "netns", cls.ns])
-            run(["ip", "addr", "add", f"{cls.head_ip}/30", "dev", cls.host_if])
-            run(["ip", "link", "set", cls.host_if, "up"])
-            run(["ip", "-n", cls.ns, "addr", "add", f"{cls.node_ip}/30", "dev", cls.ns_if])
-            run(["ip", "-n", cls.ns, "link", "set", cls.ns_if, "up"])
-            run(["ip", "-n", cls.ns, "link", "set", "lo", "up"])
-            # nsenter --net, not `ip netns exec` (which remounts /sys and hides the cgroup tree).
-            cls.cluster = LoopbackCluster(
-                "hch", [cls.head_ip, "127.0.80.2", cls.node_ip],
-                wrappers={2: ["nsenter", f"--net=/run/netns/{cls.ns}"]})
+            cls.net = VethNamespace("hch")
+            cls.head_ip, cls.node_ip = cls.net.host_ip, cls.net.node_ip
+            cls.cluster = LoopbackCluster("hch", [cls.head_ip, "127.0.80.2", cls.node_ip],
+                                          wrappers={2: cls.net.wrapper})
         except BaseException:
             cls.tearDownClass()
             raise
@@ -89,8 +79,8 @@ class ChaosTest(unittest.TestCase):
                 except OSError:
                     pass
             cls.cluster.close()
-        subprocess.run(["ip", "link", "del", cls.host_if], capture_output=True)
-        subprocess.run(["ip", "netns", "del", cls.ns], capture_output=True)
+        if cls.net:
+            cls.net.close()
         shutil.rmtree(cls.tasks, ignore_errors=True)
         print(f"\nchaos suite: {time.time() - cls.t0:.1f} s in all", file=sys.stderr)
 
@@ -105,13 +95,6 @@ class ChaosTest(unittest.TestCase):
         if left <= 0:
             self.fail("the chaos suite's hard deadline passed")
         return min(seconds, left)
-
-    def submit(self, tag, body):
-        path = os.path.join(self.tasks, f"{tag.strip('-')}.yaml")
-        with open(path, "w") as f:
-            f.write(body)
-        p = run([HERD, "exec", *self.cluster.target(), *self.cluster.marker_env(tag), "-d", path])
-        return job_id_of(p.stderr)
 
     def submit_counter(self, tag):
         return self.submit(tag, (
@@ -165,7 +148,7 @@ class ChaosTest(unittest.TestCase):
         type(self).mounts.remove(d)
 
     def link(self, state):
-        run(["ip", "-n", self.ns, "link", "set", self.ns_if, state])
+        self.net.set_link(state)
 
     def check_counter(self, job, text):
         for rank in range(3):

@@ -4,17 +4,15 @@ mutual TLS, jobs submitted with the real `herd` CLI, and the checks a user would
 import json
 import os
 import re
-import signal
 import ssl
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from loopback_cluster import HERD, LoopbackCluster, job_id_of, run  # noqa: E402
+from loopback_cluster import HERD, ClusterTestCase, job_id_of, run, write_task  # noqa: E402
 
 ADDRS = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]
 
@@ -37,27 +35,12 @@ echo "SETUP_CUDA=${CUDA_VISIBLE_DEVICES-<unset>}"
 """
 
 
-def write_task(dirname, name, body):
-    path = os.path.join(dirname, name)
-    with open(path, "w") as f:
-        f.write(body)
-    return path
-
-
 def block(script, indent="  "):
     return "\n".join(indent + line for line in script.strip("\n").splitlines()) + "\n"
 
 
-class GangTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.cluster = LoopbackCluster("gang", ADDRS)
-        cls.tasks = tempfile.mkdtemp(prefix="herd-gang-tasks-")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.cluster.close()
-        subprocess.run(["rm", "-rf", cls.tasks])
+class GangTest(ClusterTestCase):
+    CLUSTER, ADDRS = "gang", ADDRS
 
     def exec_task(self, task_path, *flags, timeout=120):
         return run([HERD, "exec", *self.cluster.target(), *self.cluster.marker_env(), *flags,

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import unittest
 import uuid
 
 HERD = os.environ.get("HERD", "herd")
@@ -41,6 +42,53 @@ def processes_with_marker(marker):
         if state != b"Z" and any(e.startswith(marker) for e in env):
             found.append(int(d))
     return found
+
+
+def free_subnet():
+    """A /30 of 10.213.240-253.x that no address or route of this machine uses (the local
+    provider hashes clusters into 10.213.0.0/16 and skips used subnets the same way)."""
+    used = run(["ip", "-o", "addr"]).stdout.decode() + run(["ip", "route"]).stdout.decode()
+    for third in range(253, 239, -1):
+        for fourth in range(0, 256, 4):
+            prefix = f"10.213.{third}."
+            if f"{prefix}{fourth + 1}" not in used and f"10.213.{third}.0/24" not in used:
+                return prefix, fourth
+    raise unittest.SkipTest("no free test subnet")
+
+
+class VethNamespace:
+    """A network namespace `<prefix>-<pid>` joined to this one by a veth pair on a free /30:
+    host_ip on this side, node_ip inside. A node started in it (with `wrapper` as its command
+    prefix) can lose its link: set_link("down"/"up"). close() removes the pair and the namespace,
+    also after a failed setup."""
+
+    def __init__(self, prefix):
+        tag = str(os.getpid() % 100000)
+        self.ns = f"{prefix}-{tag}"
+        self.host_if, self.ns_if = f"{prefix}r{tag}", f"{prefix}n{tag}"
+        # nsenter --net, not `ip netns exec` (which remounts /sys and hides the cgroup tree).
+        self.wrapper = ["nsenter", f"--net=/run/netns/{self.ns}"]
+        try:
+            net, base = free_subnet()
+            self.host_ip, self.node_ip = f"{net}{base + 1}", f"{net}{base + 2}"
+            run(["ip", "netns", "add", self.ns])
+            run(["ip", "link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if])
+            run(["ip", "link", "set", self.ns_if, "netns", self.ns])
+            run(["ip", "addr", "add", f"{self.host_ip}/30", "dev", self.host_if])
+            run(["ip", "link", "set", self.host_if, "up"])
+            run(["ip", "-n", self.ns, "addr", "add", f"{self.node_ip}/30", "dev", self.ns_if])
+            run(["ip", "-n", self.ns, "link", "set", self.ns_if, "up"])
+            run(["ip", "-n", self.ns, "link", "set", "lo", "up"])
+        except BaseException:
+            self.close()
+            raise
+
+    def set_link(self, state):
+        run(["ip", "-n", self.ns, "link", "set", self.ns_if, state])
+
+    def close(self):
+        subprocess.run(["ip", "link", "del", self.host_if], capture_output=True)
+        subprocess.run(["ip", "netns", "del", self.ns], capture_output=True)
 
 
 class LoopbackCluster:
@@ -237,3 +285,36 @@ def job_id_of(stderr):
     if not m:
         raise AssertionError("no job id in: " + stderr.decode(errors="replace"))
     return int(m.group(1))
+
+
+def write_task(dirname, name, body):
+    """Writes body to dirname/name and returns the path."""
+    path = os.path.join(dirname, name)
+    with open(path, "w") as f:
+        f.write(body)
+    return path
+
+
+class ClusterTestCase(unittest.TestCase):
+    """Tests sharing one LoopbackCluster (CLUSTER on ADDRS) and a folder for their task files
+    (cls.tasks), both made once for the class and removed when it ends, also after a failure."""
+
+    CLUSTER = None
+    ADDRS = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = LoopbackCluster(cls.CLUSTER, cls.ADDRS)
+        cls.tasks = tempfile.mkdtemp(prefix=f"herd-{cls.CLUSTER}-tasks-")
+
+    @classmethod
+    def tearDownClass(cls):
+        if getattr(cls, "cluster", None):
+            cls.cluster.close()
+        shutil.rmtree(getattr(cls, "tasks", ""), ignore_errors=True)
+
+    def submit(self, tag, body):
+        """`herd exec -d` of a task with this body, its processes marked with tag; the job id."""
+        path = write_task(self.tasks, f"{tag.strip('-')}.yaml", body)
+        p = run([HERD, "exec", *self.cluster.target(), *self.cluster.marker_env(tag), "-d", path])
+        return job_id_of(p.stderr)

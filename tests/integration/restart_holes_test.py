@@ -21,12 +21,11 @@ import select
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from loopback_cluster import HERD, HERDLET, LoopbackCluster, job_id_of, run  # noqa: E402
+from loopback_cluster import HERD, HERDLET, ClusterTestCase, run  # noqa: E402
 
 ADDRS = ["127.0.100.1", "127.0.100.2"]
 CRASH_EXIT = 86  # kCrashPointExitCode
@@ -44,23 +43,8 @@ def rank_lines(text, rank):
     return got, pids
 
 
-class RestartHolesTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.cluster = LoopbackCluster("hho", ADDRS)
-        cls.tasks = tempfile.mkdtemp(prefix="herd-hho-tasks-")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.cluster.close()
-        subprocess.run(["rm", "-rf", cls.tasks])
-
-    def submit(self, tag, body):
-        path = os.path.join(self.tasks, f"{tag}.yaml")
-        with open(path, "w") as f:
-            f.write(body)
-        p = run([HERD, "exec", *self.cluster.target(), *self.cluster.marker_env(tag), "-d", path])
-        return job_id_of(p.stderr)
+class RestartHolesTest(ClusterTestCase):
+    CLUSTER, ADDRS = "hho", ADDRS
 
     def restart(self, i, crash_at=None):
         """Restarts agent i (0: the head's), with HERD_TEST_CRASH_AT=crash_at if given."""

@@ -15,20 +15,14 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from loopback_cluster import HERD, LoopbackCluster, job_id_of, run  # noqa: E402
+from loopback_cluster import (HERD, ClusterTestCase, LoopbackCluster, VethNamespace,  # noqa: E402
+                              job_id_of, run, write_task)
 
 ADDRS = ["127.0.40.1", "127.0.40.2", "127.0.40.3"]
 # Lines of the "nothing lost" job, over both ranks (issue 7 item 4: 1 M lines).
 TOTAL_LINES = int(os.environ.get("HERD_SURVIVE_LINES", "1000000"))
 # kNodeLossReportedWithin in shared/common/limits.hpp.
 NODE_LOSS_REPORTED_WITHIN = 10.0
-
-
-def write_task(dirname, name, body):
-    path = os.path.join(dirname, name)
-    with open(path, "w") as f:
-        f.write(body)
-    return path
 
 
 def count_rank_lines(text, rank, per_rank):
@@ -46,21 +40,8 @@ def count_rank_lines(text, rank, per_rank):
     return f"rank {rank}: {len(got)} lines, {missing} missing, {dups} duplicated"
 
 
-class SurviveTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.cluster = LoopbackCluster("hadp", ADDRS)
-        cls.tasks = tempfile.mkdtemp(prefix="herd-hadp-tasks-")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.cluster.close()
-        subprocess.run(["rm", "-rf", cls.tasks])
-
-    def submit(self, tag, body):
-        task = write_task(self.tasks, f"{tag}.yaml", body)
-        p = run([HERD, "exec", *self.cluster.target(), *self.cluster.marker_env(tag), "-d", task])
-        return job_id_of(p.stderr)
+class SurviveTest(ClusterTestCase):
+    CLUSTER, ADDRS = "hadp", ADDRS
 
     def log(self, job):
         return self.cluster.herd("logs", "--no-follow", str(job), check=False).stdout.decode(
@@ -263,19 +244,6 @@ class SurviveTest(unittest.TestCase):
         self.assertEqual(next_i, {str(r): 10000 for r in range(4)})
 
 
-
-def free_subnet():
-    """A /30 of 10.213.240-253.x that no address or route of this machine uses (the local
-    provider hashes clusters into 10.213.0.0/16 and skips used subnets the same way)."""
-    used = run(["ip", "-o", "addr"]).stdout.decode() + run(["ip", "route"]).stdout.decode()
-    for third in range(253, 239, -1):
-        for fourth in range(0, 256, 4):
-            prefix = f"10.213.{third}."
-            if f"{prefix}{fourth + 1}" not in used and f"10.213.{third}.0/24" not in used:
-                return prefix, fourth
-    raise unittest.SkipTest("no free test subnet")
-
-
 @unittest.skipUnless(os.geteuid() == 0 and shutil.which("ip"), "needs root and ip")
 class LinkDownTest(unittest.TestCase):
     """A worker in a network namespace of its own, linked to the head by a veth pair: its link
@@ -283,23 +251,11 @@ class LinkDownTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        tag = str(os.getpid() % 100000)
-        cls.ns = f"hadp-{tag}"
-        cls.host_if, cls.ns_if = f"hadpr{tag}", f"hadpn{tag}"
-        prefix, base = free_subnet()
-        cls.head_ip, cls.node_ip = f"{prefix}{base + 1}", f"{prefix}{base + 2}"
-        cls.cluster = None
+        cls.cluster = cls.net = None
         try:
-            run(["ip", "netns", "add", cls.ns])
-            run(["ip", "link", "add", cls.host_if, "type", "veth", "peer", "name", cls.ns_if])
-            run(["ip", "link", "set", cls.ns_if, "netns", cls.ns])
-            run(["ip", "addr", "add", f"{cls.head_ip}/30", "dev", cls.host_if])
-            run(["ip", "link", "set", cls.host_if, "up"])
-            run(["ip", "-n", cls.ns, "addr", "add", f"{cls.node_ip}/30", "dev", cls.ns_if])
-            run(["ip", "-n", cls.ns, "link", "set", cls.ns_if, "up"])
-            run(["ip", "-n", cls.ns, "link", "set", "lo", "up"])
-            cls.cluster = LoopbackCluster("hadpns", [cls.head_ip, cls.node_ip],
-                                          wrappers={1: ["ip", "netns", "exec", cls.ns]})
+            cls.net = VethNamespace("hadp")
+            cls.cluster = LoopbackCluster("hadpns", [cls.net.host_ip, cls.net.node_ip],
+                                          wrappers={1: ["ip", "netns", "exec", cls.net.ns]})
         except BaseException:
             cls.tearDownClass()
             raise
@@ -308,8 +264,8 @@ class LinkDownTest(unittest.TestCase):
     def tearDownClass(cls):
         if cls.cluster:
             cls.cluster.close()
-        subprocess.run(["ip", "link", "del", cls.host_if], capture_output=True)
-        subprocess.run(["ip", "netns", "del", cls.ns], capture_output=True)
+        if cls.net:
+            cls.net.close()
 
     def test_link_down_fails_the_job_and_the_node_returns(self):
         c = self.cluster
@@ -327,12 +283,12 @@ class LinkDownTest(unittest.TestCase):
                 break
             time.sleep(0.1)
         t0 = time.time()
-        run(["ip", "-n", self.ns, "link", "set", self.ns_if, "down"])
+        self.net.set_link("down")
         try:
             info = c.wait_state(job, {"FAILED", "FAILED_DRIVER", "SUCCEEDED"}, timeout=30)
             detected = time.time() - t0
         finally:
-            run(["ip", "-n", self.ns, "link", "set", self.ns_if, "up"])
+            self.net.set_link("up")
         print(f"\nlink down: job FAILED {detected:.1f} s after the fault", file=sys.stderr)
         self.assertEqual(info["status"], "FAILED")
         self.assertLess(detected, NODE_LOSS_REPORTED_WITHIN)
