@@ -12,7 +12,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from loopback_cluster import HERD, ClusterTestCase, job_id_of, run, write_task  # noqa: E402
+from loopback_cluster import (HERD, ClusterTestCase, LoopbackCluster, job_id_of, run,  # noqa: E402
+                              write_task)
 
 ADDRS = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]
 
