@@ -209,11 +209,15 @@ Result<JobInfo> HeadClient::Stream(int64_t job_id, uint64_t offset, bool follow,
     if (reconnect_deadline == std::chrono::steady_clock::time_point::max()) {
       reconnect_deadline = std::chrono::steady_clock::now() + limits::kClientReconnectWindow;
     }
+    const auto node_lost_at =
+        reconnect_deadline - limits::kClientReconnectWindow + limits::kNodeLostAfter;
     auto backoff = limits::kReconnectBackoffInitial;
     while (true) {
       if (cb.interrupted && cb.interrupted()) return last;
-      if (std::chrono::steady_clock::now() > reconnect_deadline) {
-        return lost.WithContext("gave up reconnecting");
+      auto now = std::chrono::steady_clock::now();
+      if (now > reconnect_deadline) return lost.WithContext("gave up reconnecting");
+      if (now >= node_lost_at && cb.head_node_lost && cb.head_node_lost()) {
+        return lost.WithContext("the head node does not answer over ssh either");
       }
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, limits::kReconnectBackoffMax);

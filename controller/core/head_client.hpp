@@ -46,10 +46,15 @@ class HeadClient {
     std::function<void(std::string_view bytes)> on_data;      // run.log bytes, in order
     std::function<void(const herd::v1::JobInfo&)> on_status;  // every state change
     std::function<bool()> interrupted;                        // polled; true stops streaming
+    // Asked while redialing a dropped head, once it has been gone for limits::kNodeLostAfter:
+    // true (the head's machine is gone too) ends the wait at once, as if the reconnect window
+    // had run out. Unset: the whole window is waited.
+    std::function<bool()> head_node_lost;
   };
   // Streams the merged log of job_id (0: the latest job) from offset. With follow, returns when the
   // job ended (after its last byte) or interrupted() turned true; a dropped connection is redialed
-  // and the stream resumed from the last byte received, for up to limits::kClientReconnectWindow.
+  // and the stream resumed from the last byte received, for up to limits::kClientReconnectWindow
+  // (less when head_node_lost says so).
   // Returns the last JobInfo seen.
   Result<herd::v1::JobInfo> Stream(int64_t job_id, uint64_t offset, bool follow,
                                    const StreamCallbacks& callbacks);

@@ -21,6 +21,7 @@
 #include "controller/jobs/recovery.hpp"
 #include "controller/jobs/task_codec.hpp"
 #include "controller/ssh/subprocess.hpp"
+#include "controller/ssh/tcp_probe.hpp"
 #include "controller/state/herd_home.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/proto/job_state.hpp"
@@ -286,10 +287,24 @@ class Controller {
       log.flush();
     };
     cb.interrupted = [&] { return CancelRequested(); };
+    cb.head_node_lost = [&] { return HeadNodeGone(launched->cluster); };
     Result<JobInfo> end = launched->head->Stream(launched->job_id, 0, true, cb);
     log.flush();
     if (CancelRequested()) return AttemptOutcome::kCancelled;
     return Classify(cluster, end, why);
+  }
+
+  // Whether the cluster's head machine is gone, not just its agent: its sshd does not answer
+  // either (refused or silent for limits::kHeadNodeProbeTimeout).
+  bool HeadNodeGone(const ClusterRecord& cluster) {
+    for (const auto& n : cluster.nodes) {
+      if (!n.is_head) continue;
+      Status probe = controller::ProbeSshBanner(n.ip, n.ssh_port, limits::kHeadNodeProbeTimeout);
+      if (probe.ok()) return false;
+      Log("head node " + n.name + " (" + n.ip + ") does not answer over ssh: " + probe.message());
+      return true;
+    }
+    return false;
   }
 
   // Node loss is told from a user error by asking the head which nodes are alive: a failed job on

@@ -60,6 +60,15 @@ inline constexpr Duration kReconnectBackoffMax = 3s;
 // A client (herd logs / exec) that loses its connection while following retries for this long,
 // resubscribing from the last offset it printed.
 inline constexpr Duration kClientReconnectWindow = 30s;
+// A managed job's controller (herd jobs) that has not reached the head for kNodeLostAfter probes
+// the head node's sshd, each probe bounded by this. A node whose sshd does not answer either is
+// lost (a preempted or dead head machine, a link down as long as a worker's that fails its job):
+// the job is recovered then, not after the whole kClientReconnectWindow. A restarting agent
+// leaves sshd answering, so it still gets the whole window.
+inline constexpr Duration kHeadNodeProbeTimeout = 2s;
+static_assert(kNodeLostAfter + kHeadNodeProbeTimeout + kReconnectBackoffMax <
+                  kClientReconnectWindow,
+              "the head node probe decides before the reconnect window would");
 // A client request (submit, queue, cancel) must be answered within this.
 inline constexpr Duration kClientRequestTimeout = 30s;
 

@@ -17,6 +17,10 @@ sys.path.insert(0, os.path.dirname(__file__))
 from herd_env import HerdEnv, namespaces_of, netns_available  # noqa: E402
 
 STEPS = 40  # checkpointed steps of the resumable job, 0.5 s each
+# A dead head machine is RECOVERING within kNodeLostAfter (8 s) + kReconnectBackoffMax (3 s) + the
+# controller's state write, with room for a loaded machine; under kClientReconnectWindow (30 s),
+# which is what it took before the controller probed the head node.
+HEAD_LOST_RECOVERING_WITHIN = 20.0
 
 
 def read(path):
@@ -304,10 +308,13 @@ run: |
                 os.kill(int(p), signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        # The controller's stream to the head redials for kClientReconnectWindow (30 s), then the
-        # cluster counts as lost (what a preempted head looks like).
+        # The controller's stream to the head drops; after kNodeLostAfter (8 s) without the head
+        # it probes the head node's sshd, which is gone too: the cluster counts as lost then (what
+        # a preempted head looks like), not after the whole kClientReconnectWindow (30 s).
         self.wait_for(job_id, lambda j: j["status"] == "RECOVERING", 90, "RECOVERING")
         recovering_at = time.time()
+        self.assertLess(recovering_at - killed_at, HEAD_LOST_RECOVERING_WITHIN,
+                        self.controller_log(job_id))
         j, _ = self.wait_for(job_id, lambda j: j["status"] not in ("RUNNING", "RECOVERING"), 120,
                              "the end")
         self.assertEqual(j["status"], "SUCCEEDED", self.controller_log(job_id))
