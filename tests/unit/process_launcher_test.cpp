@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -550,6 +551,39 @@ TEST_CASE("processes outlive the launcher, and a new launcher can still kill the
   if (!cgroup.empty()) CHECK(f.queue.RunUntil([&] { return !fs::exists(cgroup); }, 2s));
   // Reaped by the new launcher as an adopted orphan, not left a zombie.
   CHECK(f.queue.RunUntil([&] { return ProcState(script) == 0; }, 2s));
+}
+
+TEST_CASE("supervisors are reaped when their process ends, also behind a child of our own") {
+  // A dead child of this process's own session is not the launcher's to reap; it must not hide
+  // the supervisors' deaths either (waitid names one dead child at a time).
+  bool own_zombie = false;
+  SUBCASE("no other child") {}
+  SUBCASE("an unreaped child of our own session") { own_zombie = true; }
+  pid_t mine = -1;
+  if (own_zombie) {
+    mine = ::fork();
+    REQUIRE(mine >= 0);
+    if (mine == 0) ::_exit(0);
+    for (int i = 0; i < 100 && ProcState(mine) != 'Z'; ++i) std::this_thread::sleep_for(10ms);
+    REQUIRE(ProcState(mine) == 'Z');
+  }
+  Fixture f;
+  std::vector<Recorder> recs(4);
+  std::vector<int> supervisors;
+  for (std::size_t i = 0; i < recs.size(); ++i)
+    supervisors.push_back(
+        f.SpawnHandle(G("reap" + std::to_string(i)), Sh("exit 3"), recs[i]).supervisor_pid);
+  for (auto& rec : recs) REQUIRE(f.WaitExit(rec));
+  CHECK(f.queue.RunUntil(
+      [&] {
+        return std::all_of(supervisors.begin(), supervisors.end(),
+                           [](int pid) { return ProcState(pid) == 0; });
+      },
+      2s));
+  if (own_zombie) {
+    CHECK(ProcState(mine) == 'Z');  // left to its owner
+    CHECK(::waitpid(mine, nullptr, 0) == mine);
+  }
 }
 
 TEST_CASE("Spawn from several threads at once") {
