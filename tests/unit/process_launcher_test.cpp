@@ -586,6 +586,72 @@ TEST_CASE("supervisors are reaped when their process ends, also behind a child o
   }
 }
 
+TEST_CASE("SpawnAsync: the handle before any output, then the exit; errors through done") {
+  Fixture f;
+  Recorder rec;
+  std::optional<herd::Result<ProcessHandle>> started;
+  bool output_before_started = false;
+  auto callbacks = rec.Callbacks();
+  auto on_output = callbacks.on_output;
+  callbacks.on_output = [&, on_output](uint64_t offset, std::string_view data) {
+    if (!started) output_before_started = true;
+    on_output(offset, data);
+  };
+  const std::string group = G("async");
+  f.groups.push_back(group);
+  SpawnRequest req;
+  req.group = group;
+  req.argv = Sh("echo hello; exit 4");
+  req.log_path = (f.dir / (group + ".log")).string();
+  f.launcher->SpawnAsync(req, callbacks,
+                         [&](herd::Result<ProcessHandle> h) { started.emplace(std::move(h)); });
+  REQUIRE(f.WaitExit(rec));
+  REQUIRE(started.has_value());
+  REQUIRE_MESSAGE(started->ok(), started->status().ToString());
+  CHECK((*started)->pid > 0);
+  CHECK((*started)->supervisor_pid > 0);
+  CHECK_FALSE(output_before_started);
+  CHECK(rec.output == "hello\n");
+  CHECK(rec.exit_code == 4);
+
+  // A program that does not exist: done gets Spawn's error, and no callback runs.
+  Recorder bad;
+  std::optional<herd::Result<ProcessHandle>> failed;
+  req.group = G("async-bad");
+  req.argv = {"/nonexistent/program"};
+  req.log_path = (f.dir / "async-bad" / "x.log").string();
+  f.launcher->SpawnAsync(req, bad.Callbacks(),
+                         [&](herd::Result<ProcessHandle> h) { failed.emplace(std::move(h)); });
+  REQUIRE(f.queue.RunUntil([&] { return failed.has_value(); }, 5s));
+  CHECK(failed->status().code() == herd::Code::kNotFound);
+  CHECK_FALSE(fs::exists(f.dir / "async-bad"));
+  f.queue.RunFor(100ms);
+  CHECK_FALSE(bad.exited);
+}
+
+TEST_CASE("a KillGroup sent while the group's SpawnAsync is still starting kills the process") {
+  bool cgroups = true;
+  SUBCASE("cgroups where available") {}
+  SUBCASE("environment sweep only") { cgroups = false; }
+  Fixture f(cgroups);
+  Recorder rec;
+  std::optional<herd::Result<ProcessHandle>> started;
+  const std::string group = G("async-kill");
+  f.groups.push_back(group);
+  SpawnRequest req;
+  req.group = group;
+  req.argv = Sh("sleep 1000");
+  req.log_path = (f.dir / (group + ".log")).string();
+  f.launcher->SpawnAsync(req, rec.Callbacks(),
+                         [&](herd::Result<ProcessHandle> h) { started.emplace(std::move(h)); });
+  f.launcher->KillGroup(group, 1000ms);  // before the supervisor can have reported
+  REQUIRE(f.WaitExit(rec, 5s));
+  REQUIRE(started.has_value());
+  REQUIRE(started->ok());
+  CHECK(rec.term_signal == SIGTERM);
+  CHECK_FALSE(Alive((*started)->pid));
+}
+
 TEST_CASE("Spawn from several threads at once") {
   Fixture f;
   constexpr int kThreads = 4;
