@@ -556,8 +556,8 @@ void Head::Submit(const ConnPtr& conn, uint64_t request_id, const SubmitJob& sub
   // One transaction: the log path names the id.
   std::string dir;
   auto id = store_->AddJob(rec, [&](herd::v1::JobInfo& info) {
-    dir = options_.state_dir + "/logs/" + std::to_string(info.job_id()) + "-" +
-          SafeName(spec.name());
+    dir =
+        options_.state_dir + "/logs/" + std::to_string(info.job_id()) + "-" + SafeName(spec.name());
     info.set_log_path(dir + "/run.log");
   });
   if (!id.ok()) return ReplyError(conn, request_id, id.status());

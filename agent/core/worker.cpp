@@ -250,10 +250,9 @@ void Worker::HandleStart(const herd::v1::StartProcess& start) {
   // Not waiting for the supervisor's report: this thread is the head's too on the head node, and
   // a burst of jobs would start one at a time.
   auto alive = alive_;
-  launcher_.SpawnAsync(req, CallbacksFor(name),
-                       [this, alive, name](Result<ProcessHandle> handle) {
-                         if (*alive) Spawned(name, std::move(handle));
-                       });
+  launcher_.SpawnAsync(req, CallbacksFor(name), [this, alive, name](Result<ProcessHandle> handle) {
+    if (*alive) Spawned(name, std::move(handle));
+  });
 }
 
 void Worker::Spawned(const std::string& name, Result<ProcessHandle> handle) {

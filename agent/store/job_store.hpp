@@ -12,8 +12,8 @@
 #include <sqlite3.h>
 
 #include <cstdint>
-#include <map>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
