@@ -7,6 +7,9 @@
   bench/ab.py exec --a OLD --b NEW [--nodes 2] [--reps 20]
       one N-node cluster launched by A, then `herd exec C --num-nodes N -- true` with A and B
       alternately; prints the medians (ms). With --trace also the medians of each HERD_TRACE stage.
+  bench/ab.py agent --a HERD --herdlet-a OLD --herdlet-b NEW [--nodes 2] [--reps 20]
+      agent-side A/B: two N-node clusters, one running herdlet OLD and one NEW (HERDLET_BINARY),
+      then `herd exec --num-nodes N -- true` (the one herd binary) on each alternately.
 
 Needs root (the local provider makes network namespaces). Clusters are named with --prefix
 (default hp2) and torn down at the end, also on failure or Ctrl-C.
@@ -72,16 +75,55 @@ def exec_ab(args, env):
             print(f"    {stage:40s} median +{statistics.median(d):6.2f} ms (n={len(d)})")
 
 
+def agent_ab(args, env):
+    res = {"A": [], "B": []}
+    stages = {"A": {}, "B": {}}
+    names = {"A": f"{args.prefix}a", "B": f"{args.prefix}b"}
+    base = env.env
+    for which in ("A", "B"):
+        env.env = dict(base, HERDLET_BINARY=getattr(args, f"herdlet_{which.lower()}"))
+        env.launch(names[which], args.nodes)
+    env.env = base
+    tenv = dict(env.env, HERD_TRACE="1") if args.trace else None
+    for which in ("A", "B"):  # warm-up
+        env.run([args.a, "exec", names[which], "--num-nodes", str(args.nodes), "--", "true"])
+    for rep in range(args.reps):
+        order = ["A", "B"] if rep % 2 == 0 else ["B", "A"]
+        for which in order:
+            secs, _, text = env.run([args.a, "exec", names[which], "--num-nodes",
+                                     str(args.nodes), "--", "true"], env=tenv)
+            res[which].append(ms(secs))
+            for line in text.splitlines():
+                m = TRACE.search(line)
+                if m:
+                    stages[which].setdefault(m.group(3), []).append(float(m.group(2)))
+    for which in ("A", "B"):
+        v = res[which]
+        print(f"{which} (herdlet {getattr(args, f'herdlet_{which.lower()}')}): median "
+              f"{statistics.median(v):.1f} ms, min {min(v):.1f}, max {max(v):.1f}, n={len(v)}")
+        for stage, d in stages[which].items():
+            print(f"    {stage:40s} median +{statistics.median(d):6.2f} ms (n={len(d)})")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["launch", "exec"])
+    ap.add_argument("mode", choices=["launch", "exec", "agent"])
     ap.add_argument("--a", required=True, help="herd binary A (before)")
-    ap.add_argument("--b", required=True, help="herd binary B (after)")
+    ap.add_argument("--b", help="herd binary B (after); not for agent")
+    ap.add_argument("--herdlet-a", help="agent: herdlet binary A (before)")
+    ap.add_argument("--herdlet-b", help="agent: herdlet binary B (after)")
     ap.add_argument("--nodes", type=int)
     ap.add_argument("--reps", type=int)
     ap.add_argument("--prefix", default="hp2")
     ap.add_argument("--trace", action="store_true", help="exec: HERD_TRACE=1, stage medians")
     args = ap.parse_args()
+    if args.mode == "agent":
+        if not (args.herdlet_a and args.herdlet_b):
+            ap.error("agent needs --herdlet-a and --herdlet-b")
+        args.herdlet_a, args.herdlet_b = map(os.path.abspath, (args.herdlet_a, args.herdlet_b))
+        args.b = args.a
+    elif not args.b:
+        ap.error(f"{args.mode} needs --b")
     args.a, args.b = os.path.abspath(args.a), os.path.abspath(args.b)
     if args.nodes is None:
         args.nodes = 64 if args.mode == "launch" else 2
@@ -93,7 +135,7 @@ def main():
     env = Env(args.a, tempfile.mkdtemp(prefix="herd-ab-"))
     log(f"load at start {load():.2f}")
     try:
-        (launch_ab if args.mode == "launch" else exec_ab)(args, env)
+        {"launch": launch_ab, "exec": exec_ab, "agent": agent_ab}[args.mode](args, env)
     except (BenchError, KeyboardInterrupt) as e:
         log(f"failed: {e}; commands in {env.log_path}")
         return 1

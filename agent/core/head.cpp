@@ -553,14 +553,18 @@ void Head::Submit(const ConnPtr& conn, uint64_t request_id, const SubmitJob& sub
   // id, so SKYPILOT_TASK_ID (checkpoint paths, --rdzv_id) stays the same across attempts.
   rec.info.set_attempt(submit.attempt() > 0 ? submit.attempt() : 1);
   rec.info.set_task_id(submit.task_id());
-  auto id = store_->AddJob(rec);
+  // One transaction: the log path names the id.
+  std::string dir;
+  auto id = store_->AddJob(rec, [&](herd::v1::JobInfo& info) {
+    dir =
+        options_.state_dir + "/logs/" + std::to_string(info.job_id()) + "-" + SafeName(spec.name());
+    info.set_log_path(dir + "/run.log");
+  });
   if (!id.ok()) return ReplyError(conn, request_id, id.status());
   rec.info.set_job_id(*id);
-  std::string dir =
-      options_.state_dir + "/logs/" + std::to_string(*id) + "-" + SafeName(spec.name());
+  rec.info.set_log_path(dir + "/run.log");
   std::error_code ec;
   fs::create_directories(dir, ec);
-  rec.info.set_log_path(dir + "/run.log");
   JobRun& run = jobs_[*id];
   run.rec = rec;
   run.fd = ::open(rec.info.log_path().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -568,9 +572,6 @@ void Head::Submit(const ConnPtr& conn, uint64_t request_id, const SubmitJob& sub
     Status s = ErrnoError("cannot create " + rec.info.log_path(), errno);
     jobs_.erase(*id);
     return ReplyError(conn, request_id, s);
-  }
-  if (auto s = store_->UpdateJob(run.rec); !s.ok()) {
-    HERD_LOG(kError) << s.message();
   }
   HERD_LOG(kInfo) << "job " << *id << " (" << spec.name() << ") submitted by " << submit.user();
   HeadToClient reply;

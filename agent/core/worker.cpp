@@ -120,6 +120,8 @@ void Worker::OnConnected(std::shared_ptr<transport::Connection> conn) {
   *reg->mutable_node() = node_;
   reg->set_incarnation(incarnation_);
   for (const auto& [name, p] : procs_) {
+    // Still being spawned: the head sends its StartProcess again, which waits for the spawn.
+    if (p.starting) continue;
     auto* prog = reg->add_running();
     *prog->mutable_key() = p.key;
     prog->set_pid(p.pid);
@@ -213,6 +215,7 @@ void Worker::HandleStart(const herd::v1::StartProcess& start) {
   auto it = procs_.find(name);
   if (it != procs_.end()) {  // idempotent: report what we know again
     const Proc& p = it->second;
+    if (p.starting) return;  // its spawn reports it when it is settled
     AgentToHead started;
     *started.mutable_started()->mutable_key() = p.key;
     started.mutable_started()->set_pid(p.pid);
@@ -244,8 +247,19 @@ void Worker::HandleStart(const herd::v1::StartProcess& start) {
   PersistProcesses();
   CrashPoint("worker-before-spawn");
 
-  auto handle = launcher_.Spawn(req, CallbacksFor(name));
+  // Not waiting for the supervisor's report: this thread is the head's too on the head node, and
+  // a burst of jobs would start one at a time.
+  auto alive = alive_;
+  launcher_.SpawnAsync(req, CallbacksFor(name), [this, alive, name](Result<ProcessHandle> handle) {
+    if (*alive) Spawned(name, std::move(handle));
+  });
+}
+
+void Worker::Spawned(const std::string& name, Result<ProcessHandle> handle) {
   CrashPoint("worker-after-spawn");
+  auto it = procs_.find(name);
+  if (it == procs_.end()) return;
+  Proc& p = it->second;
   p.starting = false;
   if (!handle.ok()) {
     HERD_LOG(kError) << "cannot start " << name << ": " << handle.status().message();

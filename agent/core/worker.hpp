@@ -57,6 +57,8 @@ class Worker {
   void Send(const herd::v1::AgentToHead& msg);
 
   void HandleStart(const herd::v1::StartProcess& start);
+  // The end of HandleStart's spawn: records and reports the process (or its spawn error).
+  void Spawned(const std::string& name, Result<ProcessHandle> handle);
   void HandleKill(const herd::v1::KillJob& kill);
   void HandleResend(const herd::v1::ResendOutput& resend);
   void SendOutput(const herd::v1::ProcessKey& key, uint64_t offset, std::string_view data);

@@ -52,6 +52,14 @@ class ProcessLauncher {
   virtual ~ProcessLauncher() = default;
   // Starts the process in its own session (so it does not die with the agent).
   virtual Result<ProcessHandle> Spawn(const SpawnRequest& request, ProcessCallbacks callbacks) = 0;
+  // As Spawn, without waiting for the process to start: `done` gets what Spawn would return, on
+  // the owner's thread (as the callbacks), before any callback of the process. The owner's thread
+  // is free meanwhile (a supervisor's start is a fork and two execs: milliseconds on a loaded
+  // machine). This default runs Spawn and calls done at once.
+  virtual void SpawnAsync(const SpawnRequest& request, ProcessCallbacks callbacks,
+                          std::function<void(Result<ProcessHandle>)> done) {
+    done(Spawn(request, std::move(callbacks)));
+  }
   // Supervises a process that an earlier launcher (a previous agent process) spawned: its output
   // from from_offset on, then its exit. A process that ended meanwhile is reported at once (what
   // its log holds from from_offset, then its exit record).

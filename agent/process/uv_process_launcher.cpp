@@ -45,8 +45,21 @@ std::mutex g_reap_mu;
 // and nothing else: they are in another session than ours (supervisors call setsid).
 void ReapAdoptedZombies() {
   std::lock_guard lock(g_reap_mu);
-  const int self = ::getpid();
   const int own_session = ::getsid(0);
+  // The kernel names a dead child without reaping it (WNOWAIT); ours are reaped one by one. This
+  // ran at every SIGCHLD, and a scan of every /proc/PID/stat was a quarter of a busy head's CPU.
+  for (;;) {
+    siginfo_t info{};
+    if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;
+    const pid_t pid = info.si_pid;
+    const pid_t session = ::getsid(pid);  // a zombie keeps its session until reaped
+    // Ours to leave (another part of this process waits for it), or reaped meanwhile.
+    if (session < 0 || session == own_session) break;
+    ::waitpid(pid, nullptr, WNOHANG);
+  }
+  // Such a child hides the others from waitid: look at each in /proc (rare: a child of our own
+  // session is reaped at once by whoever started it).
+  const int self = ::getpid();
   for (int pid : procfs::AllPids()) {
     auto st = procfs::ReadStat(pid);
     if (!st || st->state != 'Z' || st->ppid != self || st->session == own_session) continue;
@@ -115,6 +128,23 @@ struct UvProcessLauncher::Impl {
     std::shared_ptr<ProcessCallbacks> callbacks;
   };
 
+  // A supervisor started whose "ok PID" / "err ..." report has not been read yet.
+  struct PendingSpawn {
+    Impl* impl = nullptr;
+    std::string group, argv0, log_path, exit_path;
+    std::filesystem::path created;  // what to remove again if the spawn fails
+    uint64_t log_start = 0;
+    pid_t step = 0;
+    int report_fd = -1;
+    std::string answer;
+    Clock::time_point deadline;
+    ProcessCallbacks callbacks;
+    std::function<void(Result<ProcessHandle>)> done;  // async only
+    uv_poll_t poll{};
+    uv_timer_t timer{};
+    int handles_open = 0;
+  };
+
   // One KillGroup in progress.
   struct KillOp {
     Impl* impl = nullptr;
@@ -158,6 +188,11 @@ struct UvProcessLauncher::Impl {
   std::set<Child*> children;
   std::set<KillOp*> kills;
   std::map<std::string, int> children_per_group;
+  std::set<PendingSpawn*> pending;
+  std::map<std::string, int> pending_per_group;
+  // KillGroups of a group that has spawns pending start once they are settled (a sweep before the
+  // job process carries its marker and is in its cgroup would miss it).
+  std::map<std::string, std::vector<std::chrono::milliseconds>> deferred_kills;
   bool cgroup_warned = false;
   // Group cgroups to remove once empty: a process that was just reaped can keep its cgroup busy
   // for a moment, and a descendant that keeps running keeps it busy until it dies.
@@ -196,6 +231,104 @@ struct UvProcessLauncher::Impl {
   // ---- Spawn ----------------------------------------------------------------------------------
 
   Result<ProcessHandle> DoSpawn(const SpawnRequest& req, ProcessCallbacks callbacks) {
+    HERD_ASSIGN_OR_RETURN(PendingSpawn * ps, BeginSpawn(req, std::move(callbacks)));
+    // The supervisor answers once the job process was exec'd: "ok PID" or "err ERRNO MESSAGE".
+    while (ps->answer.find('\n') == std::string::npos) {
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(ps->deadline - Clock::now()).count();
+      if (left <= 0) break;
+      struct pollfd pfd = {ps->report_fd, POLLIN, 0};
+      if (::poll(&pfd, 1, static_cast<int>(left)) < 0 && errno != EINTR) break;
+      char buf[512];
+      ssize_t n = ::read(ps->report_fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      ps->answer.append(buf, static_cast<size_t>(n));
+    }
+    auto result = CompleteSpawn(ps);
+    ::close(ps->report_fd);
+    delete ps;
+    return result;
+  }
+
+  // As DoSpawn, but the report is read when it comes (uv_poll); `done` is posted with the result
+  // before any callback of the process.
+  void DoSpawnAsync(const SpawnRequest& req, ProcessCallbacks callbacks,
+                    std::function<void(Result<ProcessHandle>)> done) {
+    auto begun = BeginSpawn(req, std::move(callbacks));
+    if (!begun.ok()) {
+      Post([done = std::move(done), s = begun.status()] { done(s); });
+      return;
+    }
+    PendingSpawn* ps = *begun;
+    ps->done = std::move(done);
+    ::fcntl(ps->report_fd, F_SETFL, ::fcntl(ps->report_fd, F_GETFL) | O_NONBLOCK);
+    uv_poll_init(&loop, &ps->poll, ps->report_fd);
+    ps->poll.data = ps;
+    uv_timer_init(&loop, &ps->timer);
+    ps->timer.data = ps;
+    ps->handles_open = 2;
+    pending.insert(ps);
+    uv_poll_start(&ps->poll, UV_READABLE, &Impl::OnReport);
+    auto ms = std::chrono::ceil<std::chrono::milliseconds>(ps->deadline - Clock::now()).count();
+    uv_timer_start(&ps->timer, &Impl::OnReportTimeout,
+                   static_cast<uint64_t>(std::max<int64_t>(ms, 1)), 0);
+  }
+
+  static void OnReport(uv_poll_t* handle, int, int) {
+    auto* ps = static_cast<PendingSpawn*>(handle->data);
+    for (;;) {
+      char buf[512];
+      ssize_t n = ::read(ps->report_fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EAGAIN) return;  // more to come
+      if (n > 0) {
+        ps->answer.append(buf, static_cast<size_t>(n));
+        if (ps->answer.find('\n') == std::string::npos) continue;
+      }
+      break;  // a whole line, EOF or an error: settled
+    }
+    ps->impl->SettleAsync(ps);
+  }
+
+  static void OnReportTimeout(uv_timer_t* timer) {
+    auto* ps = static_cast<PendingSpawn*>(timer->data);
+    ps->impl->SettleAsync(ps);
+  }
+
+  void SettleAsync(PendingSpawn* ps) {
+    if (pending.erase(ps) == 0) return;
+    auto result = CompleteSpawn(ps);
+    if (!result.ok()) {
+      Post([done = std::move(ps->done), s = result.status()] { done(s); });
+    }  // else posted by CompleteSpawn, before the process's first callback
+    ClosePending(ps);
+  }
+
+  // A spawn of `group` is settled (watched, or failed and undone): kills that waited for the
+  // group's spawns start once none is left.
+  void SpawnSettled(const std::string& group) {
+    if (--pending_per_group[group] > 0) return;
+    pending_per_group.erase(group);
+    auto kills = deferred_kills.find(group);
+    if (kills == deferred_kills.end()) return;
+    auto graces = std::move(kills->second);
+    deferred_kills.erase(kills);
+    for (auto grace : graces) StartKill(group, grace);
+  }
+
+  void ClosePending(PendingSpawn* ps) {
+    auto closed = [](uv_handle_t* h) {
+      auto* p = static_cast<PendingSpawn*>(h->data);
+      if (--p->handles_open > 0) return;
+      ::close(p->report_fd);
+      delete p;
+    };
+    uv_close(reinterpret_cast<uv_handle_t*>(&ps->poll), closed);
+    uv_close(reinterpret_cast<uv_handle_t*>(&ps->timer), closed);
+  }
+
+  // Everything up to the supervisor's start; the caller reads its report (ps->report_fd).
+  Result<PendingSpawn*> BeginSpawn(const SpawnRequest& req, ProcessCallbacks callbacks) {
     if (req.argv.empty() || req.argv[0].empty()) return InvalidArgument("empty argv");
     if (req.group.empty()) return InvalidArgument("empty process group");
     if (req.log_path.empty()) return InvalidArgument("no log path");
@@ -311,21 +444,34 @@ struct UvProcessLauncher::Impl {
       ::close(hs[0]);
       return fail(ErrnoError("starting the supervisor " + step_command[0], rc));
     }
-    // The supervisor answers once the job process was exec'd: "ok PID" or "err ERRNO MESSAGE".
-    std::string answer;
-    auto deadline = Clock::now() + limits::kStepStartTimeout;
-    while (answer.find('\n') == std::string::npos) {
-      auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (left <= 0) break;
-      struct pollfd pfd = {hs[0], POLLIN, 0};
-      if (::poll(&pfd, 1, static_cast<int>(left)) < 0 && errno != EINTR) break;
-      char buf[512];
-      ssize_t n = ::read(hs[0], buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      answer.append(buf, static_cast<size_t>(n));
-    }
-    ::close(hs[0]);
+    auto* ps = new PendingSpawn;
+    ps->impl = this;
+    ps->group = req.group;
+    ps->argv0 = req.argv[0];
+    ps->log_path = req.log_path;
+    ps->exit_path = exit_path;
+    ps->created = created;
+    ps->log_start = static_cast<uint64_t>(log_st.st_size);
+    ps->step = step;
+    ps->report_fd = hs[0];
+    ps->deadline = Clock::now() + limits::kStepStartTimeout;
+    ps->callbacks = std::move(callbacks);
+    ++pending_per_group[req.group];
+    return ps;
+  }
+
+  // The supervisor reported (or did not, in time): the process's handle, watched from now on; or
+  // the error, with everything BeginSpawn made removed. Does not close ps->report_fd.
+  Result<ProcessHandle> CompleteSpawn(PendingSpawn* ps) {
+    const std::string& answer = ps->answer;
+    const pid_t step = ps->step;
+    auto fail = [&](Status s) {
+      if (children_per_group.count(ps->group) == 0) RemoveCgroupSoon(ps->group);
+      std::error_code ec;
+      if (!ps->created.empty()) std::filesystem::remove_all(ps->created, ec);
+      SpawnSettled(ps->group);
+      return s;
+    };
     if (answer.rfind("ok ", 0) != 0) {
       ::kill(step, SIGKILL);
       {
@@ -338,7 +484,7 @@ struct UvProcessLauncher::Impl {
         while (!msg.empty() && msg.back() == '\n') msg.pop_back();
         return fail(err == ENOENT ? NotFound("spawning " + msg) : IoError("spawning " + msg));
       }
-      return fail(IoError("the supervisor of " + req.argv[0] + " did not report within " +
+      return fail(IoError("the supervisor of " + ps->argv0 + " did not report within " +
                           std::to_string(limits::kStepStartTimeout.count()) + " ms"));
     }
     auto* c = new Child;
@@ -347,16 +493,19 @@ struct UvProcessLauncher::Impl {
     c->handle.supervisor_pid = step;
     auto st = procfs::ReadStat(step);
     c->handle.supervisor_start = st ? st->start_time : 0;
-    c->handle.group = req.group;
-    c->handle.log_path = req.log_path;
-    c->handle.log_start = static_cast<uint64_t>(log_st.st_size);
+    c->handle.group = ps->group;
+    c->handle.log_path = ps->log_path;
+    c->handle.log_start = ps->log_start;
     c->offset = c->handle.log_start;
-    c->exit_path = exit_path;
-    c->callbacks = std::make_shared<ProcessCallbacks>(std::move(callbacks));
-    HERD_LOG(kDebug) << "spawned pid " << c->handle.pid << " (" << req.argv[0]
-                     << ") under supervisor " << step << " in group " << req.group;
+    c->exit_path = ps->exit_path;
+    c->callbacks = std::make_shared<ProcessCallbacks>(std::move(ps->callbacks));
+    HERD_LOG(kDebug) << "spawned pid " << c->handle.pid << " (" << ps->argv0
+                     << ") under supervisor " << step << " in group " << ps->group;
     ProcessHandle handle = c->handle;
+    // Before Watch: the owner hears of the process before any of its output or its exit.
+    if (ps->done) Post([done = std::move(ps->done), handle] { done(handle); });
     Watch(c);
+    SpawnSettled(ps->group);
     return handle;
   }
 
@@ -523,6 +672,10 @@ struct UvProcessLauncher::Impl {
 
   void StartKill(const std::string& group, std::chrono::milliseconds grace) {
     if (stopping) return;
+    if (pending_per_group.count(group) > 0) {
+      deferred_kills[group].push_back(grace);
+      return;
+    }
     auto* op = new KillOp;
     op->impl = this;
     op->group = group;
@@ -618,6 +771,11 @@ struct UvProcessLauncher::Impl {
                [](uv_handle_t* h) { delete static_cast<KillOp*>(h->data); });
     }
     kills.clear();
+    // Spawns still waiting for their report: the processes run on, nobody hears of them (as of a
+    // live one below). Their owner is going away.
+    for (PendingSpawn* ps : pending) ClosePending(ps);
+    pending.clear();
+    deferred_kills.clear();
     std::vector<Child*> live(children.begin(), children.end());
     for (Child* c : live) Release(c);  // no callback any more; a new launcher can adopt them
     uv_close(reinterpret_cast<uv_handle_t*>(&wake), nullptr);
@@ -662,6 +820,15 @@ Result<ProcessHandle> UvProcessLauncher::Spawn(const SpawnRequest& request,
   auto future = result.get_future();
   impl_->RunOnLoop([&] { result.set_value(impl_->DoSpawn(request, std::move(callbacks))); });
   return future.get();
+}
+
+void UvProcessLauncher::SpawnAsync(const SpawnRequest& request, ProcessCallbacks callbacks,
+                                   std::function<void(Result<ProcessHandle>)> done) {
+  impl_->RunOnLoop([impl = impl_.get(), request, callbacks = std::move(callbacks),
+                    done = std::move(done)]() mutable {
+    if (impl->stopping) return;
+    impl->DoSpawnAsync(request, std::move(callbacks), std::move(done));
+  });
 }
 
 Status UvProcessLauncher::Adopt(const ProcessHandle& handle, uint64_t from_offset,

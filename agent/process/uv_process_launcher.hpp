@@ -38,6 +38,10 @@ class UvProcessLauncher : public ProcessLauncher {
   // Thread-safe. Errors (no such program, bad cwd, log file not writable) leave nothing behind.
   // Returns once the job process was exec'd (or could not be).
   Result<ProcessHandle> Spawn(const SpawnRequest& request, ProcessCallbacks callbacks) override;
+  // Thread-safe, returns at once: the supervisor's report is read on the loop thread when it
+  // comes. A KillGroup of the group waits until its pending spawns are settled.
+  void SpawnAsync(const SpawnRequest& request, ProcessCallbacks callbacks,
+                  std::function<void(Result<ProcessHandle>)> done) override;
   // Thread-safe.
   Status Adopt(const ProcessHandle& handle, uint64_t from_offset,
                ProcessCallbacks callbacks) override;

@@ -221,7 +221,8 @@ Status JobStore::Init() {
   return Status::Ok();
 }
 
-Result<int64_t> JobStore::AddJob(JobRecord record) {
+Result<int64_t> JobStore::AddJob(JobRecord record,
+                                 const std::function<void(herd::v1::JobInfo&)>& complete) {
   std::lock_guard lock(mu_);
   const std::string spec = SpecWithoutSecrets(record.spec);
   int64_t job_id = 0;
@@ -236,6 +237,7 @@ Result<int64_t> JobStore::AddJob(JobRecord record) {
     }
     // The id is only known after the insert, and the info blob (and the secrets' seal) carry it.
     record.info.set_job_id(job_id);
+    if (complete) complete(record.info);
     std::string info;
     if (!record.info.SerializeToString(&info)) return Internal("job store: cannot serialize info");
     HERD_ASSIGN_OR_RETURN(auto secrets, SealedSecrets(record, job_id));

@@ -12,6 +12,7 @@
 #include <sqlite3.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -46,7 +47,10 @@ class JobStore {
   JobStore& operator=(const JobStore&) = delete;
 
   // Assigns the next job id (1, 2, 3, ...; never reused), stores the record with it, returns it.
-  Result<int64_t> AddJob(JobRecord record);
+  // `complete` (optional) fills in what depends on the id (the log path) before it is stored, in
+  // the same transaction.
+  Result<int64_t> AddJob(JobRecord record,
+                         const std::function<void(herd::v1::JobInfo&)>& complete = {});
   // Replaces the whole record of info.job_id; NotFound if there is none.
   Status UpdateJob(const JobRecord& record);
   // NotFound("job 7 not found"). With the job's secrets while it is active.

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -550,6 +551,105 @@ TEST_CASE("processes outlive the launcher, and a new launcher can still kill the
   if (!cgroup.empty()) CHECK(f.queue.RunUntil([&] { return !fs::exists(cgroup); }, 2s));
   // Reaped by the new launcher as an adopted orphan, not left a zombie.
   CHECK(f.queue.RunUntil([&] { return ProcState(script) == 0; }, 2s));
+}
+
+TEST_CASE("supervisors are reaped when their process ends, also behind a child of our own") {
+  // A dead child of this process's own session is not the launcher's to reap; it must not hide
+  // the supervisors' deaths either (waitid names one dead child at a time).
+  bool own_zombie = false;
+  SUBCASE("no other child") {}
+  SUBCASE("an unreaped child of our own session") { own_zombie = true; }
+  pid_t mine = -1;
+  if (own_zombie) {
+    mine = ::fork();
+    REQUIRE(mine >= 0);
+    if (mine == 0) ::_exit(0);
+    for (int i = 0; i < 100 && ProcState(mine) != 'Z'; ++i) std::this_thread::sleep_for(10ms);
+    REQUIRE(ProcState(mine) == 'Z');
+  }
+  Fixture f;
+  std::vector<Recorder> recs(4);
+  std::vector<int> supervisors;
+  for (std::size_t i = 0; i < recs.size(); ++i)
+    supervisors.push_back(
+        f.SpawnHandle(G("reap" + std::to_string(i)), Sh("exit 3"), recs[i]).supervisor_pid);
+  for (auto& rec : recs) REQUIRE(f.WaitExit(rec));
+  CHECK(f.queue.RunUntil(
+      [&] {
+        return std::all_of(supervisors.begin(), supervisors.end(),
+                           [](int pid) { return ProcState(pid) == 0; });
+      },
+      2s));
+  if (own_zombie) {
+    CHECK(ProcState(mine) == 'Z');  // left to its owner
+    CHECK(::waitpid(mine, nullptr, 0) == mine);
+  }
+}
+
+TEST_CASE("SpawnAsync: the handle before any output, then the exit; errors through done") {
+  Fixture f;
+  Recorder rec;
+  std::optional<herd::Result<ProcessHandle>> started;
+  bool output_before_started = false;
+  auto callbacks = rec.Callbacks();
+  auto on_output = callbacks.on_output;
+  callbacks.on_output = [&, on_output](uint64_t offset, std::string_view data) {
+    if (!started) output_before_started = true;
+    on_output(offset, data);
+  };
+  const std::string group = G("async");
+  f.groups.push_back(group);
+  SpawnRequest req;
+  req.group = group;
+  req.argv = Sh("echo hello; exit 4");
+  req.log_path = (f.dir / (group + ".log")).string();
+  f.launcher->SpawnAsync(req, callbacks,
+                         [&](herd::Result<ProcessHandle> h) { started.emplace(std::move(h)); });
+  REQUIRE(f.WaitExit(rec));
+  REQUIRE(started.has_value());
+  REQUIRE_MESSAGE(started->ok(), started->status().ToString());
+  CHECK((*started)->pid > 0);
+  CHECK((*started)->supervisor_pid > 0);
+  CHECK_FALSE(output_before_started);
+  CHECK(rec.output == "hello\n");
+  CHECK(rec.exit_code == 4);
+
+  // A program that does not exist: done gets Spawn's error, and no callback runs.
+  Recorder bad;
+  std::optional<herd::Result<ProcessHandle>> failed;
+  req.group = G("async-bad");
+  req.argv = {"/nonexistent/program"};
+  req.log_path = (f.dir / "async-bad" / "x.log").string();
+  f.launcher->SpawnAsync(req, bad.Callbacks(),
+                         [&](herd::Result<ProcessHandle> h) { failed.emplace(std::move(h)); });
+  REQUIRE(f.queue.RunUntil([&] { return failed.has_value(); }, 5s));
+  CHECK(failed->status().code() == herd::Code::kNotFound);
+  CHECK_FALSE(fs::exists(f.dir / "async-bad"));
+  f.queue.RunFor(100ms);
+  CHECK_FALSE(bad.exited);
+}
+
+TEST_CASE("a KillGroup sent while the group's SpawnAsync is still starting kills the process") {
+  bool cgroups = true;
+  SUBCASE("cgroups where available") {}
+  SUBCASE("environment sweep only") { cgroups = false; }
+  Fixture f(cgroups);
+  Recorder rec;
+  std::optional<herd::Result<ProcessHandle>> started;
+  const std::string group = G("async-kill");
+  f.groups.push_back(group);
+  SpawnRequest req;
+  req.group = group;
+  req.argv = Sh("sleep 1000");
+  req.log_path = (f.dir / (group + ".log")).string();
+  f.launcher->SpawnAsync(req, rec.Callbacks(),
+                         [&](herd::Result<ProcessHandle> h) { started.emplace(std::move(h)); });
+  f.launcher->KillGroup(group, 1000ms);  // before the supervisor can have reported
+  REQUIRE(f.WaitExit(rec, 5s));
+  REQUIRE(started.has_value());
+  REQUIRE(started->ok());
+  CHECK(rec.term_signal == SIGTERM);
+  CHECK_FALSE(Alive((*started)->pid));
 }
 
 TEST_CASE("Spawn from several threads at once") {
