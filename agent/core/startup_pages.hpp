@@ -26,13 +26,17 @@ struct PageRange {
 // Pages shared with a writable segment (relocated data, .data, .bss) are left out.
 std::vector<PageRange> ReadOnlyImageRanges();
 
-// madvise(MADV_PAGEOUT) on ReadOnlyImageRanges(): the kernel unmaps those pages from the agent
-// and frees them from the page cache where no other process maps them (clean file pages: nothing
-// is written anywhere). Code the idle agent then runs faults back in from the file (a few hundred
-// KiB per heartbeat path, once); code that never runs again (start-up) stays out of memory.
-// Returns the bytes advised. Anonymous memory (heap, relocated data) is not touched; the free
-// heap is returned with malloc_trim. A kernel without MADV_PAGEOUT (before 5.4) gives an error
-// and nothing changes.
+// madvise(MADV_RANDOM, then MADV_PAGEOUT) on ReadOnlyImageRanges(): the kernel unmaps those pages
+// from the agent and frees them from the page cache where no other process maps them (clean file
+// pages: nothing is written anywhere). Code the idle agent then runs faults back in from the file
+// page by page (MADV_RANDOM: no read-around, which would read the whole file back); code that
+// never runs again (start-up) stays out of memory. Then posix_fadvise(POSIX_FADV_DONTNEED) on the
+// file drops its cached pages that no process maps any more (MADV_PAGEOUT skips large page-cache
+// folios it cannot split); a folio that something still maps stays cached. A later
+// `herdlet --step` is a new mapping of the file with the normal read-ahead. Returns the bytes
+// advised. Anonymous memory (heap, relocated data) is not touched; the free heap is returned
+// with malloc_trim. A kernel without MADV_PAGEOUT (before 5.4) gives an error after MADV_RANDOM,
+// and nothing is paged out.
 Result<size_t> ReleaseStartupPages();
 
 }  // namespace herd::agent
