@@ -58,28 +58,35 @@ std::vector<PageRange> ReadOnlyImageRanges() {
 
 Result<size_t> ReleaseStartupPages() {
   malloc_trim(0);
+  int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("open /proc/self/exe", errno);
+  // A binary written just before it started (bootstrap's upload, a build) has dirty pages for up
+  // to vm.dirty_expire_centisecs: reclaim skips those. Written back now, once (~11 MB).
+  Status status =
+      fdatasync(fd) == 0 ? Status::Ok() : ErrnoError("fdatasync of the executable", errno);
   size_t bytes = 0;
   for (const PageRange& r : ReadOnlyImageRanges()) {
+    if (!status.ok()) break;
     void* p = reinterpret_cast<void*>(r.begin);
     // MADV_RANDOM first: a fault in these pages then reads that page alone. The default
     // read-around reads the device's read_ahead_kb around each fault (8 MB on the bench machine):
     // the first heartbeat after the page-out would read the whole file back into the cache.
     if (madvise(p, r.end - r.begin, MADV_RANDOM) != 0) {
-      return ErrnoError("madvise(MADV_RANDOM) of the agent's executable", errno);
-    }
-    if (madvise(p, r.end - r.begin, MADV_PAGEOUT) != 0) {
-      return ErrnoError("madvise(MADV_PAGEOUT) of the agent's executable", errno);
+      status = ErrnoError("madvise(MADV_RANDOM) of the agent's executable", errno);
+    } else if (madvise(p, r.end - r.begin, MADV_PAGEOUT) != 0) {
+      status = ErrnoError("madvise(MADV_PAGEOUT) of the agent's executable", errno);
     }
     bytes += r.end - r.begin;
   }
   // MADV_PAGEOUT frees only what it can split out of the page cache's large folios; the file's
   // pages that no process maps any more are dropped here (clean: the file is not written).
-  int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("open /proc/self/exe", errno);
-  int err = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  if (status.ok()) {
+    if (int err = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED); err != 0) {
+      status = ErrnoError("posix_fadvise(POSIX_FADV_DONTNEED) of the agent's executable", err);
+    }
+  }
   close(fd);
-  if (err != 0)
-    return ErrnoError("posix_fadvise(POSIX_FADV_DONTNEED) of the agent's executable", err);
+  if (!status.ok()) return status;
   return bytes;
 }
 

@@ -26,6 +26,7 @@ struct PageRange {
 // Pages shared with a writable segment (relocated data, .data, .bss) are left out.
 std::vector<PageRange> ReadOnlyImageRanges();
 
+// fdatasync of the executable (reclaim skips dirty pages of a binary written just before), then
 // madvise(MADV_RANDOM, then MADV_PAGEOUT) on ReadOnlyImageRanges(): the kernel unmaps those pages
 // from the agent and frees them from the page cache where no other process maps them (clean file
 // pages: nothing is written anywhere). Code the idle agent then runs faults back in from the file
