@@ -61,9 +61,10 @@ Result<size_t> ReleaseStartupPages() {
   int fd = open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoError("open /proc/self/exe", errno);
   // A binary written just before it started (bootstrap's upload, a build) has dirty pages for up
-  // to vm.dirty_expire_centisecs: reclaim skips those. Written back now, once (~11 MB).
-  Status status =
-      fdatasync(fd) == 0 ? Status::Ok() : ErrnoError("fdatasync of the executable", errno);
+  // to vm.dirty_expire_centisecs: reclaim skips those. Written back now, once (~11 MB). Best
+  // effort: a file system that cannot sync (EROFS, EINVAL) holds no dirty pages of it either.
+  (void)fdatasync(fd);
+  Status status = Status::Ok();
   size_t bytes = 0;
   for (const PageRange& r : ReadOnlyImageRanges()) {
     if (!status.ok()) break;
