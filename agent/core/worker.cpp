@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "agent/core/node_probe.hpp"
+#include "agent/core/startup_pages.hpp"
 #include "shared/common/crash_point.hpp"
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
@@ -161,6 +162,17 @@ void Worker::OnMessage(const std::shared_ptr<transport::Connection>& conn, std::
       backoff_ = limits::kReconnectBackoffInitial;
       HERD_LOG(kInfo) << "registered with head of cluster " << msg.register_ack().cluster_name();
       SendHeartbeat();
+      // Start-up is over: give back the executable's pages that only it needed (bench/SCALE.md,
+      // P6). Not in the head's process, whose head keeps running much more of the code.
+      if (!is_head_ && !startup_pages_released_) {
+        startup_pages_released_ = true;
+        auto released = ReleaseStartupPages();
+        if (released.ok()) {
+          HERD_LOG(kDebug) << "paged out " << *released / 1024 << " KiB of start-up code";
+        } else {
+          HERD_LOG(kDebug) << "start-up pages kept: " << released.status().message();
+        }
+      }
       break;
     case HeadToAgent::kStart:
       HandleStart(msg.start());

@@ -73,6 +73,7 @@ class Worker {
   ProcessLauncher& launcher_;
   GpuProbe& gpus_;
   bool is_head_;
+  bool startup_pages_released_ = false;  // ReleaseStartupPages() ran (first registration)
   State state_ = State::kDisconnected;
   herd::v1::NodeInfo node_;
   uint64_t incarnation_ = 0;

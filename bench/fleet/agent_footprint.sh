@@ -29,7 +29,11 @@ cat > "$dir/head/herdlet.yaml" <<J
  "listen": "$net.1:0", "port_file": "$dir/head/port", "certs": "$dir/head/certs",
  "state_dir": "$dir/head/state", "cpus": 2}
 J
-HOME=$dir/head/home "$herdlet" --config "$dir/head/herdlet.yaml" >"$dir/head.log" 2>&1 &
+# The head runs from its own copy of the binary, as on a cluster, where it is another machine: pages
+# of one file that two processes map are shared, so the worker could not page out (P6, third round)
+# the ones the head also maps.
+cp "$herdlet" "$dir/herdlet-head"
+HOME=$dir/head/home "$dir/herdlet-head" --config "$dir/head/herdlet.yaml" >"$dir/head.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 200); do [ -s "$dir/head/port" ] && break; sleep 0.05; done
 port=$(cat "$dir/head/port")
@@ -49,6 +53,10 @@ threads=$(awk '/^Threads/ {print $2}' /proc/$worker/status)
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "idle worker: VmRSS $((rss_kb / 1024)).$(( (rss_kb % 1024) * 10 / 1024 )) MB ($rss_kb kB), threads $threads"
 grep -E '^(VmRSS|RssAnon|RssFile|VmHWM|Threads)' /proc/$worker/status | tr '\n' ' '; echo
+# Of the worker's file-backed pages, those of its own executable, and how much of that file the page
+# cache holds at all (fincore; the head runs its own copy, so this is the worker's file alone).
+image_kb=$(awk -v exe="$(readlink /proc/$worker/exe)" '/^[0-9a-f]+-/ {m = ($6 == exe)} m && /^Rss:/ {s += $2} END {print s}' /proc/$worker/smaps)
+echo "agent executable: $image_kb kB mapped; in the page cache: $(( $(fincore -n -b -o RES "$herdlet") / 1024 )) kB of $(( $(stat -c %s "$herdlet") / 1024 )) kB"
 timeout -s INT "$secs" strace -f -tt -p "$worker" -o "$dir/strace.txt" 2>/dev/null || true
 # A wakeup = a return from a wait that can sleep (epoll_wait/poll with a timeout other than 0, a
 # futex wait, nanosleep), counted once (strace -f splits a wait into "unfinished" and "resumed").
