@@ -26,6 +26,8 @@ const char* LevelName(Level l) {
       return "W";
     case Level::kError:
       return "E";
+    case Level::kOff:  // never written: nothing is at this level
+      break;
   }
   return "?";
 }

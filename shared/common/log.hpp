@@ -6,7 +6,8 @@
 
 namespace herd::log {
 
-enum class Level { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3 };
+// kOff logs nothing (a fuzz target, where every input is a bad frame the head would log).
+enum class Level { kDebug = 0, kInfo = 1, kWarn = 2, kError = 3, kOff = 4 };
 
 void SetLevel(Level level);
 Level GetLevel();
