@@ -17,6 +17,7 @@
 #include "herd/v1/mux.pb.h"
 #include "shared/common/host_port.hpp"
 #include "shared/common/log.hpp"
+#include "shared/proto/frame.hpp"
 #include "shared/transport/framed_socket.hpp"
 
 namespace herd::controller {
@@ -103,7 +104,7 @@ void Mux::Shutdown(const std::string& why) {
   head_to_client_.clear();
   waiting_.clear();
   HERD_LOG(kInfo) << "mux " << options_.socket_path << " exits: " << why << " (" << relayed_
-                  << " command(s) relayed)";
+                  << " command(s) relayed, " << reused_ << " head connection(s) reused)";
   if (on_exit_) {
     auto f = std::move(on_exit_);
     on_exit_ = nullptr;
@@ -123,7 +124,9 @@ void Mux::DoAccept() {
       h.on_message = [this](const ConnPtr& c, std::string m) { OnClientMessage(c, std::move(m)); };
       h.on_close = [this](const ConnPtr& c, const Status&) { OnClientClose(c); };
       ConnPtr conn = transport::StartFramed(std::move(socket), std::move(h), "herd command");
-      clients_[conn.get()] = Client{conn, nullptr, false};
+      Client client;
+      client.conn = conn;
+      clients_[conn.get()] = std::move(client);
     }
     DoAccept();
   });
@@ -140,6 +143,11 @@ void Mux::OnClientMessage(const ConnPtr& conn, std::string message) {
   Client& client = it->second;
   if (client.hello_done) {
     // The protocol has the command wait for MuxReady, so a paired head is there.
+    auto request = proto::Decode<herd::v1::ClientToHead>(message);
+    if (!request.ok() ||
+        !client.open.emplace(request->request_id(), request->has_subscribe()).second) {
+      client.unclean = true;
+    }
     if (client.head) client.head->Send(std::move(message));
     return;
   }
@@ -183,9 +191,22 @@ void Mux::OnClientClose(const ConnPtr& conn) {
   std::erase(waiting_, conn);
   auto it = clients_.find(conn.get());
   if (it != clients_.end()) {
-    if (it->second.head) {
-      head_to_client_.erase(it->second.head.get());
-      it->second.head->Close();
+    Client& client = it->second;
+    if (client.head) {
+      head_to_client_.erase(client.head.get());
+      // No session of this command left on it: it serves the next command.
+      bool reusable = !client.unclean && client.open.empty() && !shut_;
+      if (reusable && !waiting_.empty()) {
+        ++reused_;
+        ConnPtr next = waiting_.front();
+        waiting_.pop_front();
+        Pair(next, std::move(client.head));
+      } else if (reusable && !spare_) {
+        ++reused_;
+        spare_ = std::move(client.head);
+      } else {
+        client.head->Close();
+      }
     }
     clients_.erase(it);
   }
@@ -230,15 +251,34 @@ void Mux::OnDialed(Result<ConnPtr> head) {
     ConnPtr client = waiting_.front();
     waiting_.pop_front();
     Pair(client, std::move(head).value());
-  } else {
+  } else if (!spare_) {
     spare_ = std::move(head).value();
+  } else {
+    (*head)->Close();  // a reused connection became the spare meanwhile
   }
   MaybeDial();
 }
 
 void Mux::OnHeadMessage(const ConnPtr& head, std::string message) {
   auto it = head_to_client_.find(head.get());
-  if (it != head_to_client_.end()) it->second->Send(std::move(message));
+  if (it == head_to_client_.end()) {
+    return;  // a spare's: nothing is asked on it
+  }
+  if (auto c = clients_.find(it->second.get()); c != clients_.end()) {
+    Client& client = c->second;
+    auto reply = proto::Decode<herd::v1::HeadToClient>(message);
+    auto req = reply.ok() ? client.open.find(reply->request_id()) : client.open.end();
+    if (req == client.open.end()) {
+      client.unclean = true;
+    } else if (req->second) {
+      // A stream ends with a JobStatus marked end_of_stream; an error may not end it on the head.
+      if (reply->has_error()) client.unclean = true;
+      if (reply->has_job_status() && reply->job_status().end_of_stream()) client.open.erase(req);
+    } else {
+      client.open.erase(req);  // one reply (or error) per request
+    }
+  }
+  it->second->Send(std::move(message));
 }
 
 void Mux::OnHeadClose(const ConnPtr& head) {

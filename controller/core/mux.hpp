@@ -52,6 +52,7 @@ class Mux {
   void Shutdown(const std::string& why);
   void set_on_exit(std::function<void(const std::string& why)> f) { on_exit_ = std::move(f); }
   int relayed() const { return relayed_; }  // commands handed a head connection so far
+  int reused() const { return reused_; }    // head connections kept for the next command
   std::size_t waiting() const { return waiting_.size(); }  // commands waiting for a dial
 
  private:
@@ -59,6 +60,11 @@ class Mux {
     ConnPtr conn;
     ConnPtr head;  // null until paired
     bool hello_done = false;
+    // Requests sent and not answered to the end (request id -> is a Subscribe), and whether
+    // anything was seen that the mux cannot account for: a head connection is handed to the
+    // next command only when neither holds (no reply of this command can reach the next one).
+    std::map<uint64_t, bool> open;
+    bool unclean = false;
   };
   void DoAccept();
   void OnClientMessage(const ConnPtr& conn, std::string message);
@@ -82,9 +88,10 @@ class Mux {
   ConnPtr spare_;
   std::deque<ConnPtr> waiting_;  // hello answered by the next dial
   std::map<const transport::Connection*, Client> clients_;
-  std::map<const transport::Connection*, ConnPtr> head_to_client_;
+  std::map<const transport::Connection*, ConnPtr> head_to_client_;  // head -> its command
   std::chrono::steady_clock::time_point last_activity_;
   int relayed_ = 0;
+  int reused_ = 0;
   std::function<void(const std::string&)> on_exit_;
 };
 

@@ -18,7 +18,9 @@
 #include <vector>
 
 #include "controller/core/mux.hpp"
+#include "herd/v1/client.pb.h"
 #include "shared/common/limits.hpp"
+#include "shared/proto/frame.hpp"
 #include "shared/transport/framed_socket.hpp"
 
 namespace herd::controller {
@@ -257,6 +259,12 @@ class MuxFixture {
     net::post(io_, [&] { p.set_value(exited() ? 0 : mux_->waiting()); });
     return f.get();
   }
+  int reused() {
+    std::promise<int> p;
+    auto f = p.get_future();
+    net::post(io_, [&] { p.set_value(mux_->reused()); });
+    return f.get();
+  }
   std::string exit_why() {
     std::lock_guard<std::mutex> lock(mu_);
     return exit_why_;
@@ -319,6 +327,61 @@ TEST_CASE("mux: hands out the ready head connection and relays both ways; close 
   REQUIRE(WaitFor([&] { return in2.is_closed(); }, &cli));
   CHECK_FALSE(f.exited());
   // No command relayed any more: the spare is dialled again.
+  REQUIRE(WaitFor([&] { return f.pending_dials() == 1; }));
+}
+
+// A ClientToHead / HeadToClient as the CLI and the head send them.
+std::string Request(uint64_t id, bool subscribe) {
+  herd::v1::ClientToHead m;
+  m.set_request_id(id);
+  if (subscribe) {
+    m.mutable_subscribe()->set_follow(true);
+  } else {
+    m.mutable_queue();
+  }
+  return proto::Encode(std::move(m));
+}
+std::string Reply(uint64_t id, bool end_of_stream) {
+  herd::v1::HeadToClient m;
+  m.set_request_id(id);
+  if (end_of_stream) {
+    m.mutable_job_status()->set_end_of_stream(true);
+  } else {
+    m.mutable_queue_reply();
+  }
+  return proto::Encode(std::move(m));
+}
+
+TEST_CASE("mux: a head connection with every request answered serves the next command") {
+  MuxFixture f;
+  auto head = f.CompleteDial();
+  net::io_context cli;
+  auto connect = [&](Inbox& in) {
+    auto socket = ConnectMux(cli, f.socket(), "127.0.0.1:4242", f.dir_ + "/certs");
+    REQUIRE(socket.ok());
+    return transport::StartFramed(std::move(socket).value(), in.Handlers(), "cli");
+  };
+  // A queue, then a followed stream to its end: nothing of this command is left on the head.
+  Inbox in1;
+  auto c1 = connect(in1);
+  c1->Send(Request(1, false));
+  c1->Send(Request(2, true));
+  REQUIRE(WaitFor([&] { return head->sent().size() == 2; }, &cli));
+  head->Answer(Reply(1, false), head);
+  head->Answer(Reply(2, true), head);
+  REQUIRE(WaitFor([&] { return in1.size() == 2; }, &cli));
+  c1->Close();
+  REQUIRE(WaitFor([&] { return f.reused() == 1; }, &cli));
+  // The next command gets the same connection, and no dial was made.
+  Inbox in2;
+  auto c2 = connect(in2);
+  c2->Send(Request(1, true));
+  REQUIRE(WaitFor([&] { return head->sent().size() == 3; }, &cli));
+  CHECK_FALSE(head->closed());
+  CHECK(f.pending_dials() == 0);
+  // Closed while its stream is open (Ctrl-C): that head session must end with it.
+  c2->Close();
+  REQUIRE(WaitFor([&] { return head->closed(); }, &cli));
   REQUIRE(WaitFor([&] { return f.pending_dials() == 1; }));
 }
 
