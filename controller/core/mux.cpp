@@ -156,8 +156,11 @@ void Mux::OnClientMessage(const ConnPtr& conn, std::string message) {
   if (!hello.ParseFromString(message) || hello.version() != herd::v1::PROTOCOL_VERSION_1) {
     return Refuse(conn, "not a MuxHello of protocol version 1");
   }
-  if (hello.head() != options_.head || hello.certs_dir() != options_.certs_dir) {
-    Refuse(conn, "stale mux: it serves " + options_.head + " with " + options_.certs_dir);
+  if (hello.head() != options_.head || hello.certs_dir() != options_.certs_dir ||
+      hello.certs_stamp() != options_.certs_stamp) {
+    Refuse(conn, "stale mux: it serves " + options_.head + " with " + options_.certs_dir +
+                     (hello.certs_stamp() != options_.certs_stamp ? " (certificates replaced since)"
+                                                                  : ""));
     // The command knows the current endpoint better: make way for the mux it starts.
     return Shutdown("stale: a command asked for " + hello.head());
   }
@@ -322,6 +325,7 @@ int RunMuxProcess(const std::string& socket_path, const std::string& head,
   }
   std::string host = hp->host;
   uint16_t port = hp->port;
+  std::string stamp = CertsStamp(certs_dir);  // before loading: a change after it shows
   transport::TlsFiles files{certs_dir + "/ca.crt", certs_dir + "/client.crt",
                             certs_dir + "/client.key"};
   auto tls = transport::LoadClientTls(files);
@@ -333,6 +337,7 @@ int RunMuxProcess(const std::string& socket_path, const std::string& head,
   o.socket_path = socket_path;
   o.head = head;
   o.certs_dir = certs_dir;
+  o.certs_stamp = stamp;
   o.dial = [&io, host, port, tls = *tls](transport::Handlers h,
                                          std::function<void(Result<ConnPtr>)> done) {
     transport::DialOptions d;
@@ -365,6 +370,19 @@ int RunMuxProcess(const std::string& socket_path, const std::string& head,
   return 0;
 }
 
+std::string CertsStamp(const std::string& certs_dir) {
+  std::string out;
+  for (const char* name : {"ca.crt", "client.crt", "client.key"}) {
+    struct stat st {};
+    if (::stat((certs_dir + "/" + name).c_str(), &st) == 0) {
+      out += std::to_string(st.st_ino) + ":" + std::to_string(st.st_size) + ":" +
+             std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+    }
+    out += ";";
+  }
+  return out;
+}
+
 std::string MuxSocketPath(const std::string& cluster_dir) {
   if (const char* env = std::getenv("HERD_MUX"); env && std::string_view(env) == "0") return "";
   std::string path = cluster_dir + "/mux.sock";
@@ -384,6 +402,7 @@ Result<local::socket> ConnectMux(net::io_context& io, const std::string& socket_
   hello.set_version(herd::v1::PROTOCOL_VERSION_1);
   hello.set_head(head);
   hello.set_certs_dir(certs_dir);
+  hello.set_certs_stamp(CertsStamp(certs_dir));
   HERD_RETURN_IF_ERROR(
       transport::WriteFrameSync(socket, hello.SerializeAsString(), limits::kMuxReadyTimeout)
           .WithContext("mux " + socket_path));

@@ -36,6 +36,7 @@ struct MuxOptions {
   std::string socket_path;  // mux.sock; mux.sock.lock and mux.sock.pid lie beside it
   std::string head;         // "host:port" of the head (the kept forward's local port)
   std::string certs_dir;    // ca.crt, client.crt, client.key
+  std::string certs_stamp;  // CertsStamp(certs_dir) when the files were loaded
   std::chrono::milliseconds idle_exit = limits::kMuxIdleExit;
   DialHeadFn dial;  // one new connection to the head
 };
@@ -98,6 +99,10 @@ class Mux {
 // `herd _mux`: runs a mux with real head dials until it exits; the process's exit code.
 int RunMuxProcess(const std::string& socket_path, const std::string& head,
                   const std::string& certs_dir);
+
+// Inode, size and mtime of the certificate files in certs_dir ("" parts for missing ones): what
+// tells a mux that the certificates it loaded were replaced.
+std::string CertsStamp(const std::string& certs_dir);
 
 // ---- The command's side ----
 // mux.sock in a cluster's directory, or "" when that path does not fit a unix socket address, or

@@ -196,6 +196,7 @@ class MuxFixture {
     o.socket_path = socket();
     o.head = "127.0.0.1:4242";
     o.certs_dir = dir_ + "/certs";
+    o.certs_stamp = CertsStamp(o.certs_dir);
     o.idle_exit = idle;
     o.dial = [this](transport::Handlers h, std::function<void(Result<ConnPtr>)> done) {
       std::lock_guard<std::mutex> lock(mu_);
@@ -410,6 +411,17 @@ TEST_CASE("mux: a stale endpoint or a failed dial refuses the command and ends t
     CHECK(socket.status().message().find("stale mux") != std::string::npos);
     REQUIRE(WaitFor([&] { return f.exited(); }));
     CHECK_FALSE(fs::exists(f.socket()));
+  }
+  SUBCASE("certificates replaced since the mux loaded them") {
+    MuxFixture f;
+    f.CompleteDial();
+    fs::create_directories(f.dir_ + "/certs");
+    std::ofstream(f.dir_ + "/certs/client.crt") << "another certificate\n";
+    net::io_context cli;
+    auto socket = ConnectMux(cli, f.socket(), "127.0.0.1:4242", f.dir_ + "/certs");
+    REQUIRE_FALSE(socket.ok());
+    CHECK(socket.status().message().find("certificates replaced") != std::string::npos);
+    REQUIRE(WaitFor([&] { return f.exited(); }));
   }
   SUBCASE("head unreachable") {
     MuxFixture f;
