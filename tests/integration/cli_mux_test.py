@@ -148,6 +148,23 @@ class MuxTest(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr.decode(errors="replace"))
         self.assertIn("through the mux", p.stderr.decode())
 
+    def test_b2_a_mux_killed_mid_stream_is_survived(self):
+        self.run_herd("exec", CLUSTER, "--", "true")
+        pid = self.mux_pid()
+        p = subprocess.Popen([HERD, "exec", CLUSTER, "--", "echo before; sleep 2; echo after"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.traced())
+        try:
+            self.assertEqual(lines(p.stdout.readline()), ["before"])
+            os.kill(pid, signal.SIGKILL)  # the stream redials the head itself, from its offset
+            out, err = p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+        self.assertEqual(p.returncode, 0, err.decode(errors="replace"))
+        self.assertIn("through the mux", err.decode())
+        self.assertEqual(lines(out), ["after"])  # "before" was read above, and not repeated
+
     def test_c_ctrl_c_detaches_and_logs_reattaches(self):
         self.run_herd("exec", CLUSTER, "--", "true")
         self.mux_pid()
