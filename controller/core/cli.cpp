@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include "controller/core/head_client.hpp"
+#include "controller/core/mux.hpp"
 #include "controller/core/managed_jobs.hpp"
 #include "controller/core/progress.hpp"
 #include "controller/core/sdk.hpp"
@@ -494,6 +495,14 @@ int RunCli(int argc, char** argv) {
   nodes->add_option("cluster", nodes_cluster, "cluster name");
   nodes->add_option("-o,--output", nodes_output, "output format")->check(CLI::IsMember({"json"}));
 
+  // herd _mux (hidden): the per-cluster mux process that commands start (mux.hpp)
+  auto* mux_cmd = app.add_subcommand("_mux", "");
+  mux_cmd->group("");
+  std::string mux_socket, mux_head, mux_certs;
+  mux_cmd->add_option("--socket", mux_socket, "mux.sock path")->required();
+  mux_cmd->add_option("--head", mux_head, "host:port of the head")->required();
+  mux_cmd->add_option("--certs", mux_certs, "client certificate directory")->required();
+
   bool verbose = false;
   app.add_flag("-v,--verbose", verbose, "log what herd does (to stderr)");
   std::vector<std::string> command_after_dashes;
@@ -732,6 +741,10 @@ int RunCli(int argc, char** argv) {
     return 0;
   }
   if (*jobs_controller) return RunManagedController(jobs_controller_id);
+  if (*mux_cmd) {
+    if (!verbose) log::SetLevel(log::Level::kInfo);  // mux.log: why it exited
+    return RunMuxProcess(mux_socket, mux_head, mux_certs);
+  }
   if (*jobs_launch) {
     auto t = BuildTask(jobs_launch_args, jobs_flags);
     if (!t.ok()) return Fail(t.status(), 2);

@@ -3,9 +3,12 @@
 #include <optional>
 #include <thread>
 
+#include "controller/core/mux.hpp"
 #include "controller/core/trace.hpp"
 #include "shared/common/limits.hpp"
+#include "shared/common/log.hpp"
 #include "shared/proto/frame.hpp"
+#include "shared/transport/framed_socket.hpp"
 
 namespace herd::controller {
 
@@ -43,20 +46,39 @@ Result<std::unique_ptr<HeadClient>> HeadClient::Connect(const HeadEndpoint& endp
 }
 
 Status HeadClient::Dial() {
+  via_mux_ = false;
+  closed_ = false;
+  inbox_.clear();
+  transport::Handlers handlers;
+  handlers.on_message = [this](const auto& conn, std::string m) {
+    if (conn == conn_) inbox_.push_back(std::move(m));
+  };
+  handlers.on_close = [this](const auto& conn, const Status& why) {
+    if (conn != conn_) return;
+    closed_ = true;
+    close_reason_ = why;
+  };
+  if (!endpoint_.mux_socket.empty()) {
+    auto socket =
+        ConnectMux(io_, endpoint_.mux_socket, endpoint_.host + ":" + std::to_string(endpoint_.port),
+                   endpoint_.certs_dir);
+    if (socket.ok()) {
+      io_.restart();
+      conn_ = transport::StartFramed(std::move(socket).value(), handlers, endpoint_.mux_socket);
+      via_mux_ = true;
+      TraceMark("head connected (through the mux)");
+      return Status::Ok();
+    }
+    // No mux, a dead one's socket, a stale one: dial the head as without a mux.
+    HERD_LOG(kDebug) << socket.status().message() << "; dialling the head";
+  }
   transport::DialOptions o;
   o.host = endpoint_.host;
   o.port = endpoint_.port;
   o.tls = {endpoint_.certs_dir + "/ca.crt", endpoint_.certs_dir + "/client.crt",
            endpoint_.certs_dir + "/client.key"};
   o.role = transport::Role::kClient;
-  o.handlers.on_message = [this](const auto& conn, std::string m) {
-    if (conn == conn_) inbox_.push_back(std::move(m));
-  };
-  o.handlers.on_close = [this](const auto& conn, const Status& why) {
-    if (conn != conn_) return;
-    closed_ = true;
-    close_reason_ = why;
-  };
+  o.handlers = handlers;
   std::optional<Result<std::shared_ptr<transport::Connection>>> result;
   io_.restart();
   transport::Dial(io_, std::move(o), [&](Result<std::shared_ptr<transport::Connection>> r) {
@@ -72,8 +94,6 @@ Status HeadClient::Dial() {
   }
   conn_ = std::move(*result).value();
   TraceMark("head connected (TCP, TLS, websocket)");
-  closed_ = false;
-  inbox_.clear();
   return Status::Ok();
 }
 

@@ -21,6 +21,8 @@ struct HeadEndpoint {
   std::string host;
   uint16_t port = 0;
   std::string certs_dir;  // ca.crt, client.crt, client.key
+  // The cluster's mux socket (controller/core/mux.hpp), tried before dialling; "" for none.
+  std::string mux_socket = "";
 };
 
 class HeadClient {
@@ -41,6 +43,8 @@ class HeadClient {
   // Where to redial after a dropped connection (Stream's reconnect); by default the endpoint it
   // connected to. A cluster's client renews its SSH port-forward here when the master died.
   void SetRedial(std::function<Result<HeadEndpoint>()> redial) { redial_ = std::move(redial); }
+  // The last (re)connection went through the cluster's mux.
+  bool via_mux() const { return via_mux_; }
 
   struct StreamCallbacks {
     std::function<void(std::string_view bytes)> on_data;      // run.log bytes, in order
@@ -74,6 +78,7 @@ class HeadClient {
   bool closed_ = false;
   Status close_reason_;
   uint64_t next_request_id_ = 1;
+  bool via_mux_ = false;
   std::function<void()> cleanup_;
   std::function<Result<HeadEndpoint>()> redial_;
 };

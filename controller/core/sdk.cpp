@@ -14,6 +14,7 @@
 
 #include "controller/bootstrap/agent_bootstrap.hpp"
 #include "controller/bootstrap/sha256.hpp"
+#include "controller/core/mux.hpp"
 #include "controller/core/trace.hpp"
 #include "controller/provider/aws_provider.hpp"
 #include "controller/provider/local_provider.hpp"
@@ -396,7 +397,7 @@ Result<std::string> HerdletBinary() {
                   "; set HERDLET_BINARY");
 }
 
-Result<std::unique_ptr<HeadClient>> ConnectHead(const ClusterRecord& c) {
+Result<std::unique_ptr<HeadClient>> ConnectHead(const ClusterRecord& c, bool start_mux) {
   const NodeRecord* head = HeadNode(c);
   if (!head) return FailedPrecondition("cluster " + c.name + " has no nodes");
   if (c.status == ClusterStatus::kStopped) {
@@ -412,9 +413,18 @@ Result<std::unique_ptr<HeadClient>> ConnectHead(const ClusterRecord& c) {
     if (stale < 0) return kept.Recorded();
     return kept.Renew(stale);
   };
+  // A warm command goes through the cluster's mux (mux.hpp) when one runs; one that dialled the
+  // head itself starts a mux for the commands after it.
+  std::string mux = MuxSocketPath(c.state_dir);
   auto connect = [&](int port) -> Result<std::unique_ptr<HeadClient>> {
-    HeadEndpoint endpoint{"127.0.0.1", static_cast<uint16_t>(port), c.certs_dir};
+    HeadEndpoint endpoint{"127.0.0.1", static_cast<uint16_t>(port), c.certs_dir, mux};
     HERD_ASSIGN_OR_RETURN(auto client, HeadClient::Connect(endpoint));
+    if (start_mux && !mux.empty() && !client->via_mux()) {
+      herd::Status spawned = SpawnMux(mux, endpoint.host + ":" + std::to_string(port), c.certs_dir);
+      if (!spawned.ok()) {
+        HERD_LOG(kDebug) << "no mux for " << c.name << ": " << spawned.message();
+      }
+    }
     // A stream that lost its connection redials through a renewed forward (the master may have
     // died with the old one).
     client->SetRedial([forward, endpoint]() mutable -> Result<HeadEndpoint> {
@@ -616,7 +626,8 @@ herd::Status Stop(const std::string& cluster, ProgressFn progress) {
   if (c.status == ClusterStatus::kStopped) return herd::Status::Ok();
   HERD_ASSIGN_OR_RETURN(auto provider, MakeProvider(c.infra));
   HERD_RETURN_IF_ERROR(provider->CheckStoppable(c.name, c.state_dir + "/provider"));
-  if (auto client = ConnectHead(c); client.ok()) (void)(*client)->Cancel({}, true);
+  if (auto client = ConnectHead(c, false); client.ok()) (void)(*client)->Cancel({}, true);
+  StopMux(MuxSocketPath(c.state_dir));
   OpenSshRunner ssh;
   Report(progress, "Stopping " + std::to_string(c.nodes.size()) + " node(s)", 0,
          static_cast<int>(c.nodes.size()));
@@ -650,13 +661,14 @@ herd::Status Down(const std::string& cluster, ProgressFn progress) {
   if (c.status == ClusterStatus::kUp && c.provider == "ssh") {
     // Machines that are not ours: cancel the jobs, stop the agents, remove what herd installed.
     // (Local nodes and cloud instances are removed as a whole.)
-    if (auto client = ConnectHead(c); client.ok()) (void)(*client)->Cancel({}, true);
+    if (auto client = ConnectHead(c, false); client.ok()) (void)(*client)->Cancel({}, true);
     BootstrapOptions bo;
     HERD_RETURN_IF_ERROR(StopAgents(ssh, TargetsOf(c), bo));
     for (const auto& t : TargetsOf(c)) {
       (void)ssh.Run(t, "rm -rf '" + bo.remote_dir + "'", limits::kSshConnectTimeout);
     }
   }
+  StopMux(MuxSocketPath(c.state_dir));
   for (const auto& t : TargetsOf(c)) (void)ssh.CloseMaster(t);
   HERD_ASSIGN_OR_RETURN(auto provider, MakeProvider(c.infra));
   HERD_RETURN_IF_ERROR(provider->Teardown(c.name, c.state_dir + "/provider"));

@@ -84,8 +84,10 @@ Result<std::vector<ClusterRecord>> Status();
 Result<ClusterRecord> GetCluster(const std::string& cluster);
 
 // A client connected to the cluster's head through an SSH port-forward (the ControlMaster of the
-// head node), mutual TLS inside it.
-Result<std::unique_ptr<controller::HeadClient>> ConnectHead(const ClusterRecord& cluster);
+// head node), mutual TLS inside it; through the cluster's mux when one runs (mux.hpp), else a
+// dial of its own after which it starts a mux (unless start_mux is false: a cluster going away).
+Result<std::unique_ptr<controller::HeadClient>> ConnectHead(const ClusterRecord& cluster,
+                                                            bool start_mux = true);
 
 // Where the herdlet binary to install comes from: $HERDLET_BINARY, else next to this executable
 // (installed layout), else ../agent/herdlet (build tree).

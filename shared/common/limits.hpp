@@ -71,6 +71,17 @@ static_assert(kNodeLostAfter + kHeadNodeProbeTimeout + kReconnectBackoffMax <
               "the head node probe decides before the reconnect window would");
 // A client request (submit, queue, cancel) must be answered within this.
 inline constexpr Duration kClientRequestTimeout = 30s;
+// The per-cluster mux (controller/core/mux.hpp; ssh's ControlPersist for the head connection)
+// exits after this long with no command connected.
+inline constexpr Duration kMuxIdleExit = 10min;
+// A command waits this long for the mux's MuxReady (a spare connection is handed out at once; a
+// mux with none dials one, ~6-20 ms) before dialling the head itself: a hung mux costs less than a
+// dial may take (kHandshakeTimeout).
+inline constexpr Duration kMuxReadyTimeout = 2s;
+// After its last command is gone the mux lingers this long for the websocket closes to go out;
+// `herd down` / `herd stop` wait kMuxStopWait for it to exit after SIGTERM, then SIGKILL it.
+inline constexpr Duration kMuxCloseLinger = 200ms;
+inline constexpr Duration kMuxStopWait = 1s;
 
 // ---- Processes ----------------------------------------------------------------------------------
 // Fail fast and cancel: SIGTERM to every process of the job, then SIGKILL after this grace period.
@@ -244,6 +255,8 @@ static_assert(kReconnectBackoffMax < kNodeLostAfter,
 static_assert(kKillGracePeriod < 2s, "other ranks die within 2 s of the first failure");
 static_assert(kExitRecordReserveBytes >= 4096 + 512,
               "an exit record whose error names a PATH_MAX path fits its reserve");
+static_assert(kMuxReadyTimeout < kHandshakeTimeout, "a hung mux costs less than a dial may");
+static_assert(kMuxCloseLinger < kMuxStopWait, "a mux told to stop exits before it is killed");
 static_assert(kReconnectBackoffMax < kClientReconnectWindow, "a client retries more than once");
 static_assert(kLocalNodeStartTimeout < kSshWaitTotal,
               "a local node starts long before ssh gives up");

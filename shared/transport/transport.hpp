@@ -81,12 +81,19 @@ struct ServerOptions {
 // Binds and starts accepting. Errors (bad certificate files, address in use) are returned.
 Result<std::unique_ptr<Server>> Listen(boost::asio::io_context& io, ServerOptions options);
 
+// A client TLS context with its certificate files read once, for a process that dials the same
+// head again and again (the CLI's mux, controller/core/mux.hpp): a Dial with it skips reading and
+// decoding the CA, certificate and key and OpenSSL 3.0's per-context fetch of every cipher.
+class ClientTls;
+Result<std::shared_ptr<ClientTls>> LoadClientTls(const TlsFiles& files);
+
 struct DialOptions {
   std::string host;
   uint16_t port = 0;
   std::string bind_address;  // optional local source address
   TlsFiles tls;
-  Role role = Role::kClient;  // the role of this side's certificate: selects the path
+  std::shared_ptr<ClientTls> loaded_tls;  // when set, used instead of tls
+  Role role = Role::kClient;              // the role of this side's certificate: selects the path
   Handlers handlers;
   // Tests only: dial this path instead of PathForRole(role) (to check that the server refuses a
   // mismatch). An empty tls.cert and tls.key dial without a client certificate (also refused).

@@ -689,6 +689,17 @@ class WsServer : public Server {
 
 }  // namespace
 
+class ClientTls {
+ public:
+  std::shared_ptr<ssl::context> ctx;
+};
+
+Result<std::shared_ptr<ClientTls>> LoadClientTls(const TlsFiles& files) {
+  auto out = std::make_shared<ClientTls>();
+  HERD_ASSIGN_OR_RETURN(out->ctx, MakeContext(files, false));
+  return out;
+}
+
 Result<std::unique_ptr<Server>> Listen(boost::asio::io_context& io, ServerOptions options) {
   HERD_ASSIGN_OR_RETURN(std::shared_ptr<ssl::context> ctx, MakeContext(options.tls, true));
   auto listener = std::make_shared<Listener>(io, std::move(ctx), std::move(options));
@@ -699,7 +710,12 @@ Result<std::unique_ptr<Server>> Listen(boost::asio::io_context& io, ServerOption
 
 void Dial(boost::asio::io_context& io, DialOptions options,
           std::function<void(Result<std::shared_ptr<Connection>>)> done) {
-  Result<std::shared_ptr<ssl::context>> ctx = MakeContext(options.tls, false);
+  Result<std::shared_ptr<ssl::context>> ctx = std::shared_ptr<ssl::context>();
+  if (options.loaded_tls) {
+    ctx = options.loaded_tls->ctx;  // the Session keeps it alive
+  } else {
+    ctx = MakeContext(options.tls, false);
+  }
   if (!ctx.ok()) {
     // done() never runs inside Dial: callers may hold locks that done() takes.
     net::post(io, [done = std::move(done), why = ctx.status()] { done(why); });

@@ -547,5 +547,36 @@ TEST_CASE("a dial to a peer that never answers the TLS handshake is bounded") {
   CHECK(took < limits::kHandshakeTimeout + 5s);
 }
 
+TEST_CASE("a loaded client context dials again and again, with the identities checked each time") {
+  Certs certs;
+  Recorder server_side, client_side;
+  IoThread io;
+  auto server = MustListen(io.io(), certs.Agent(), server_side);
+  {
+    auto loaded = LoadClientTls(certs.Client());
+    REQUIRE_MESSAGE(loaded.ok(), loaded.status().ToString());
+    for (int i = 0; i < 3; ++i) {
+      std::size_t opened = server_side.opened_count() + 1;
+      DialOptions o = ToServer(*server, {}, Role::kClient, client_side.handlers());
+      o.loaded_tls = *loaded;
+      auto conn = DialSync(io.io(), std::move(o));
+      REQUIRE_MESSAGE(conn.ok(), conn.status().ToString());
+      CHECK((*conn)->peer().role == Role::kAgent);
+      CHECK((*conn)->peer().common_name == "head");
+      REQUIRE(server_side.WaitOpened(opened));
+      auto accepted = server_side.opened(opened - 1);
+      REQUIRE(accepted != nullptr);
+      CHECK(accepted->peer().role == Role::kClient);
+      CHECK(accepted->peer().common_name == "herd-client");
+      std::size_t before = server_side.messages().size();
+      (*conn)->Send("hello " + std::to_string(i));
+      REQUIRE(server_side.WaitMessages(before + 1));
+      (*conn)->Close();
+    }
+  }
+  auto bad = LoadClientTls({certs.OtherCa(), "/nonexistent.crt", "/nonexistent.key"});
+  CHECK(bad.status().code() == Code::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace herd::transport
