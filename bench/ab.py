@@ -47,21 +47,18 @@ def launch_ab(args, env):
               " ".join(f"{x:.2f}" for x in v))
 
 
-def exec_ab(args, env):
-    name = f"{args.prefix}x"
-    env.herd = args.a
-    env.launch(name, args.nodes)
+def interleaved_execs(args, env, commands, labels):
+    """One warm-up, then args.reps rounds of commands["A"] and commands["B"] (argv lists of a warm
+    `herd exec`), their order swapped every round; prints each side's median and, with --trace,
+    the median increment of each HERD_TRACE stage."""
     res = {"A": [], "B": []}
     stages = {"A": {}, "B": {}}
     tenv = dict(env.env, HERD_TRACE="1") if args.trace else None
-    for which in ("A", "B"):  # warm-up: each binary's first exec renews nothing afterwards
-        env.run([getattr(args, which.lower()), "exec", name, "--num-nodes", str(args.nodes),
-                 "--", "true"])
+    for which in ("A", "B"):  # warm-up: each side's first exec renews nothing afterwards
+        env.run(commands[which])
     for rep in range(args.reps):
-        order = ["A", "B"] if rep % 2 == 0 else ["B", "A"]
-        for which in order:
-            secs, _, text = env.run([getattr(args, which.lower()), "exec", name, "--num-nodes",
-                                     str(args.nodes), "--", "true"], env=tenv)
+        for which in (["A", "B"] if rep % 2 == 0 else ["B", "A"]):
+            secs, _, text = env.run(commands[which], env=tenv)
             res[which].append(ms(secs))
             for line in text.splitlines():
                 m = TRACE.search(line)
@@ -69,40 +66,35 @@ def exec_ab(args, env):
                     stages[which].setdefault(m.group(3), []).append(float(m.group(2)))
     for which in ("A", "B"):
         v = res[which]
-        print(f"{which} ({getattr(args, which.lower())}): median {statistics.median(v):.1f} ms, "
+        print(f"{which} ({labels[which]}): median {statistics.median(v):.1f} ms, "
               f"min {min(v):.1f}, max {max(v):.1f}, n={len(v)}")
         for stage, d in stages[which].items():
             print(f"    {stage:40s} median +{statistics.median(d):6.2f} ms (n={len(d)})")
 
 
+def exec_ab(args, env):
+    """Two herd binaries against one cluster."""
+    name = f"{args.prefix}x"
+    env.herd = args.a
+    env.launch(name, args.nodes)
+    tail = [name, "--num-nodes", str(args.nodes), "--", "true"]
+    interleaved_execs(args, env, {"A": [args.a, "exec", *tail], "B": [args.b, "exec", *tail]},
+                      {"A": args.a, "B": args.b})
+
+
 def agent_ab(args, env):
-    res = {"A": [], "B": []}
-    stages = {"A": {}, "B": {}}
+    """One herd binary against two clusters, one per herdlet binary."""
     names = {"A": f"{args.prefix}a", "B": f"{args.prefix}b"}
     base = env.env
     for which in ("A", "B"):
         env.env = dict(base, HERDLET_BINARY=getattr(args, f"herdlet_{which.lower()}"))
         env.launch(names[which], args.nodes)
     env.env = base
-    tenv = dict(env.env, HERD_TRACE="1") if args.trace else None
-    for which in ("A", "B"):  # warm-up
-        env.run([args.a, "exec", names[which], "--num-nodes", str(args.nodes), "--", "true"])
-    for rep in range(args.reps):
-        order = ["A", "B"] if rep % 2 == 0 else ["B", "A"]
-        for which in order:
-            secs, _, text = env.run([args.a, "exec", names[which], "--num-nodes",
-                                     str(args.nodes), "--", "true"], env=tenv)
-            res[which].append(ms(secs))
-            for line in text.splitlines():
-                m = TRACE.search(line)
-                if m:
-                    stages[which].setdefault(m.group(3), []).append(float(m.group(2)))
-    for which in ("A", "B"):
-        v = res[which]
-        print(f"{which} (herdlet {getattr(args, f'herdlet_{which.lower()}')}): median "
-              f"{statistics.median(v):.1f} ms, min {min(v):.1f}, max {max(v):.1f}, n={len(v)}")
-        for stage, d in stages[which].items():
-            print(f"    {stage:40s} median +{statistics.median(d):6.2f} ms (n={len(d)})")
+    interleaved_execs(
+        args, env,
+        {w: [args.a, "exec", names[w], "--num-nodes", str(args.nodes), "--", "true"]
+         for w in ("A", "B")},
+        {w: "herdlet " + getattr(args, f"herdlet_{w.lower()}") for w in ("A", "B")})
 
 
 def main():
