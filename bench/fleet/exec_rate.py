@@ -8,6 +8,11 @@ LoopbackCluster, real certificates), then runs JOBS times `herd exec --endpoint 
   scheduled/s  head side: jobs / (last started_at - first submitted_at), from `herd queue -o json`
 The worker declares enough CPUs for every job to be placed at once (the rate of the head, not of
 the node's capacity). Usage: exec_rate.py [--jobs N] [--parallel P]; HERD/HERDLET name the binaries.
+
+--cluster NAME instead runs `herd exec NAME -d -- true` against an UP cluster of the caller's
+HERD_HOME (made with `herd launch`): the path a user's commands take, through the cluster's kept
+forward and its mux (docs/ARCHITECTURE.md). Its nodes have the CPUs they have, so jobs may wait for
+earlier ones to end: "scheduled" is then the node's rate, not the head's.
 """
 import argparse
 import json
@@ -28,12 +33,24 @@ def main():
     ap.add_argument("--parallel", type=int, default=8)
     ap.add_argument("--goal", type=float, default=100.0)
     ap.add_argument("--net", default="127.0.60", help="loopback A.B.C: head .11, worker .12")
+    ap.add_argument("--cluster", help="an UP cluster of HERD_HOME to submit to instead")
     a = ap.parse_args()
     print("load average:", open("/proc/loadavg").read().split()[:3])
-    c = loopback_cluster.LoopbackCluster("hflt-rate", [a.net + ".11", a.net + ".12"],
-                                         gpus_per_node=0, cpus=2 * a.jobs)
-    try:
+    if a.cluster:
+        c = None
+        cmd = [loopback_cluster.HERD, "exec", a.cluster, "-d", "--", "true"]
+
+        def queue():
+            return loopback_cluster.run([loopback_cluster.HERD, "queue", a.cluster, "-o", "json"])
+    else:
+        c = loopback_cluster.LoopbackCluster("hflt-rate", [a.net + ".11", a.net + ".12"],
+                                             gpus_per_node=0, cpus=2 * a.jobs)
         cmd = [loopback_cluster.HERD, "exec", *c.target(), "-d", "--", "true"]
+
+        def queue():
+            return c.herd("queue", "-o", "json")
+    try:
+        before = {j["id"] for j in json.loads(queue().stdout)}
 
         def one(_):
             t = time.monotonic()
@@ -49,7 +66,7 @@ def main():
         accepted = a.jobs / wall
         deadline = time.time() + 120
         while True:
-            jobs = json.loads(c.herd("queue", "-o", "json").stdout)
+            jobs = [j for j in json.loads(queue().stdout) if j["id"] not in before]
             started = [j for j in jobs if j["started_at_ms"] > 0]
             if len(started) >= a.jobs or time.time() > deadline:
                 break
@@ -75,7 +92,8 @@ def main():
               f" scheduled {sched:.1f} jobs/s (goal >= {a.goal:.0f})")
         return 0 if ok else 1
     finally:
-        c.close()
+        if c:
+            c.close()
 
 
 if __name__ == "__main__":
