@@ -12,8 +12,8 @@
 #include <iostream>
 
 #include "controller/core/head_client.hpp"
-#include "controller/core/mux.hpp"
 #include "controller/core/managed_jobs.hpp"
+#include "controller/core/mux.hpp"
 #include "controller/core/progress.hpp"
 #include "controller/core/sdk.hpp"
 #include "controller/core/table.hpp"

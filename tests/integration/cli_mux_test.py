@@ -13,7 +13,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from herd_env import HerdEnv, namespaces_of, netns_available  # noqa: E402
+from herd_env import HerdEnv, namespaces_of, netns_available, pids_by_cmdline  # noqa: E402
 
 CLUSTER = "hq1mux"
 HERD = os.environ.get("HERD", "herd")
@@ -21,18 +21,7 @@ HERD = os.environ.get("HERD", "herd")
 
 def mux_pids(socket_path):
     """Processes that are a `herd _mux` of socket_path."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if b"_mux" in argv and socket_path.encode() in argv:
-            pids.append(int(entry))
-    return pids
+    return pids_by_cmdline(lambda argv: b"_mux" in argv and socket_path.encode() in argv)
 
 
 def lines(out):

@@ -61,3 +61,19 @@ def namespaces_of(cluster):
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return [line.split()[0] for line in out.splitlines()
             if line.startswith(f"herd-{cluster}-")]
+
+
+def pids_by_cmdline(match):
+    """PIDs of the processes whose argv (a list of bytes) match(argv) accepts."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if match(argv):
+            found.append(int(d))
+    return found

@@ -14,7 +14,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from herd_env import HerdEnv, namespaces_of, netns_available  # noqa: E402
+from herd_env import HerdEnv, namespaces_of, netns_available, pids_by_cmdline  # noqa: E402
 
 STEPS = 40  # checkpointed steps of the resumable job, 0.5 s each
 # A dead head machine is RECOVERING within kNodeLostAfter (8 s) + kReconnectBackoffMax (3 s) + the
@@ -29,17 +29,8 @@ def read(path):
 
 
 def pids_with_marker(marker):
-    found = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                if marker.encode() in f.read():
-                    found.append(int(d))
-        except OSError:
-            pass
-    return found
+    """Processes whose command line (arguments joined by NUL) contains marker."""
+    return pids_by_cmdline(lambda argv: marker.encode() in b"\0".join(argv))
 
 
 @unittest.skipUnless(netns_available(), "needs root and ip netns")
