@@ -9,11 +9,11 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from herd_env import HerdEnv, namespaces_of, netns_available, pids_by_cmdline  # noqa: E402
+from herd_env import (HerdEnv, namespaces_of, netns_available, pids_by_cmdline,  # noqa: E402
+                      wait_for)
 
 CLUSTER = "hq1mux"
 HERD = os.environ.get("HERD", "herd")
@@ -27,15 +27,6 @@ def mux_pids(socket_path):
 def lines(out):
     """Output lines without their "(node, rank=R, pid=P) " prefix."""
     return [re.sub(r"^\([^)]*\) ", "", line) for line in out.decode().splitlines()]
-
-
-def wait_for(cond, timeout=20):
-    end = time.time() + timeout
-    while time.time() < end:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return cond()
 
 
 @unittest.skipUnless(netns_available(), "needs root and ip netns")

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 
 HERD = os.environ.get("HERD", "herd")
 
@@ -77,3 +78,13 @@ def pids_by_cmdline(match):
         if match(argv):
             found.append(int(d))
     return found
+
+
+def wait_for(cond, timeout=20):
+    """Polls cond every 50 ms for up to timeout seconds; its last answer."""
+    end = time.time() + timeout
+    while time.time() < end:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()

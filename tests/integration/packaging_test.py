@@ -15,6 +15,9 @@ import tempfile
 import time
 import unittest
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from herd_env import wait_for  # noqa: E402
+
 HERD = os.environ.get("HERD", "herd")
 HERDLET = os.environ.get("HERDLET", "herdlet")
 HERDLET_UPLOAD = os.environ.get("HERDLET_UPLOAD", HERDLET + ".upload")
@@ -198,18 +201,11 @@ class SuperviseTest(unittest.TestCase):
         except FileNotFoundError:
             return ""
 
-    def wait_for(self, pred, timeout):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if pred():
-                return True
-            time.sleep(0.05)
-        return pred()
 
     def test_restarts_with_backoff_and_stops_on_sigterm(self):
         t0 = time.time()
         self.start([3, 3, 3])
-        self.assertTrue(self.wait_for(lambda: self.read("starts").strip() == "4", 12),
+        self.assertTrue(wait_for(lambda: self.read("starts").strip() == "4", 12),
                         self.read("herdlet.log"))
         took = time.time() - t0
         log = self.read("herdlet.log")
