@@ -7,6 +7,7 @@
 #include <sys/ioctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <string_view>
@@ -149,16 +151,6 @@ bool OpenPty(int& master, int& slave) {
   }
   ::dup2(out, 1);
   ::dup2(out, 2);
-  if (!a.cgroup_procs.empty()) {
-    // Into the group's cgroup before it can fork; a failure only costs the cgroup.
-    int fd = ::open(a.cgroup_procs.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd >= 0) {
-      std::string pid = std::to_string(::getpid());
-      ssize_t ignored = ::write(fd, pid.data(), pid.size());
-      (void)ignored;
-      ::close(fd);
-    }
-  }
   int err = 0;
   if (!a.cwd.empty() && ::chdir(a.cwd.c_str()) != 0) err = errno;
   if (err == 0) {
@@ -185,7 +177,56 @@ bool OpenPty(int& master, int& slave) {
   ::_exit(127);
 }
 
+// clone3's argument, as far as CLONE_ARGS_SIZE_VER2 (Linux 5.7, which added `cgroup`); declared
+// here so that the build does not depend on the kernel headers' version.
+struct CloneArgs {
+  uint64_t flags = 0, pidfd = 0, child_tid = 0, parent_tid = 0, exit_signal = 0, stack = 0,
+           stack_size = 0, tls = 0, set_tid = 0, set_tid_size = 0, cgroup = 0;
+};
+static_assert(sizeof(CloneArgs) == 88, "CLONE_ARGS_SIZE_VER2");
+constexpr uint64_t kCloneIntoCgroup = 0x200000000ULL;  // CLONE_INTO_CGROUP
+
 }  // namespace
+
+pid_t ForkIntoCgroup(const std::string& cgroup_dir, bool via_clone3) {
+  if (cgroup_dir.empty()) return ::fork();
+  if (via_clone3) {
+    int cg = ::open(cgroup_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (cg >= 0) {
+      CloneArgs args;
+      args.flags = kCloneIntoCgroup;
+      args.exit_signal = SIGCHLD;
+      args.cgroup = static_cast<uint64_t>(cg);
+      long pid = ::syscall(SYS_clone3, &args, sizeof args);
+      if (pid == 0) return 0;  // the child: already in the cgroup (cg is close-on-exec)
+      ::close(cg);
+      if (pid > 0) return static_cast<pid_t>(pid);
+      // ENOSYS (before 5.3), E2BIG/EINVAL (before 5.7), EBADF (a v1 hierarchy), EBUSY, EPERM
+      // (seccomp): the move below still works, or fails as it would have.
+    }
+  }
+  pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  // The child, before anything else can run in it: only async-signal-safe calls.
+  char path[4096];
+  const std::string_view procs = "/cgroup.procs";
+  if (cgroup_dir.size() + procs.size() < sizeof path) {
+    std::memcpy(path, cgroup_dir.data(), cgroup_dir.size());
+    std::memcpy(path + cgroup_dir.size(), procs.data(), procs.size());
+    path[cgroup_dir.size() + procs.size()] = '\0';
+    int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      char digits[24];
+      size_t n = 0;
+      for (unsigned long v = static_cast<unsigned long>(::getpid()); n == 0 || v != 0; v /= 10)
+        digits[sizeof digits - 1 - n++] = static_cast<char>('0' + v % 10);
+      ssize_t ignored = ::write(fd, digits + sizeof digits - n, n);
+      (void)ignored;
+      ::close(fd);
+    }
+  }
+  return 0;
+}
 
 std::string ExitRecordPath(const std::string& log_path) { return log_path + ".exit"; }
 
@@ -303,7 +344,11 @@ int RunStep(int argc, char** argv) {
   ::sigprocmask(SIG_BLOCK, &mask, nullptr);
   int sfd = ::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
 
-  pid_t child = ::fork();
+  // Into the group's cgroup before it can fork; a failure only costs the cgroup.
+  std::string cgroup_dir;
+  if (auto slash = a.cgroup_procs.rfind('/'); slash != std::string::npos && slash > 0)
+    cgroup_dir = a.cgroup_procs.substr(0, slash);
+  pid_t child = ForkIntoCgroup(cgroup_dir);
   if (child < 0) {
     int e = errno;
     Report("err " + std::to_string(e) + " fork: " + std::strerror(e) + "\n");

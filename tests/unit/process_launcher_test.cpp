@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "agent/process/step.hpp"
 #include "agent/process/uv_process_launcher.hpp"
 #include "shared/common/limits.hpp"
 
@@ -366,6 +367,50 @@ TEST_CASE("cwd") {
   f.Spawn(G("cwd"), Sh("pwd -P"), rec, req);
   REQUIRE(f.WaitExit(rec));
   CHECK(rec.output == fs::canonical(f.dir / "work dir").string() + "\n");
+}
+
+// The supervisor forks the job process straight into its group's cgroup (clone3 with
+// CLONE_INTO_CGROUP) where the kernel can, and otherwise moves it there before it runs anything;
+// both ways must leave the process in the cgroup before ForkIntoCgroup returns in the child.
+TEST_CASE("ForkIntoCgroup: the child starts in the cgroup, by clone3 or by a move") {
+  Fixture f;
+  const std::string group = G("cgroup-entry");
+  const std::string dir = f.launcher->CgroupDir(group);
+  if (dir.empty()) {
+    MESSAGE("no usable cgroup hierarchy on this machine: nothing to check");
+    return;
+  }
+  f.groups.push_back(group);
+  fs::create_directories(dir);
+  for (bool via_clone3 : {true, false}) {
+    CAPTURE(via_clone3);
+    int ready[2], done[2];
+    REQUIRE(::pipe2(ready, O_CLOEXEC) == 0);
+    REQUIRE(::pipe2(done, O_CLOEXEC) == 0);
+    pid_t pid = herd::agent::ForkIntoCgroup(dir, via_clone3);
+    if (pid == 0) {
+      // Says it runs, then waits for the test to have looked: async-signal-safe calls only.
+      ::close(done[1]);
+      char c = 'r';
+      ssize_t ignored = ::write(ready[1], &c, 1);
+      (void)ignored;
+      while (::read(done[0], &c, 1) < 0 && errno == EINTR) {
+      }
+      ::_exit(0);
+    }
+    ::close(ready[1]);
+    ::close(done[0]);
+    REQUIRE(pid > 0);
+    char c = 0;
+    CHECK(::read(ready[0], &c, 1) == 1);
+    std::string procs = ReadFile(dir + "/cgroup.procs");
+    CHECK(procs.find(std::to_string(pid) + "\n") != std::string::npos);
+    ::close(done[1]);
+    ::close(ready[0]);
+    int status = -1;
+    CHECK(::waitpid(pid, &status, 0) == pid);
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  }
 }
 
 TEST_CASE("spawn errors are reported and leave nothing behind") {
