@@ -41,7 +41,8 @@ Worker::Worker(boost::asio::io_context& io, AgentConfig config, ProcessLauncher&
       is_head_(is_head),
       heartbeat_timer_(io),
       redial_timer_(io),
-      backoff_(limits::kReconnectBackoffInitial) {}
+      backoff_(limits::kReconnectBackoffInitial),
+      table_(config_.state_dir) {}
 
 Worker::~Worker() {
   *alive_ = false;
@@ -326,6 +327,21 @@ ProcessCallbacks Worker::CallbacksFor(const std::string& name) {
   return cb;
 }
 
+herd::v1::SupervisedProcess Worker::TableEntry(const Proc& p) const {
+  herd::v1::SupervisedProcess e;
+  *e.mutable_key() = p.key;
+  e.set_pid(p.pid);
+  e.set_supervisor_pid(p.handle.supervisor_pid);
+  e.set_supervisor_start(p.handle.supervisor_start);
+  e.set_group(p.handle.group);
+  e.set_log_path(p.log_path);
+  e.set_log_start(p.handle.log_start);
+  e.set_exited(p.exited);
+  e.set_starting(p.starting);
+  if (p.exited) *e.mutable_exit() = p.exit;
+  return e;
+}
+
 void Worker::PersistProcesses() {
   // Bounded: the exits of the oldest jobs are forgotten first (the head has long had them).
   std::vector<std::pair<int64_t, std::string>> exited;
@@ -336,44 +352,42 @@ void Worker::PersistProcesses() {
     for (std::size_t i = 0; i + limits::kMaxExitedProcessesKept < exited.size(); ++i)
       procs_.erase(exited[i].second);
   }
-  herd::v1::ProcessTable table;
-  for (const auto& [name, p] : procs_) {
-    auto* e = table.add_processes();
-    *e->mutable_key() = p.key;
-    e->set_pid(p.pid);
-    e->set_supervisor_pid(p.handle.supervisor_pid);
-    e->set_supervisor_start(p.handle.supervisor_start);
-    e->set_group(p.handle.group);
-    e->set_log_path(p.log_path);
-    e->set_log_start(p.handle.log_start);
-    e->set_exited(p.exited);
-    e->set_starting(p.starting);
-    if (p.exited) *e->mutable_exit() = p.exit;
+  ProcessTableFile::Entries live, ended;
+  std::vector<Proc*> ended_procs;
+  for (auto& [name, p] : procs_) {
+    if (!p.exited) {
+      live.push_back(TableEntry(p));
+    } else if (!p.journaled) {
+      ended.push_back(TableEntry(p));
+      ended_procs.push_back(&p);
+    }
   }
-  std::string path = config_.state_dir + "/processes.pb";
+  auto all_exited = [this] {
+    ProcessTableFile::Entries all;
+    for (const auto& [name, p] : procs_)
+      if (p.exited) all.push_back(TableEntry(p));
+    return all;
+  };
   // No fsync: the table is for adopting live processes after an agent restart, and a power failure
-  // or kernel crash leaves none to adopt. It ran twice per job on the event loop the head shares.
-  if (auto s = WriteFileAtomic(path, table.SerializeAsString(), 0600, Durability::kProcessCrash);
-      !s.ok()) {
+  // or kernel crash leaves none to adopt. It runs three times per job on the event loop the head
+  // shares, so only the live entries are rewritten; exits are appended (ProcessTableFile).
+  if (Status s = table_.Save(live, ended, all_exited); !s.ok()) {
     HERD_LOG(kError) << "cannot persist the process table: " << s.message()
                      << "; a restarted agent would not find these processes";
+    return;
   }
+  for (Proc* p : ended_procs) p->journaled = true;
 }
 
 void Worker::AdoptProcesses() {
-  std::string path = config_.state_dir + "/processes.pb";
-  auto bytes = ReadFile(path);
-  if (!bytes.ok()) return;  // first start
-  herd::v1::ProcessTable table;
-  if (!table.ParseFromString(*bytes)) {
-    HERD_LOG(kError) << path << ": not a process table; starting without it";
-    return;
-  }
+  ProcessTableFile::Entries entries = table_.Load();
   int adopted = 0;
   bool resolved = false;  // a "starting" entry was settled: persist the table again
-  for (const auto& e : table.processes()) {
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const auto& e = entries[i];
     std::string name = ProcessKeyString(e.key());
     Proc& p = procs_[name];
+    p.journaled = i < static_cast<std::size_t>(table_.journal_records());
     p.key = e.key();
     p.log_path = e.log_path();
     p.pid = e.pid();
@@ -429,8 +443,7 @@ void Worker::AdoptProcesses() {
     }
     ++adopted;
   }
-  HERD_LOG(kInfo) << "process table: " << table.processes_size() << " known, " << adopted
-                  << " adopted";
+  HERD_LOG(kInfo) << "process table: " << entries.size() << " known, " << adopted << " adopted";
   if (resolved) PersistProcesses();
 }
 

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "agent/core/agent_config.hpp"
+#include "agent/core/process_table.hpp"
 #include "agent/gpu/gpu_probe.hpp"
 #include "agent/process/process_launcher.hpp"
 #include "herd/v1/agent.pb.h"
@@ -46,6 +47,7 @@ class Worker {
     bool exited = false;
     bool starting = false;  // persisted before Spawn, cleared once it returned
     herd::v1::ProcessExited exit;
+    bool journaled = false;  // its exit is in the table's journal of exits
   };
 
   void Dial();
@@ -63,10 +65,11 @@ class Worker {
   void HandleResend(const herd::v1::ResendOutput& resend);
   void SendOutput(const herd::v1::ProcessKey& key, uint64_t offset, std::string_view data);
   ProcessCallbacks CallbacksFor(const std::string& name);
-  // The process table in <state_dir>/processes.pb: written after every start and exit, read at
-  // Start() to adopt what the previous agent process started.
+  // The process table (ProcessTableFile, in state_dir): written after every start and exit, read
+  // at Start() to adopt what the previous agent process started.
   void PersistProcesses();
   void AdoptProcesses();
+  herd::v1::SupervisedProcess TableEntry(const Proc& p) const;
 
   boost::asio::io_context& io_;
   AgentConfig config_;
@@ -82,6 +85,7 @@ class Worker {
   boost::asio::steady_timer redial_timer_;
   std::chrono::milliseconds backoff_;
   std::map<std::string, Proc> procs_;  // by ProcessKeyString
+  ProcessTableFile table_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
