@@ -8,6 +8,9 @@
   launch cold `herd launch --num-nodes N -- true` (fresh namespaces, sshd, agents, first job) for
          each N of --launch-sizes, with the time of each phase.
   relaunch `herd launch` of the UP cluster with nothing changed.
+  logs   every rank of an 8-node job prints --log-mb MiB of 100-byte lines; `herd exec` streams
+         them to a file vs the same command through 8 warm-ControlMaster `ssh` at once (issue 8
+         P4: >= 200 MB/s and >= 0.8x ssh); both outputs are checked line by line (lossless).
 
 Writes bench/results/<stamp>.md (table, machine, load average per figure) and PNG plots (latency vs
 N, launch time vs N) when matplotlib is installed; prints the table. Needs root. See
@@ -275,6 +278,92 @@ class Ssh:
         shutil.rmtree(self.cm, ignore_errors=True)
 
 
+def throughput_line(rank):
+    """The 100-byte line (with its newline) rank `rank` prints in the log throughput figure."""
+    return f"rank-{rank}-" + "x" * (99 - len(f"rank-{rank}-"))
+
+
+def throughput_command(lines, rank="$SKYPILOT_NODE_RANK"):
+    return f"yes \"rank-{rank}-$(printf 'x%.0s' $(seq {99 - 7}))\" | head -n {lines}"
+
+
+def check_output(path, ranks, lines, prefixed):
+    """Every rank's lines arrived whole, exactly `lines` of each, nothing else but herd's own
+    messages (not job output: lines that do not start with "(") where prefixed; raises otherwise.
+    Returns the payload bytes (the job's own bytes, without herd's prefixes)."""
+    want = {throughput_line(r).encode(): r for r in ranks}
+    counts = {r: 0 for r in ranks}
+    bad = 0
+    with open(path, "rb") as f:
+        for raw in f:
+            line = raw.rstrip(b"\n")
+            if prefixed:
+                if not line.startswith(b"("):
+                    continue  # herd's "Job submitted ..." and the like
+                cut = line.find(b") ")
+                line = line[cut + 2:] if cut >= 0 else line
+            r = want.get(line)
+            if r is None:
+                bad += 1
+            else:
+                counts[r] += 1
+    short = {r: c for r, c in counts.items() if c != lines}
+    if bad or short:
+        raise BenchError(f"{path}: {bad} lines not whole job lines; ranks with a count other "
+                         f"than {lines}: {short}")
+    return len(ranks) * lines * 100
+
+
+def log_throughput(env, ssh, herd, cluster, ips, mb, reps):
+    """P4: (herd MiB/s list, ssh MiB/s list, lines per rank, herd failures, load before, after).
+    A herd run whose job fails is recorded with herd's error line, not measured."""
+    lines = mb * 1024 * 1024 // 100
+    ranks = list(range(len(ips)))
+    out = os.path.join(env.workdir, "p4.out")
+    herd_rates, ssh_rates, failures = [], [], []
+
+    def timed(procs):
+        codes = [p.wait(timeout=COMMAND_TIMEOUT_S * 10) for p in procs]
+        if any(codes):
+            raise BenchError(f"log throughput: exit codes {codes}")
+
+    l0 = load()
+    for _ in range(reps):
+        with open(out, "wb") as f:
+            start = time.perf_counter()
+            p = subprocess.Popen([herd, "exec", cluster, "--num-nodes", str(len(ips)), "--",
+                                  throughput_command(lines)], stdin=subprocess.DEVNULL,
+                                 stdout=f, stderr=subprocess.STDOUT, env=env.env)
+            rc = p.wait(timeout=COMMAND_TIMEOUT_S * 10)
+            secs = time.perf_counter() - start
+        if rc == 0:
+            herd_rates.append(check_output(out, ranks, lines, True) / secs / 2**20)
+        else:
+            why = [ln for ln in open(out, "rb").read()[-4096:].decode(errors="replace")
+                   .splitlines() if ln.startswith("ERROR")]
+            failures.append(f"exit {rc} after {secs:.1f} s: " + (why[-1] if why else "?"))
+            log(f"log throughput: herd failed: {failures[-1]}")
+        files = [f"{out}.{r}" for r in ranks]
+        handles = [open(p, "wb") for p in files]
+        start = time.perf_counter()
+        try:
+            timed([subprocess.Popen(ssh.cm_argv(ip, "-T") + [throughput_command(lines, r)],
+                                    stdin=subprocess.DEVNULL, stdout=h,
+                                    stderr=subprocess.DEVNULL)
+                   for r, (ip, h) in enumerate(zip(ips, handles))])
+            secs = time.perf_counter() - start
+        finally:
+            for h in handles:
+                h.close()
+        got = sum(check_output(p, [r], lines, False) for r, p in enumerate(files))
+        ssh_rates.append(got / secs / 2**20)
+        for p in files + [out]:
+            os.remove(p)
+        log(f"log throughput: herd {herd_rates[-1] if rc == 0 else 0:.0f} MiB/s, "
+            f"ssh {ssh_rates[-1]:.0f} MiB/s")
+    return herd_rates, ssh_rates, lines, failures, l0, load()
+
+
 def machine():
     model = ""
     with open("/proc/cpuinfo") as f:
@@ -297,6 +386,9 @@ def main():
     ap.add_argument("--sizes", default="1,2,4,8", help="exec gang sizes (<= 8)")
     ap.add_argument("--launch-sizes", default="8,16,32,64")
     ap.add_argument("--relaunch-reps", type=int, default=5)
+    ap.add_argument("--log-mb", type=int, default=32,
+                    help="MiB each of the 8 ranks prints in the log throughput figure (0: skip)")
+    ap.add_argument("--log-reps", type=int, default=3)
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes.split(",") if x]
@@ -378,6 +470,10 @@ def main():
             results["exec"][n] = (times, l0, load())
             log(f"exec {n}: " + ", ".join(f"{k} {ms(statistics.median(v)):.1f} ms"
                                           for k, v in times.items()))
+        # ---- log throughput, 8 ranks -> one terminal (P4) ----
+        if args.log_mb > 0:
+            results["logs"] = log_throughput(env, ssh, herds["herd"], cluster, ips, args.log_mb,
+                                             args.log_reps)
         report += table(results, herds, bashrc_absent, args.reps)
     except BenchError as e:
         log(f"FAILED: {e}")
@@ -440,6 +536,21 @@ def table(results, herds, bashrc_absent, reps):
             f"## relaunch of the UP {CLUSTER_NODES}-node cluster, nothing changed", "",
             f"median {ms(statistics.median(rel)):.0f} ms (min {ms(min(rel)):.0f}, max "
             f"{ms(max(rel)):.0f}) over {len(rel)} runs; load {l0:.1f}-{l1:.1f}", ""]
+    if "logs" in results:
+        hr, sr, lines, failures, l0, l1 = results["logs"]
+        s = statistics.median(sr)
+        h = statistics.median(hr) if hr else None
+        out += [f"## log throughput: {CLUSTER_NODES} ranks x {lines} lines of 100 bytes "
+                f"({lines * 100 / 2**20:.0f} MiB each) to one terminal, lossless", "",
+                "| herd exec | ssh (8 ControlMasters at once) | herd/ssh | load |",
+                "|---|---|---|---|",
+                f"| {f'{h:.0f} MiB/s' if h else 'no run completed'} | {s:.0f} MiB/s | "
+                f"{f'{h / s:.2f}x' if h else '-'} | {l0:.1f}-{l1:.1f} |", "",
+                f"(medians of the interleaved runs: herd " +
+                (", ".join(f"{x:.0f}" for x in hr) or "none") + "; ssh " +
+                ", ".join(f"{x:.0f}" for x in sr) +
+                " MiB/s; every line of every rank checked whole, exact counts)", ""]
+        out += [f"herd run FAILED: {f}" for f in failures] + ([""] if failures else [])
     return out
 
 
