@@ -122,7 +122,9 @@ struct UvProcessLauncher::Impl {
     int pidfd = -1;
     uv_poll_t pid_poll{};
     uv_fs_event_t fs_event{};
-    int handles_open = 0;                             // freed when the last one is closed
+    uv_timer_t read_timer{};  // a read deferred by ReadSoon
+    uint64_t last_read = 0;   // uv_now() of the last read on an event (0: none yet)
+    int handles_open = 0;     // freed when the last one is closed
     bool poll_liveness = false, poll_output = false;  // left to the shared poll timer
     bool finished = false;
     std::shared_ptr<ProcessCallbacks> callbacks;
@@ -549,6 +551,9 @@ struct UvProcessLauncher::Impl {
       c->poll_liveness = true;
     }
     // Output: inotify on the log; else the poll timer reads it.
+    uv_timer_init(&loop, &c->read_timer);
+    c->read_timer.data = c;
+    ++c->handles_open;
     uv_fs_event_init(&loop, &c->fs_event);
     c->fs_event.data = c;
     ++c->handles_open;
@@ -588,7 +593,30 @@ struct UvProcessLauncher::Impl {
 
   static void OnFsEvent(uv_fs_event_t* handle, const char*, int, int) {
     auto* c = static_cast<Child*>(handle->data);
-    if (!c->finished) c->impl->ReadNew(c, UINT64_MAX);
+    if (!c->finished) c->impl->ReadSoon(c);
+  }
+
+  // Reads the log now when it was last read kOutputCoalesce ago or earlier, else once that much
+  // time has passed. A line after a pause leaves at once; a flood of output leaves in chunks of
+  // kOutputCoalesce's worth instead of one per write of the supervisor (4 KiB from a pty), each of
+  // which cost a frame, a TLS record, a journal line and a client frame on the head.
+  void ReadSoon(Child* c) {
+    if (uv_is_active(reinterpret_cast<uv_handle_t*>(&c->read_timer))) return;
+    const auto every = static_cast<uint64_t>(limits::kOutputCoalesce.count());
+    const uint64_t now = uv_now(&loop);
+    if (c->last_read == 0 || now >= c->last_read + every) {
+      c->last_read = now;
+      ReadNew(c, UINT64_MAX);
+      return;
+    }
+    uv_timer_start(&c->read_timer, &Impl::OnReadTimer, c->last_read + every - now, 0);
+  }
+
+  static void OnReadTimer(uv_timer_t* timer) {
+    auto* c = static_cast<Child*>(timer->data);
+    if (c->finished) return;
+    c->last_read = uv_now(&c->impl->loop);
+    c->impl->ReadNew(c, UINT64_MAX);
   }
 
   // Delivers the log's bytes from c->offset up to `limit` (or its current end).
@@ -659,6 +687,7 @@ struct UvProcessLauncher::Impl {
     };
     if (c->pidfd >= 0) close(reinterpret_cast<uv_handle_t*>(&c->pid_poll));
     close(reinterpret_cast<uv_handle_t*>(&c->fs_event));
+    close(reinterpret_cast<uv_handle_t*>(&c->read_timer));
   }
 
   static void OnChildHandleClosed(uv_handle_t* handle) {

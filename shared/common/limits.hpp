@@ -110,6 +110,10 @@ inline constexpr Duration kStepRegisterWait = 2s;
 // Where the kernel offers no pidfd or inotify (gVisor), the agent checks its supervisors'
 // liveness and follows their logs this often (else only on events).
 inline constexpr Duration kSupervisorPollInterval = 100ms;
+// A worker reads a process's log at most this often while output keeps coming (a line after a
+// pause is read at once): a flood is sent in chunks of this much output, not one 4 KiB pty read
+// per message (issue 8 P4, bench/README.md). Adds at most this much to a line's latency.
+inline constexpr Duration kOutputCoalesce = 5ms;
 // Exited processes a worker remembers (persisted with its process table) so that the head can
 // still fetch their exit after a reconnect; the oldest jobs' entries are dropped beyond this.
 inline constexpr int kMaxExitedProcessesKept = 1000;
