@@ -71,7 +71,7 @@ std::string ResourcesString(const TaskSpec& spec) {
 }
 
 Head::Head(boost::asio::io_context& io, Options options)
-    : io_(io), options_(std::move(options)), check_timer_(io) {}
+    : io_(io), options_(std::move(options)), check_timer_(io), catch_up_timer_(io) {}
 
 Head::~Head() {
   *alive_ = false;
@@ -124,6 +124,7 @@ Status Head::Start() {
 
 void Head::Stop() {
   check_timer_.cancel();
+  catch_up_timer_.cancel();
   if (server_) server_->Stop();
 }
 
@@ -627,7 +628,7 @@ void Head::Subscribe(const ConnPtr& conn, uint64_t request_id, const herd::v1::S
       return ReplyError(conn, request_id, s);
     }
     if (sub.follow()) {
-      run.subs.push_back({conn, request_id});
+      run.subs.push_back({conn, request_id, run.log_size});
     } else {
       send_status(run.rec.info, true);
     }
@@ -1314,12 +1315,26 @@ void Head::AppendLog(JobRun& run, std::string_view bytes, const std::string& jou
     Journal(run, journal.substr(0, 1) + " " + std::to_string(run.log_size + bytes.size()) +
                      journal.substr(1));
   }
+  bool lagging = false;
   for (auto sub = run.subs.begin(); sub != run.subs.end();) {
     auto conn = sub->conn.lock();
     if (!conn) {
       sub = run.subs.erase(sub);
       continue;
     }
+    // Behind: served from run.log by CatchUp (where run.log could not be written, queued as ever).
+    if (run.fd >= 0 && (sub->lagging || conn->queued_bytes() > options_.subscriber_lag_bytes)) {
+      if (!sub->lagging) {
+        HERD_LOG(kInfo) << "job " << run.rec.info.job_id() << ": a client is "
+                        << conn->queued_bytes() << " bytes behind; serving it from "
+                        << run.rec.info.log_path();
+      }
+      sub->lagging = true;
+      lagging = true;
+      ++sub;
+      continue;
+    }
+    sub->sent = run.log_size + bytes.size();
     // Prefixing can make a chunk much longer than the output it came from: keep frames small.
     for (std::size_t done = 0; done < bytes.size(); done += limits::kLogReplayChunkBytes) {
       std::size_t n = std::min(bytes.size() - done, limits::kLogReplayChunkBytes);
@@ -1332,12 +1347,58 @@ void Head::AppendLog(JobRun& run, std::string_view bytes, const std::string& jou
     ++sub;
   }
   run.log_size += bytes.size();
+  if (lagging) CatchUp();
+}
+
+void Head::CatchUp(JobRun& run, bool all) {
+  for (auto sub = run.subs.begin(); sub != run.subs.end();) {
+    auto conn = sub->conn.lock();
+    if (!conn) {
+      sub = run.subs.erase(sub);
+      continue;
+    }
+    if (sub->lagging) {
+      // Refill up to half the lag bound once the queue is down to a quarter of it.
+      const std::size_t low = options_.subscriber_lag_bytes / 4;
+      const std::size_t queued = conn->queued_bytes();
+      if (all || queued <= low) {
+        uint64_t to =
+            all ? run.log_size
+                : std::min<uint64_t>(run.log_size, sub->sent + options_.subscriber_lag_bytes / 2);
+        if (auto s = ReplayLog(conn, sub->request_id, run.rec.info.job_id(),
+                               run.rec.info.log_path(), sub->sent, to);
+            !s.ok()) {
+          HERD_LOG(kError) << "job " << run.rec.info.job_id() << ": " << s.message()
+                           << "; a client that fell behind misses output";
+          to = run.log_size;
+        }
+        sub->sent = to;
+        sub->lagging = sub->sent < run.log_size;
+      }
+    }
+    ++sub;
+  }
+}
+
+void Head::CatchUp() {
+  bool any = false;
+  for (auto& [id, run] : jobs_) {
+    CatchUp(run, false);
+    for (const auto& sub : run.subs) any = any || sub.lagging;
+  }
+  if (!any || catch_up_timer_.expiry() > Clock::now()) return;
+  catch_up_timer_.expires_after(limits::kSubscriberCatchUpInterval);
+  auto alive = alive_;
+  catch_up_timer_.async_wait([this, alive](boost::system::error_code ec) {
+    if (!ec && *alive) CatchUp();
+  });
 }
 
 void Head::PersistAndNotify(JobRun& run, bool end_of_stream) {
   if (auto s = store_->UpdateJob(run.rec); !s.ok()) {
     HERD_LOG(kError) << s.message();
   }
+  if (end_of_stream) CatchUp(run, true);  // every byte before the end of the stream
   for (const auto& sub : run.subs) {
     auto conn = sub.conn.lock();
     if (!conn) continue;

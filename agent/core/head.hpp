@@ -23,6 +23,7 @@
 #include "agent/store/job_store.hpp"
 #include "herd/v1/agent.pb.h"
 #include "herd/v1/client.pb.h"
+#include "shared/common/limits.hpp"
 #include "shared/transport/transport.hpp"
 
 namespace herd::agent {
@@ -39,6 +40,9 @@ class Head {
     // Nodes the cluster is meant to have. Until that many have registered, a job that does not fit
     // waits instead of failing as infeasible (the workers may still be starting).
     int expected_nodes = 0;
+    // A following client with more than this queued is served from run.log once it has drained
+    // (limits::kSubscriberLagBytes; tests set it small).
+    std::size_t subscriber_lag_bytes = limits::kSubscriberLagBytes;
   };
 
   Head(boost::asio::io_context& io, Options options);
@@ -82,6 +86,12 @@ class Head {
   struct Subscriber {
     std::weak_ptr<transport::Connection> conn;
     uint64_t request_id = 0;
+    // run.log bytes queued for it so far. A client that falls behind (more than
+    // Options::subscriber_lag_bytes queued) gets no live data; CatchUp serves it from run.log,
+    // where every byte already is, once its queue has drained: the head's memory per client stays
+    // bounded and a slow terminal is not dropped (it was at kMaxQueuedBytesPerPeer).
+    uint64_t sent = 0;
+    bool lagging = false;
   };
   struct JobRun {
     JobRecord rec;
@@ -151,6 +161,11 @@ class Head {
   // only when a node is added or its info changes (NodeEntry addresses in nodes_ are stable):
   // each pass used to copy and sort every NodeInfo, the head's main cost in a burst of small jobs.
   const std::vector<NodeEntry*>& NodeOrder();
+  // Serves lagging subscribers of every job from run.log as far as their queues allow; rearms
+  // catch_up_timer_ while any still lags. With `all`, the rest of `run`'s log goes out whatever is
+  // queued (before its end of stream).
+  void CatchUp();
+  void CatchUp(JobRun& run, bool all);
   int FindJobOfProcess(const herd::v1::ProcessKey& key, JobRun** run, ProcEntry** proc);
 
   boost::asio::io_context& io_;
@@ -158,6 +173,7 @@ class Head {
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<transport::Server> server_;
   boost::asio::steady_timer check_timer_;
+  boost::asio::steady_timer catch_up_timer_;     // armed while a subscriber lags
   Clock::time_point last_check_ = Clock::now();  // when CheckNodes last ran
   std::map<std::string, NodeEntry> nodes_;
   uint64_t node_info_gen_ = 0;  // bumped whenever a node's info is set

@@ -27,6 +27,12 @@ inline constexpr std::size_t kMaxLogLineBytes = 1u << 20;
 // Bytes queued for one peer before the connection is considered stuck and dropped. A client that
 // does not read is dropped; it resubscribes from its offset and loses nothing.
 inline constexpr std::size_t kMaxQueuedBytesPerPeer = 256u << 20;
+// A client following a job's log with more than this queued gets no more live output; the head
+// serves it from run.log (kLogReplayChunkBytes at a time) once its queue is down to a quarter of
+// this, checking every kSubscriberCatchUpInterval. Far below kMaxQueuedBytesPerPeer, so that a
+// terminal slower than the job's output is not dropped (issue 8 P4: 8 ranks x 32 MiB did).
+inline constexpr std::size_t kSubscriberLagBytes = 16u << 20;
+inline constexpr Duration kSubscriberCatchUpInterval = 10ms;
 
 // ---- Connections ------------------------------------------------------------------------------
 // TCP connect + TLS handshake + websocket upgrade must finish within this.
@@ -239,6 +245,9 @@ inline constexpr Duration kManagedCancelWait = 180s;
 // ---- Relations ----------------------------------------------------------------------------------
 static_assert(kMaxOutputChunkBytes + 4096 < kMaxFrameBytes, "a chunk and its envelope fit a frame");
 static_assert(kLogReplayChunkBytes + 4096 < kMaxFrameBytes, "a replay chunk fits a frame");
+static_assert(kSubscriberLagBytes * 4 <= kMaxQueuedBytesPerPeer &&
+                  kSubscriberLagBytes / 4 >= kLogReplayChunkBytes,
+              "a lagging client is caught up long before it would be dropped, a chunk at a time");
 static_assert(kHeartbeatInterval * 2 < kWebsocketIdleTimeout,
               "heartbeats keep the websocket busy long before its idle timeout");
 static_assert(kNodeLostAfter < kWebsocketIdleTimeout + kHeartbeatInterval * 4,

@@ -9,6 +9,8 @@
 #include <boost/asio/post.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -180,7 +182,10 @@ struct Cluster {
   std::thread thread;
   uint16_t port = 0;
 
-  explicit Cluster(int gpus_per_node = 0) : gpus(gpus_per_node) {
+  // subscriber_lag_bytes: how far a following client may fall behind before it is served from
+  // run.log (Head::Options; 0 keeps the default).
+  explicit Cluster(int gpus_per_node = 0, std::size_t subscriber_lag_bytes = 0)
+      : gpus(gpus_per_node) {
     char tmpl[] = "/tmp/herd-head-worker-XXXXXX";
     dir = ::mkdtemp(tmpl);
     REQUIRE(tls::InitClusterCerts((dir / "certs").string(), "unit").ok());
@@ -193,6 +198,7 @@ struct Cluster {
     o.tls = {(dir / "n0/ca.crt").string(), (dir / "n0/agent.crt").string(),
              (dir / "n0/agent.key").string()};
     o.expected_nodes = 2;
+    if (subscriber_lag_bytes > 0) o.subscriber_lag_bytes = subscriber_lag_bytes;
     head = std::make_unique<Head>(io, o);
     REQUIRE(head->Start().ok());
     port = head->port();
@@ -389,6 +395,63 @@ TEST_CASE("a restarted worker adopts its process: no failure, every byte once") 
   CHECK(follow.log.find("(worker1, rank=1, pid=1001, ip=127.0.0.1) before\n"
                         "(worker1, rank=1, pid=1001, ip=127.0.0.1) partial\n"
                         "(worker1, rank=1, pid=1001, ip=127.0.0.1) after\n") != std::string::npos);
+}
+
+TEST_CASE("a client that falls behind a flood of output gets every line once, in order") {
+  // 256 KiB of lag allowed: a client stalled while 20 MB arrive is served from run.log.
+  Cluster c(0, 256u << 10);
+  auto client = c.Client();
+  auto job = client->Submit(TwoNodes("", "flood"), "erin");
+  REQUIRE(job.ok());
+  std::string log;
+  herd::v1::JobInfo last;
+  bool stalled = false;
+  std::thread follower([&] {
+    auto reader = c.Client();
+    controller::HeadClient::StreamCallbacks cb;
+    cb.on_data = [&](std::string_view d) {
+      if (!stalled) {  // a terminal that stops reading for a while (scrolling, a slow pipe)
+        stalled = true;
+        std::this_thread::sleep_for(1500ms);
+      }
+      log += d;
+    };
+    auto r = reader->Stream(*job, 0, true, cb);
+    if (r.ok()) last = *r;
+  });
+  REQUIRE(c.launchers[0]->WaitSpawns(1));
+  REQUIRE(c.launchers[1]->WaitSpawns(1));
+  c.launchers[0]->Print(0, "first\n");
+  const int kLines = 20000;  // of 1000 bytes: 20 MB from rank 1
+  std::string chunk;
+  for (int i = 0; i < kLines; ++i) {
+    char head[16];
+    std::snprintf(head, sizeof head, "L%06d ", i);
+    chunk += head + std::string(1000 - 9, 'y') + "\n";
+    if (chunk.size() >= 100000) {
+      c.launchers[1]->Print(0, std::move(chunk));
+      chunk.clear();
+    }
+  }
+  c.launchers[1]->Print(0, std::move(chunk));
+  c.launchers[0]->Exit(0, 0);
+  c.launchers[1]->Exit(0, 0);
+  follower.join();
+  CHECK(stalled);
+  CHECK(last.state() == herd::v1::JOB_STATE_SUCCEEDED);
+  // Every line of rank 1 exactly once and in order, the head's line too.
+  const std::string prefix = "(worker1, rank=1, pid=1001, ip=127.0.0.1) ";
+  int next = 0;
+  bool in_order = true;
+  for (std::size_t pos = 0; (pos = log.find(prefix, pos)) != std::string::npos;
+       pos += prefix.size()) {
+    int n = std::atoi(log.c_str() + pos + prefix.size() + 1);
+    if (n != next) in_order = false;
+    ++next;
+  }
+  CHECK(in_order);
+  CHECK(next == kLines);
+  CHECK(log.find("(head, rank=0, pid=1001) first\n") != std::string::npos);
 }
 
 TEST_CASE(
