@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -113,9 +114,22 @@ struct Recorder {
   }
 };
 
+// With read(2), not a filebuf: libstdc++'s filebuf throws when read fails, and reading
+// /proc/PID/environ of a process that exits meanwhile fails with ESRCH (seen once as a failed
+// KillGroup check while other tests' processes came and went). A failed read is an empty file.
 std::string ReadFile(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  int fd = ::open(p.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
 }
 
 char ProcState(int pid) {
