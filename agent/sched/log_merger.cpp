@@ -1,6 +1,7 @@
 #include "agent/sched/log_merger.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include "shared/common/limits.hpp"
 
@@ -51,26 +52,44 @@ void LinePrefixer::Feed(std::string_view data, std::string& out) {
       Emit("\r", out);
     }
   }
+  // Room for the bytes and a prefix per ~64 bytes of them, so out grows once per chunk.
+  out.reserve(out.size() + n + (n / 64 + 1) * prefix_.size());
+  // The next '\n' and '\r' at or after i (n: none), each found once by memchr (vectorised) and
+  // searched again only after i passes it: linear time however the terminators mix.
+  const char* base = data.data();
+  auto next = [&](char c, std::size_t from) {
+    const void* hit = from < n ? std::memchr(base + from, c, n - from) : nullptr;
+    return hit ? static_cast<std::size_t>(static_cast<const char*>(hit) - base) : n;
+  };
+  std::size_t nl = next('\n', i);
+  std::size_t cr = next('\r', i);
   while (i < n) {
-    const std::size_t j = data.find_first_of("\r\n", i);
-    if (j == std::string_view::npos) {
+    if (nl < i) nl = next('\n', i);
+    if (cr < i) cr = next('\r', i);
+    const std::size_t j = std::min(nl, cr);
+    if (j == n) {
       AppendContent(data.substr(i), out);
       return;
     }
-    AppendContent(data.substr(i, j - i), out);
-    if (data[j] == '\n') {
-      Emit("\n", out);
-      i = j + 1;
-    } else if (j + 1 == n) {
-      pending_cr_ = true;  // decided by the next Feed or by Flush
+    const std::size_t len = j - i;
+    if (data[j] == '\r' && j + 1 == n) {
+      // "\r\n" or a redraw: decided by the next Feed or by Flush.
+      AppendContent(data.substr(i, len), out);
+      pending_cr_ = true;
       return;
-    } else if (data[j + 1] == '\n') {
-      Emit("\r\n", out);
-      i = j + 2;
-    } else {
-      Emit("\r", out);
-      i = j + 1;
     }
+    const std::string_view terminator = data[j] == '\n'       ? std::string_view("\n")
+                                        : data[j + 1] == '\n' ? std::string_view("\r\n")
+                                                              : std::string_view("\r");
+    if (pending_.empty() && len <= limits::kMaxLogLineBytes) {
+      out += prefix_;  // a whole segment within this chunk: straight to out, no copy in pending_
+      out.append(base + i, len);
+      out += terminator;
+    } else {
+      AppendContent(data.substr(i, len), out);
+      Emit(terminator, out);
+    }
+    i = j + terminator.size();
   }
 }
 
