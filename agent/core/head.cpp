@@ -108,6 +108,7 @@ Status Head::Start() {
   so.host = options_.listen_host;
   so.port = options_.listen_port;
   so.tls = options_.tls;
+  so.max_queued_bytes = options_.max_queued_bytes_per_peer;
   auto alive = alive_;
   so.handlers.on_message = [this, alive](const ConnPtr& c, std::string m) {
     if (*alive) OnMessage(c, std::move(m));
@@ -622,17 +623,29 @@ void Head::Subscribe(const ConnPtr& conn, uint64_t request_id, const herd::v1::S
   if (active != jobs_.end()) {
     JobRun& run = active->second;
     send_status(run.rec.info, false);
-    if (auto s = ReplayLog(conn, request_id, job_id, run.rec.info.log_path(), sub.offset(),
-                           run.log_size);
-        !s.ok()) {
-      return ReplyError(conn, request_id, s);
+    if (run.fd < 0) {
+      // run.log is not being written (full disk): what it has goes out now, then live bytes.
+      if (auto s = ReplayLog(conn, request_id, job_id, run.rec.info.log_path(), sub.offset(),
+                             run.log_size);
+          !s.ok()) {
+        return ReplyError(conn, request_id, s);
+      }
+      if (sub.follow()) {
+        run.subs.push_back({conn, request_id, run.log_size});
+      } else {
+        send_status(run.rec.info, true);
+      }
+      return;
     }
     if (sub.follow()) {
-      run.subs.push_back({conn, request_id, run.log_size});
-    } else {
-      send_status(run.rec.info, true);
+      // Starts behind by what run.log already has: CatchUp serves that, paced, then it follows.
+      const uint64_t from = std::min<uint64_t>(sub.offset(), run.log_size);
+      run.subs.push_back({conn, request_id, from, from < run.log_size});
+      CatchUp();
+      return;
     }
-    return;
+    return StartReplay({conn, request_id, run.rec.info.log_path(), sub.offset(), run.log_size,
+                        run.rec.info});
   }
   auto rec = store_->GetJob(job_id);
   if (!rec.ok()) return ReplyError(conn, request_id, rec.status());
@@ -640,11 +653,48 @@ void Head::Subscribe(const ConnPtr& conn, uint64_t request_id, const herd::v1::S
   std::error_code ec;
   uint64_t size = fs::file_size(rec->info.log_path(), ec);
   if (ec) size = 0;
-  if (auto s = ReplayLog(conn, request_id, job_id, rec->info.log_path(), sub.offset(), size);
-      !s.ok()) {
-    return ReplyError(conn, request_id, s);
+  StartReplay({conn, request_id, rec->info.log_path(), sub.offset(), size, rec->info});
+}
+
+void Head::StartReplay(Replay replay) {
+  if (replay.next < replay.end) {
+    // Readable now, or the client hears why at once (not after a part of the log).
+    int fd = ::open(replay.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      if (auto conn = replay.conn.lock()) {
+        ReplyError(conn, replay.request_id, ErrnoError("cannot read " + replay.path, errno));
+      }
+      return;
+    }
+    ::close(fd);
   }
-  send_status(rec->info, true);
+  if (PumpReplay(replay)) return;
+  replays_.push_back(std::move(replay));
+  CatchUp();
+}
+
+bool Head::PumpReplay(Replay& replay) {
+  auto conn = replay.conn.lock();
+  if (!conn) return true;
+  if (replay.next < replay.end) {
+    if (conn->queued_bytes() > options_.subscriber_lag_bytes / 4) return false;
+    const uint64_t to =
+        std::min<uint64_t>(replay.end, replay.next + options_.subscriber_lag_bytes / 2);
+    if (auto s = ReplayLog(conn, replay.request_id, replay.final_info.job_id(), replay.path,
+                           replay.next, to);
+        !s.ok()) {
+      HERD_LOG(kError) << "job " << replay.final_info.job_id() << ": " << s.message();
+      ReplyError(conn, replay.request_id, s);
+      return true;
+    }
+    replay.next = to;
+    if (replay.next < replay.end) return false;
+  }
+  HeadToClient status;
+  *status.mutable_job_status()->mutable_job() = replay.final_info;
+  status.mutable_job_status()->set_end_of_stream(true);
+  SendToClient(conn, replay.request_id, std::move(status));
+  return true;
 }
 
 void Head::Queue(const ConnPtr& conn, uint64_t request_id, const QueueRequest& req) {
@@ -1350,31 +1400,26 @@ void Head::AppendLog(JobRun& run, std::string_view bytes, const std::string& jou
   if (lagging) CatchUp();
 }
 
-void Head::CatchUp(JobRun& run, bool all) {
+void Head::CatchUp(JobRun& run) {
   for (auto sub = run.subs.begin(); sub != run.subs.end();) {
     auto conn = sub->conn.lock();
     if (!conn) {
       sub = run.subs.erase(sub);
       continue;
     }
-    if (sub->lagging) {
-      // Refill up to half the lag bound once the queue is down to a quarter of it.
-      const std::size_t low = options_.subscriber_lag_bytes / 4;
-      const std::size_t queued = conn->queued_bytes();
-      if (all || queued <= low) {
-        uint64_t to =
-            all ? run.log_size
-                : std::min<uint64_t>(run.log_size, sub->sent + options_.subscriber_lag_bytes / 2);
-        if (auto s = ReplayLog(conn, sub->request_id, run.rec.info.job_id(),
-                               run.rec.info.log_path(), sub->sent, to);
-            !s.ok()) {
-          HERD_LOG(kError) << "job " << run.rec.info.job_id() << ": " << s.message()
-                           << "; a client that fell behind misses output";
-          to = run.log_size;
-        }
-        sub->sent = to;
-        sub->lagging = sub->sent < run.log_size;
+    // Refill up to half the lag bound once the queue is down to a quarter of it.
+    if (sub->lagging && conn->queued_bytes() <= options_.subscriber_lag_bytes / 4) {
+      uint64_t to =
+          std::min<uint64_t>(run.log_size, sub->sent + options_.subscriber_lag_bytes / 2);
+      if (auto s = ReplayLog(conn, sub->request_id, run.rec.info.job_id(),
+                             run.rec.info.log_path(), sub->sent, to);
+          !s.ok()) {
+        HERD_LOG(kError) << "job " << run.rec.info.job_id() << ": " << s.message()
+                         << "; a client that fell behind misses output";
+        to = run.log_size;
       }
+      sub->sent = to;
+      sub->lagging = sub->sent < run.log_size;
     }
     ++sub;
   }
@@ -1383,9 +1428,13 @@ void Head::CatchUp(JobRun& run, bool all) {
 void Head::CatchUp() {
   bool any = false;
   for (auto& [id, run] : jobs_) {
-    CatchUp(run, false);
+    CatchUp(run);
     for (const auto& sub : run.subs) any = any || sub.lagging;
   }
+  for (auto r = replays_.begin(); r != replays_.end();) {
+    r = PumpReplay(*r) ? replays_.erase(r) : std::next(r);
+  }
+  any = any || !replays_.empty();
   if (!any || catch_up_timer_.expiry() > Clock::now()) return;
   catch_up_timer_.expires_after(limits::kSubscriberCatchUpInterval);
   auto alive = alive_;
@@ -1398,15 +1447,23 @@ void Head::PersistAndNotify(JobRun& run, bool end_of_stream) {
   if (auto s = store_->UpdateJob(run.rec); !s.ok()) {
     HERD_LOG(kError) << s.message();
   }
-  if (end_of_stream) CatchUp(run, true);  // every byte before the end of the stream
+  bool replaying = false;
   for (const auto& sub : run.subs) {
     auto conn = sub.conn.lock();
     if (!conn) continue;
+    if (end_of_stream && sub.lagging) {
+      // Every byte before the end of the stream: the rest of run.log, paced, then the status.
+      replays_.push_back(
+          {conn, sub.request_id, run.rec.info.log_path(), sub.sent, run.log_size, run.rec.info});
+      replaying = true;
+      continue;
+    }
     HeadToClient msg;
     *msg.mutable_job_status()->mutable_job() = run.rec.info;
     msg.mutable_job_status()->set_end_of_stream(end_of_stream);
     SendToClient(conn, sub.request_id, std::move(msg));
   }
+  if (replaying) CatchUp();
 }
 
 }  // namespace herd::agent

@@ -13,6 +13,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <list>
 #include <map>
 #include <memory>
 #include <string>
@@ -43,6 +44,9 @@ class Head {
     // A following client with more than this queued is served from run.log once it has drained
     // (limits::kSubscriberLagBytes; tests set it small).
     std::size_t subscriber_lag_bytes = limits::kSubscriberLagBytes;
+    // Clients with more than this queued are dropped (transport::ServerOptions; tests set it
+    // small to show that no replay queues a whole log at once).
+    std::size_t max_queued_bytes_per_peer = limits::kMaxQueuedBytesPerPeer;
   };
 
   Head(boost::asio::io_context& io, Options options);
@@ -92,6 +96,20 @@ class Head {
     // bounded and a slow terminal is not dropped (it was at kMaxQueuedBytesPerPeer).
     uint64_t sent = 0;
     bool lagging = false;
+  };
+  // A log sent to a client from run.log, paced: at most subscriber_lag_bytes / 2 is queued at a
+  // time, the next part once its queue is down to a quarter of subscriber_lag_bytes (CatchUp).
+  // Then JobStatus{final_info, end_of_stream}. `herd logs` of a finished job, a not-followed
+  // subscription, and a lagging follower whose job ended; a log of any size (a week-long run's)
+  // reaches the client without ever being queued whole (that dropped the client at
+  // kMaxQueuedBytesPerPeer, again at every reconnect).
+  struct Replay {
+    std::weak_ptr<transport::Connection> conn;
+    uint64_t request_id = 0;
+    std::string path;
+    uint64_t next = 0;
+    uint64_t end = 0;
+    herd::v1::JobInfo final_info;
   };
   struct JobRun {
     JobRecord rec;
@@ -161,11 +179,13 @@ class Head {
   // only when a node is added or its info changes (NodeEntry addresses in nodes_ are stable):
   // each pass used to copy and sort every NodeInfo, the head's main cost in a burst of small jobs.
   const std::vector<NodeEntry*>& NodeOrder();
-  // Serves lagging subscribers of every job from run.log as far as their queues allow; rearms
-  // catch_up_timer_ while any still lags. With `all`, the rest of `run`'s log goes out whatever is
-  // queued (before its end of stream).
+  // Serves lagging subscribers of every job and every Replay from run.log as far as their queues
+  // allow; rearms catch_up_timer_ while any is left.
   void CatchUp();
-  void CatchUp(JobRun& run, bool all);
+  void CatchUp(JobRun& run);
+  // Sends the next part of a replay; true when it is done (or its client gone) and can go.
+  bool PumpReplay(Replay& replay);
+  void StartReplay(Replay replay);
   int FindJobOfProcess(const herd::v1::ProcessKey& key, JobRun** run, ProcEntry** proc);
 
   boost::asio::io_context& io_;
@@ -173,7 +193,8 @@ class Head {
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<transport::Server> server_;
   boost::asio::steady_timer check_timer_;
-  boost::asio::steady_timer catch_up_timer_;     // armed while a subscriber lags
+  boost::asio::steady_timer catch_up_timer_;     // armed while a subscriber lags or replays_
+  std::list<Replay> replays_;
   Clock::time_point last_check_ = Clock::now();  // when CheckNodes last ran
   std::map<std::string, NodeEntry> nodes_;
   uint64_t node_info_gen_ = 0;  // bumped whenever a node's info is set

@@ -15,6 +15,7 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include "shared/common/limits.hpp"
 #include "shared/common/status.hpp"
 
 namespace herd::transport {
@@ -76,6 +77,9 @@ struct ServerOptions {
   // Called for each accepted and authenticated connection, before any message.
   std::function<void(const std::shared_ptr<Connection>&)> on_open;
   Handlers handlers;
+  // A connection with more than this queued and not yet written is dropped (its peer is not
+  // reading); limits::kMaxQueuedBytesPerPeer, tests set it small.
+  std::size_t max_queued_bytes = limits::kMaxQueuedBytesPerPeer;
 };
 
 // Binds and starts accepting. Errors (bad certificate files, address in use) are returned.

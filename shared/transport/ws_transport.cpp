@@ -163,6 +163,7 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
   }
   const PeerIdentity& peer() const override { return peer_; }
   std::size_t queued_bytes() const override { return queued_.load(); }
+  void set_max_queued_bytes(std::size_t n) { max_queued_ = n; }
 
   // ---- Server side: TLS accept, read the upgrade request, check the path, accept. ----
   void StartServer(OnOpen on_open) {
@@ -440,10 +441,10 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
       queued_.fetch_sub(message.size());
       return;
     }
-    if (queued_.load() > limits::kMaxQueuedBytesPerPeer) {
+    if (queued_.load() > max_queued_) {
       queued_.fetch_sub(message.size());
       Status why = Unavailable(Describe(peer_) + " is not reading: over " +
-                               std::to_string(limits::kMaxQueuedBytesPerPeer) + " bytes queued");
+                               std::to_string(max_queued_) + " bytes queued");
       HERD_LOG(kWarn) << "transport: dropping connection: " << why.ToString();
       return finish(std::move(why));
     }
@@ -565,6 +566,7 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
 
   std::deque<std::string> outbox_;
   std::atomic<std::size_t> queued_{0};
+  std::size_t max_queued_ = limits::kMaxQueuedBytesPerPeer;
   bool writing_ = false;
   bool opened_ = false;
   bool close_requested_ = false;
@@ -643,6 +645,7 @@ class Listener : public std::enable_shared_from_this<Listener> {
       return;
     }
     auto session = std::make_shared<Session>(std::move(socket), ctx_, options_.handlers);
+    session->set_max_queued_bytes(options_.max_queued_bytes);
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopped_) return;  // the socket closes with the session

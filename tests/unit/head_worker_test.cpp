@@ -184,7 +184,9 @@ struct Cluster {
 
   // subscriber_lag_bytes: how far a following client may fall behind before it is served from
   // run.log (Head::Options; 0 keeps the default).
-  explicit Cluster(int gpus_per_node = 0, std::size_t subscriber_lag_bytes = 0)
+  // max_queued_bytes: what a client may have queued before the head drops it (0: the default).
+  explicit Cluster(int gpus_per_node = 0, std::size_t subscriber_lag_bytes = 0,
+                   std::size_t max_queued_bytes = 0)
       : gpus(gpus_per_node) {
     char tmpl[] = "/tmp/herd-head-worker-XXXXXX";
     dir = ::mkdtemp(tmpl);
@@ -199,6 +201,7 @@ struct Cluster {
              (dir / "n0/agent.key").string()};
     o.expected_nodes = 2;
     if (subscriber_lag_bytes > 0) o.subscriber_lag_bytes = subscriber_lag_bytes;
+    if (max_queued_bytes > 0) o.max_queued_bytes_per_peer = max_queued_bytes;
     head = std::make_unique<Head>(io, o);
     REQUIRE(head->Start().ok());
     port = head->port();
@@ -452,6 +455,69 @@ TEST_CASE("a client that falls behind a flood of output gets every line once, in
   CHECK(in_order);
   CHECK(next == kLines);
   CHECK(log.find("(head, rank=0, pid=1001) first\n") != std::string::npos);
+}
+
+// Rank 1's numbered lines "L000000 yyy...\n" (1000 bytes each) in `log`: how many, in order.
+std::pair<int, bool> NumberedLines(const std::string& log) {
+  const std::string prefix = "(worker1, rank=1, pid=1001, ip=127.0.0.1) L";
+  int next = 0;
+  bool in_order = true;
+  for (std::size_t pos = 0; (pos = log.find(prefix, pos)) != std::string::npos;
+       pos += prefix.size()) {
+    if (std::atoi(log.c_str() + pos + prefix.size()) != next) in_order = false;
+    ++next;
+  }
+  return {next, in_order};
+}
+
+TEST_CASE("a log larger than a client's queue bound reaches a late follower and `herd logs` whole") {
+  // A client with more than 2 MiB queued is dropped; the job's log is 8 MB. Each replay must be
+  // paced (it was queued whole: dropped, resubscribed, dropped again, until the client gave up).
+  Cluster c(0, 256u << 10, 2u << 20);
+  auto client = c.Client();
+  auto job = client->Submit(TwoNodes("", "flood"), "frank");
+  REQUIRE(job.ok());
+  REQUIRE(c.launchers[0]->WaitSpawns(1));
+  REQUIRE(c.launchers[1]->WaitSpawns(1));
+  const int kLines = 8000;
+  std::string chunk;
+  for (int i = 0; i < kLines; ++i) {
+    char head[16];
+    std::snprintf(head, sizeof head, "L%06d ", i);
+    chunk += head + std::string(1000 - 9, 'y') + "\n";
+    if (chunk.size() >= 100000) {
+      c.launchers[1]->Print(0, std::move(chunk));
+      chunk.clear();
+    }
+  }
+  c.launchers[1]->Print(0, std::move(chunk));
+  // The head has it all in run.log before anyone follows.
+  const fs::path run_log = c.dir / "head-state" / "logs" / (std::to_string(*job) + "-t") / "run.log";
+  for (int i = 0; i < 200; ++i) {
+    std::error_code ec;
+    if (fs::file_size(run_log, ec) >= std::uintmax_t{kLines} * 1000) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  REQUIRE(fs::file_size(run_log) >= std::uintmax_t{kLines} * 1000);
+
+  Follow late(c, *job);  // follows the running job from offset 0
+  std::this_thread::sleep_for(300ms);
+  c.launchers[0]->Exit(0, 0);
+  c.launchers[1]->Exit(0, 0);
+  late.Join();
+  CHECK(late.last.state() == herd::v1::JOB_STATE_SUCCEEDED);
+  CHECK(NumberedLines(late.log) == std::pair<int, bool>{kLines, true});
+
+  // `herd logs` of the finished job: the whole of run.log, then its final state.
+  std::string replayed;
+  controller::HeadClient::StreamCallbacks cb;
+  cb.on_data = [&](std::string_view d) { replayed += d; };
+  auto reader = c.Client();
+  auto done = reader->Stream(*job, 0, false, cb);
+  REQUIRE_MESSAGE(done.ok(), done.status().ToString());
+  CHECK(done->state() == herd::v1::JOB_STATE_SUCCEEDED);
+  CHECK(NumberedLines(replayed) == std::pair<int, bool>{kLines, true});
+  CHECK(replayed.size() == fs::file_size(run_log));
 }
 
 TEST_CASE(
