@@ -14,6 +14,7 @@
 #include "agent/core/worker.hpp"
 #include "agent/gpu/system_gpu_probe.hpp"
 #include "agent/process/uv_process_launcher.hpp"
+#include "shared/common/heap.hpp"
 #include "shared/common/log.hpp"
 
 namespace herd::agent {
@@ -38,6 +39,7 @@ void RaiseOpenFileLimit() {
 
 int RunAgent(const AgentConfig& config) {
   log::SetTag(config.node_id);
+  TuneHeapForStreaming();
   RaiseOpenFileLimit();
   boost::asio::io_context io;
   auto instance = AgentInstanceId(config.state_dir);

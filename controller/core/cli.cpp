@@ -17,6 +17,7 @@
 #include "controller/core/progress.hpp"
 #include "controller/core/sdk.hpp"
 #include "controller/core/table.hpp"
+#include "shared/common/heap.hpp"
 #include "controller/core/trace.hpp"
 #include "shared/common/host_port.hpp"
 #include "shared/common/log.hpp"
@@ -322,6 +323,7 @@ std::string AutostopText(const controller::ClusterRecord& c) {
 
 int RunCli(int argc, char** argv) {
   TraceMark("cli start");
+  TuneHeapForStreaming();  // `herd _mux` and a followed job's output: large messages
   CLI::App app{"herd: launch distributed jobs on clusters of machines"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every command");

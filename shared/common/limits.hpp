@@ -33,6 +33,13 @@ inline constexpr std::size_t kMaxQueuedBytesPerPeer = 256u << 20;
 // terminal slower than the job's output is not dropped (issue 8 P4: 8 ranks x 32 MiB did).
 inline constexpr std::size_t kSubscriberLagBytes = 16u << 20;
 inline constexpr Duration kSubscriberCatchUpInterval = 10ms;
+// glibc malloc (shared/common/heap.hpp): blocks up to this come from the heap, not a fresh mmap
+// each; above every message the agent, the head, the mux and the CLI handle (kMaxFrameBytes).
+inline constexpr std::size_t kHeapMmapThreshold = 8u << 20;
+// Free memory at the top of the heap kept for reuse, not given back to the kernel. A log flood
+// keeps about kSubscriberLagBytes in flight per client; an idle agent's RSS (issue 8 P6) never
+// grew this far in the first place.
+inline constexpr std::size_t kHeapTrimThreshold = 32u << 20;
 
 // ---- Connections ------------------------------------------------------------------------------
 // TCP connect + TLS handshake + websocket upgrade must finish within this.
@@ -244,6 +251,8 @@ inline constexpr Duration kManagedCancelWait = 180s;
 
 // ---- Relations ----------------------------------------------------------------------------------
 static_assert(kMaxOutputChunkBytes + 4096 < kMaxFrameBytes, "a chunk and its envelope fit a frame");
+static_assert(kHeapMmapThreshold > kMaxFrameBytes && kHeapTrimThreshold >= kSubscriberLagBytes,
+              "every message buffer is reused from the heap");
 static_assert(kLogReplayChunkBytes + 4096 < kMaxFrameBytes, "a replay chunk fits a frame");
 static_assert(kSubscriberLagBytes * 4 <= kMaxQueuedBytesPerPeer &&
                   kSubscriberLagBytes / 4 >= kLogReplayChunkBytes,
