@@ -15,6 +15,7 @@
 #include "agent/gpu/system_gpu_probe.hpp"
 #include "agent/process/uv_process_launcher.hpp"
 #include "shared/common/heap.hpp"
+#include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 
 namespace herd::agent {
@@ -80,6 +81,8 @@ int RunAgent(const AgentConfig& config) {
     }
   }
   Worker worker(io, worker_config, launcher, gpus, head != nullptr);
+  launcher.SetOutputBacklog([&worker] { return worker.QueuedOutputBytes(); },
+                            limits::kAgentOutputBacklogBytes);
   if (auto s = worker.Start(); !s.ok()) {
     HERD_LOG(kError) << "cannot start the worker: " << s.message();
     return 1;

@@ -66,8 +66,20 @@ void Worker::Stop() {
   redial_timer_.cancel();
   if (conn_) {
     auto c = std::move(conn_);
+    SetConn(nullptr);
     c->Close();
   }
+}
+
+void Worker::SetConn(std::shared_ptr<transport::Connection> conn) {
+  conn_ = conn;
+  std::lock_guard<std::mutex> lock(conn_mu_);
+  shared_conn_ = std::move(conn);
+}
+
+std::size_t Worker::QueuedOutputBytes() const {
+  std::lock_guard<std::mutex> lock(conn_mu_);
+  return shared_conn_ ? shared_conn_->queued_bytes() : SIZE_MAX;
 }
 
 void Worker::Dial() {
@@ -116,7 +128,7 @@ void Worker::OnConnected(std::shared_ptr<transport::Connection> conn) {
     conn->Close();
     return;
   }
-  conn_ = std::move(conn);
+  SetConn(std::move(conn));
   AgentToHead msg;
   auto* reg = msg.mutable_register_();
   *reg->mutable_node() = node_;
@@ -136,7 +148,7 @@ void Worker::OnConnected(std::shared_ptr<transport::Connection> conn) {
 
 void Worker::OnClosed(const std::shared_ptr<transport::Connection>& conn, const Status& why) {
   if (conn != conn_) return;
-  conn_.reset();
+  SetConn(nullptr);
   heartbeat_timer_.cancel();
   if (state_ == State::kTerminating) return;
   HERD_LOG(kWarn) << "connection to head lost: " << why.message() << "; re-registering";

@@ -12,6 +12,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "agent/core/agent_config.hpp"
@@ -36,6 +37,11 @@ class Worker {
   void Stop();
   State state() const { return state_; }
   const herd::v1::NodeInfo& node_info() const { return node_; }
+
+  // Output bytes queued on the connection to the head and not yet written; SIZE_MAX while there
+  // is none (output read now would be dropped). Thread-safe: the process launcher's loop asks it
+  // before it reads more of a log (UvProcessLauncher::SetOutputBacklog).
+  std::size_t QueuedOutputBytes() const;
 
  private:
   struct Proc {
@@ -81,6 +87,9 @@ class Worker {
   herd::v1::NodeInfo node_;
   uint64_t incarnation_ = 0;
   std::shared_ptr<transport::Connection> conn_;
+  void SetConn(std::shared_ptr<transport::Connection> conn);
+  mutable std::mutex conn_mu_;                          // guards shared_conn_
+  std::shared_ptr<transport::Connection> shared_conn_;  // conn_, for QueuedOutputBytes
   boost::asio::steady_timer heartbeat_timer_;
   boost::asio::steady_timer redial_timer_;
   std::chrono::milliseconds backoff_;

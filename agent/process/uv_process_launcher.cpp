@@ -12,6 +12,7 @@
 #include <uv.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <deque>
@@ -127,6 +128,12 @@ struct UvProcessLauncher::Impl {
     int handles_open = 0;     // freed when the last one is closed
     bool poll_liveness = false, poll_output = false;  // left to the shared poll timer
     bool finished = false;
+    // The supervisor is gone; the exit is reported once the log is delivered up to finish_end
+    // (flow control may hold the reads back).
+    bool finishing = false;
+    uint64_t finish_end = 0;
+    int exit_code = 0, term_signal = 0;
+    std::string exit_error;
     std::shared_ptr<ProcessCallbacks> callbacks;
   };
 
@@ -211,6 +218,18 @@ struct UvProcessLauncher::Impl {
 
   void Post(std::function<void()> fn) {
     if (!stopping) post(std::move(fn));
+  }
+
+  // SetOutputBacklog's settings, and the output bytes posted and not yet handed to on_output.
+  std::function<std::size_t()> downstream_queued;
+  std::size_t backlog_limit = SIZE_MAX;
+  std::shared_ptr<std::atomic<std::size_t>> in_flight =
+      std::make_shared<std::atomic<std::size_t>>(0);
+  bool OutputBacklogged() {
+    if (!downstream_queued) return false;
+    const std::size_t posted = in_flight->load();
+    if (posted >= backlog_limit) return true;
+    return downstream_queued() >= backlog_limit - posted;
   }
 
   static void OnWake(uv_async_t* handle) {
@@ -593,7 +612,7 @@ struct UvProcessLauncher::Impl {
 
   static void OnFsEvent(uv_fs_event_t* handle, const char*, int, int) {
     auto* c = static_cast<Child*>(handle->data);
-    if (!c->finished) c->impl->ReadSoon(c);
+    if (!c->finished && !c->finishing) c->impl->ReadSoon(c);
   }
 
   // Reads the log now when it was last read kOutputCoalesce ago or earlier, else once that much
@@ -616,17 +635,29 @@ struct UvProcessLauncher::Impl {
     auto* c = static_cast<Child*>(timer->data);
     if (c->finished) return;
     c->last_read = uv_now(&c->impl->loop);
-    c->impl->ReadNew(c, UINT64_MAX);
+    if (c->finishing) {
+      c->impl->ContinueFinish(c);
+    } else {
+      c->impl->ReadNew(c, UINT64_MAX);
+    }
   }
 
-  // Delivers the log's bytes from c->offset up to `limit` (or its current end).
-  void ReadNew(Child* c, uint64_t limit) {
+  // Delivers the log's bytes from c->offset up to `limit` (or its current end), as far as flow
+  // control lets it; true when it got there. Held back: the read timer tries again.
+  bool ReadNew(Child* c, uint64_t limit) {
     if (c->read_fd < 0) c->read_fd = ::open(c->handle.log_path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (c->read_fd < 0) return;
+    if (c->read_fd < 0) return true;
     struct stat st {};
-    if (::fstat(c->read_fd, &st) != 0) return;
+    if (::fstat(c->read_fd, &st) != 0) return true;
     uint64_t end = std::min<uint64_t>(static_cast<uint64_t>(st.st_size), limit);
     while (c->offset < end) {
+      if (OutputBacklogged()) {
+        if (!uv_is_active(reinterpret_cast<uv_handle_t*>(&c->read_timer))) {
+          uv_timer_start(&c->read_timer, &Impl::OnReadTimer,
+                         static_cast<uint64_t>(limits::kOutputCoalesce.count()), 0);
+        }
+        return false;
+      }
       size_t want = static_cast<size_t>(std::min<uint64_t>(end - c->offset, kReadChunk));
       std::string bytes(want, '\0');
       ssize_t n = ::pread(c->read_fd, bytes.data(), want, static_cast<off_t>(c->offset));
@@ -635,39 +666,51 @@ struct UvProcessLauncher::Impl {
       bytes.resize(static_cast<size_t>(n));
       uint64_t offset = c->offset;
       c->offset += static_cast<uint64_t>(n);
-      Post([cb = c->callbacks, offset, bytes = std::move(bytes)] {
+      in_flight->fetch_add(bytes.size());
+      Post([cb = c->callbacks, in_flight = in_flight, offset, bytes = std::move(bytes)] {
         if (cb->on_output) cb->on_output(offset, bytes);
+        in_flight->fetch_sub(bytes.size());
       });
     }
+    return true;
   }
   static constexpr size_t kReadChunk = 256 * 1024;
 
   // The supervisor is gone: deliver the rest of the log, then the exit it recorded.
   void Finish(Child* c) {
-    if (c->finished) return;
-    c->finished = true;
+    if (c->finished || c->finishing) return;
+    c->finishing = true;
+    // Its pidfd stays readable: no more wakeups from it (nor from the log, read to its end now).
+    if (c->pidfd >= 0) uv_poll_stop(&c->pid_poll);
+    uv_fs_event_stop(&c->fs_event);
+    c->poll_liveness = c->poll_output = false;
     auto record = ReadExitRecord(c->exit_path);
-    int code, sig;
-    std::string error;
     if (record) {
-      ReadNew(c, record->end);
-      code = record->exit_code;
-      sig = record->term_signal;
-      error = record->error;
+      c->finish_end = record->end;
+      c->exit_code = record->exit_code;
+      c->term_signal = record->term_signal;
+      c->exit_error = record->error;
     } else {
       ::unlink((c->exit_path + ".reserve").c_str());  // what it had reserved for the record
       // Killed before it could record anything (kill -9, OOM): the job's output ends here.
-      ReadNew(c, UINT64_MAX);
       HERD_LOG(kWarn) << "the supervisor of pid " << c->handle.pid << " (group " << c->handle.group
                       << ") died without an exit record; reporting it killed";
-      code = 128 + SIGKILL;
-      sig = SIGKILL;
+      c->finish_end = UINT64_MAX;
+      c->exit_code = 128 + SIGKILL;
+      c->term_signal = SIGKILL;
     }
-    if (!error.empty()) {
+    if (!c->exit_error.empty()) {
       HERD_LOG(kError) << "pid " << c->handle.pid << " (group " << c->handle.group
-                       << ") was stopped by its supervisor: " << error;
+                       << ") was stopped by its supervisor: " << c->exit_error;
     }
-    Post([cb = c->callbacks, code, sig, end = c->offset, error = std::move(error)] {
+    ContinueFinish(c);
+  }
+
+  void ContinueFinish(Child* c) {
+    if (!ReadNew(c, c->finish_end)) return;  // the read timer comes back here
+    c->finished = true;
+    Post([cb = c->callbacks, code = c->exit_code, sig = c->term_signal, end = c->offset,
+          error = std::move(c->exit_error)] {
       if (cb->on_exit) cb->on_exit(code, sig, end, error);
     });
     Release(c);
@@ -922,6 +965,12 @@ std::string UvProcessLauncher::DescribeIsolation() {
   const auto& h = DetectCgroupHierarchy();
   if (h) return h->kind + " at " + h->base + " + " + kGroupEnvVar + " environment sweep";
   return std::string(kGroupEnvVar) + " environment sweep only (no usable cgroup)";
+}
+
+void UvProcessLauncher::SetOutputBacklog(std::function<std::size_t()> downstream_queued,
+                                         std::size_t limit) {
+  impl_->downstream_queued = std::move(downstream_queued);
+  impl_->backlog_limit = limit;
 }
 
 std::string UvProcessLauncher::CgroupDir(const std::string& group) const {

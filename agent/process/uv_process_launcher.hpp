@@ -58,6 +58,15 @@ class UvProcessLauncher : public ProcessLauncher {
   // The cgroup directory a group's processes are put in; "" where cgroups are not available.
   std::string CgroupDir(const std::string& group) const;
 
+  // Flow control for output (the node-local log is the buffer): the loop reads a log further
+  // only while the bytes it has posted to on_output and not yet delivered, plus
+  // downstream_queued() (what the owner has queued and not yet sent: its connection to the head),
+  // are under `limit`; else it tries again every limits::kOutputCoalesce. A process's exit is
+  // reported after its last byte, so it waits for the reads too. Without this (the default) a
+  // job printing faster than the head takes it in grew the agent's queue to the head without
+  // bound. Call before the first Spawn/Adopt; downstream_queued runs on the loop thread.
+  void SetOutputBacklog(std::function<std::size_t()> downstream_queued, std::size_t limit);
+
   // The environment variable every spawned process carries, set to its group.
   static constexpr const char* kGroupEnvVar = "HERD_PROCESS_GROUP";
 

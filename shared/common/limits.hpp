@@ -33,6 +33,11 @@ inline constexpr std::size_t kMaxQueuedBytesPerPeer = 256u << 20;
 // terminal slower than the job's output is not dropped (issue 8 P4: 8 ranks x 32 MiB did).
 inline constexpr std::size_t kSubscriberLagBytes = 16u << 20;
 inline constexpr Duration kSubscriberCatchUpInterval = 10ms;
+// An agent reads its processes' node-local logs further only while less than this is on its way
+// to the head (posted to its connection and not yet written): the logs are the buffer, so a job
+// printing faster than the head takes output in costs the agent bounded memory, and a heartbeat
+// waits behind at most this much output (UvProcessLauncher::SetOutputBacklog).
+inline constexpr std::size_t kAgentOutputBacklogBytes = 8u << 20;
 // glibc malloc (shared/common/heap.hpp): blocks up to this come from the heap, not a fresh mmap
 // each; above every message the agent, the head, the mux and the CLI handle (kMaxFrameBytes).
 inline constexpr std::size_t kHeapMmapThreshold = 8u << 20;
@@ -251,6 +256,9 @@ inline constexpr Duration kManagedCancelWait = 180s;
 
 // ---- Relations ----------------------------------------------------------------------------------
 static_assert(kMaxOutputChunkBytes + 4096 < kMaxFrameBytes, "a chunk and its envelope fit a frame");
+static_assert(kAgentOutputBacklogBytes >= 4 * kMaxOutputChunkBytes &&
+                  kAgentOutputBacklogBytes * 8 <= kMaxQueuedBytesPerPeer,
+              "an agent keeps several chunks in flight and far from being dropped as stuck");
 static_assert(kHeapMmapThreshold > kMaxFrameBytes && kHeapTrimThreshold >= kSubscriberLagBytes,
               "every message buffer is reused from the heap");
 static_assert(kLogReplayChunkBytes + 4096 < kMaxFrameBytes, "a replay chunk fits a frame");

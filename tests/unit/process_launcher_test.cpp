@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -686,6 +687,52 @@ TEST_CASE("SpawnAsync: the handle before any output, then the exit; errors throu
   CHECK_FALSE(fs::exists(f.dir / "async-bad"));
   f.queue.RunFor(100ms);
   CHECK_FALSE(bad.exited);
+}
+
+TEST_CASE("flow control: no more of the log is read while the owner's queue is full") {
+  Fixture f;
+  // What the owner (the agent's connection to the head) has queued: everything (closed), what
+  // it was given and never wrote (a queue that does not drain), or nothing (drained).
+  enum { kClosed, kNeverDrains, kDrained };
+  std::atomic<int> mode{kClosed};
+  std::atomic<std::size_t> delivered{0};
+  const std::size_t kLimit = 1u << 20;
+  f.launcher->SetOutputBacklog(
+      [&]() -> std::size_t {
+        return mode == kClosed ? SIZE_MAX : mode == kNeverDrains ? delivered.load() : 0;
+      },
+      kLimit);
+  Recorder rec;
+  auto callbacks = rec.Callbacks();
+  auto on_output = callbacks.on_output;
+  callbacks.on_output = [&, on_output](uint64_t offset, std::string_view data) {
+    delivered += data.size();
+    on_output(offset, data);
+  };
+  const std::string group = G("backlog");
+  f.groups.push_back(group);
+  SpawnRequest req;
+  req.group = group;
+  req.argv = Sh("head -c 3000000 /dev/zero | tr '\\0' y");
+  req.log_path = (f.dir / (group + ".log")).string();
+  REQUIRE(f.launcher->Spawn(req, callbacks).ok());
+  // The process prints 3 MB and ends; none of it is read, so its exit is not reported either.
+  CHECK_FALSE(f.WaitExit(rec, 1500ms));
+  CHECK(rec.output.empty());
+  REQUIRE(fs::file_size(req.log_path) == 3000000);
+  // Room for kLimit in all: read up to it, then held again.
+  mode = kNeverDrains;
+  CHECK_FALSE(f.WaitExit(rec, 1000ms));
+  CHECK(rec.output.size() > 0);
+  CHECK(rec.output.size() <= kLimit);
+  // Drained: the rest, then the exit.
+  mode = kDrained;
+  REQUIRE(f.WaitExit(rec));
+  CHECK(rec.output == std::string(3000000, 'y'));
+  CHECK(rec.total_bytes == 3000000);
+  CHECK(rec.exit_code == 0);
+  CHECK_FALSE(rec.output_after_exit);
+  CheckChunksTileLog(rec, req.log_path, 0);
 }
 
 TEST_CASE("a KillGroup sent while the group's SpawnAsync is still starting kills the process") {
