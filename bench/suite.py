@@ -287,16 +287,19 @@ def throughput_command(lines, rank="$SKYPILOT_NODE_RANK"):
     return f"yes \"rank-{rank}-$(printf 'x%.0s' $(seq {99 - 7}))\" | head -n {lines}"
 
 
-def check_output(path, ranks, lines, prefixed):
+def check_output(path, ranks, lines, prefixed, crlf=False):
     """Every rank's lines arrived whole, exactly `lines` of each, nothing else but herd's own
     messages (not job output: lines that do not start with "(") where prefixed; raises otherwise.
-    Returns the payload bytes (the job's own bytes, without herd's prefixes)."""
+    crlf: lines end "\r\n" (a remote pty's ONLCR, `ssh -tt`). Returns the payload bytes (the
+    job's own bytes, without herd's prefixes)."""
     want = {throughput_line(r).encode(): r for r in ranks}
     counts = {r: 0 for r in ranks}
     bad = 0
     with open(path, "rb") as f:
         for raw in f:
             line = raw.rstrip(b"\n")
+            if crlf and line.endswith(b"\r"):
+                line = line[:-1]
             if prefixed:
                 if not line.startswith(b"("):
                     continue  # herd's "Job submitted ..." and the like
@@ -315,12 +318,13 @@ def check_output(path, ranks, lines, prefixed):
 
 
 def log_throughput(env, ssh, herd, cluster, ips, mb, reps):
-    """P4: (herd MiB/s list, ssh MiB/s list, lines per rank, herd failures, load before, after).
+    """P4: (herd MiB/s list, ssh MiB/s list, ssh -tt MiB/s list, lines per rank, herd failures,
+    load before, after).
     A herd run whose job fails is recorded with herd's error line, not measured."""
     lines = mb * 1024 * 1024 // 100
     ranks = list(range(len(ips)))
     out = os.path.join(env.workdir, "p4.out")
-    herd_rates, ssh_rates, failures = [], [], []
+    herd_rates, ssh_rates, ssh_pty_rates, failures = [], [], [], []
 
     def timed(procs):
         codes = [p.wait(timeout=COMMAND_TIMEOUT_S * 10) for p in procs]
@@ -343,25 +347,31 @@ def log_throughput(env, ssh, herd, cluster, ips, mb, reps):
                    .splitlines() if ln.startswith("ERROR")]
             failures.append(f"exit {rc} after {secs:.1f} s: " + (why[-1] if why else "?"))
             log(f"log throughput: herd failed: {failures[-1]}")
-        files = [f"{out}.{r}" for r in ranks]
-        handles = [open(p, "wb") for p in files]
-        start = time.perf_counter()
-        try:
-            timed([subprocess.Popen(ssh.cm_argv(ip, "-T") + [throughput_command(lines, r)],
-                                    stdin=subprocess.DEVNULL, stdout=h,
-                                    stderr=subprocess.DEVNULL)
-                   for r, (ip, h) in enumerate(zip(ips, handles))])
-            secs = time.perf_counter() - start
-        finally:
-            for h in handles:
-                h.close()
-        got = sum(check_output(p, [r], lines, False) for r, p in enumerate(files))
-        ssh_rates.append(got / secs / 2**20)
-        for p in files + [out]:
-            os.remove(p)
+        # The anchor: the same command through 8 ssh at once, with no pty (-T: the rank's output
+        # is a pipe) and with one (-tt: a pty, as herd gives every job process so that Python
+        # line-buffers; ssh -tt sends "\r\n" line ends, counted as the 100 bytes of a line).
+        for flag, rates in (("-T", ssh_rates), ("-tt", ssh_pty_rates)):
+            files = [f"{out}.{r}" for r in ranks]
+            handles = [open(p, "wb") for p in files]
+            start = time.perf_counter()
+            try:
+                timed([subprocess.Popen(ssh.cm_argv(ip, flag) + [throughput_command(lines, r)],
+                                        stdin=subprocess.DEVNULL, stdout=h,
+                                        stderr=subprocess.DEVNULL)
+                       for r, (ip, h) in enumerate(zip(ips, handles))])
+                secs = time.perf_counter() - start
+            finally:
+                for h in handles:
+                    h.close()
+            got = sum(check_output(p, [r], lines, False, crlf=flag == "-tt")
+                      for r, p in enumerate(files))
+            rates.append(got / secs / 2**20)
+            for p in files:
+                os.remove(p)
+        os.remove(out)
         log(f"log throughput: herd {herd_rates[-1] if rc == 0 else 0:.0f} MiB/s, "
-            f"ssh {ssh_rates[-1]:.0f} MiB/s")
-    return herd_rates, ssh_rates, lines, failures, l0, load()
+            f"ssh {ssh_rates[-1]:.0f} MiB/s, ssh -tt {ssh_pty_rates[-1]:.0f} MiB/s")
+    return herd_rates, ssh_rates, ssh_pty_rates, lines, failures, l0, load()
 
 
 def machine():
@@ -537,18 +547,22 @@ def table(results, herds, bashrc_absent, reps):
             f"median {ms(statistics.median(rel)):.0f} ms (min {ms(min(rel)):.0f}, max "
             f"{ms(max(rel)):.0f}) over {len(rel)} runs; load {l0:.1f}-{l1:.1f}", ""]
     if "logs" in results:
-        hr, sr, lines, failures, l0, l1 = results["logs"]
+        hr, sr, tr, lines, failures, l0, l1 = results["logs"]
         s = statistics.median(sr)
+        t = statistics.median(tr)
         h = statistics.median(hr) if hr else None
         out += [f"## log throughput: {CLUSTER_NODES} ranks x {lines} lines of 100 bytes "
                 f"({lines * 100 / 2**20:.0f} MiB each) to one terminal, lossless", "",
-                "| herd exec | ssh (8 ControlMasters at once) | herd/ssh | load |",
-                "|---|---|---|---|",
+                "| herd exec | ssh -T (8 ControlMasters at once) | ssh -tt (the same, a pty each) "
+                "| herd/ssh | herd/ssh -tt | load |",
+                "|---|---|---|---|---|---|",
                 f"| {f'{h:.0f} MiB/s' if h else 'no run completed'} | {s:.0f} MiB/s | "
-                f"{f'{h / s:.2f}x' if h else '-'} | {l0:.1f}-{l1:.1f} |", "",
+                f"{t:.0f} MiB/s | {f'{h / s:.2f}x' if h else '-'} | "
+                f"{f'{h / t:.2f}x' if h else '-'} | {l0:.1f}-{l1:.1f} |", "",
                 f"(medians of the interleaved runs: herd " +
                 (", ".join(f"{x:.0f}" for x in hr) or "none") + "; ssh " +
-                ", ".join(f"{x:.0f}" for x in sr) +
+                ", ".join(f"{x:.0f}" for x in sr) + "; ssh -tt " +
+                ", ".join(f"{x:.0f}" for x in tr) +
                 " MiB/s; every line of every rank checked whole, exact counts)", ""]
         out += [f"herd run FAILED: {f}" for f in failures] + ([""] if failures else [])
     return out
