@@ -425,23 +425,36 @@ int RunStep(int argc, char** argv) {
     int rc = ::poll(fds, 2, timeout);
     if (rc < 0 && errno != EINTR) break;
     if (output_open && (fds[0].revents & (POLLIN | POLLHUP | POLLERR))) {
+      // Read until the pty is empty, one log write per full buffer (a pty read returns at most
+      // 4 KiB): each write is a syscall here and an inotify wakeup in the agent.
+      size_t filled = 0;
+      auto flush = [&] {
+        if (filled == 0 || !log_error.empty()) {
+          filled = 0;
+          return;
+        }
+        int e = WriteAll(log_fd, buf.data(), filled);
+        filled = 0;
+        if (e == 0) return;
+        log_error = "cannot write " + a.log + ": " + std::strerror(e);
+        for (char& ch : log_error)
+          if (ch == '\n') ch = ' ';  // one line of the record
+        log_error.resize(std::min<size_t>(log_error.size(), limits::kExitRecordReserveBytes - 256));
+        SignalGroup(child, child_done, a.marker, SIGTERM);
+        stop_started = Clock::now();
+        next_sweep = stop_started + limits::kKillGracePeriod;
+        sweeping = true;
+      };
       for (;;) {
-        ssize_t r = ::read(master, buf.data(), buf.size());
+        ssize_t r = ::read(master, buf.data() + filled, buf.size() - filled);
         if (r > 0) {
           // Stopping: nowhere to keep it. One chunk per poll, so that a job that ignores SIGTERM
           // and prints without pause still meets the SIGKILL sweep on time.
           if (!log_error.empty()) break;
-          if (int e = WriteAll(log_fd, buf.data(), static_cast<size_t>(r)); e != 0) {
-            log_error = "cannot write " + a.log + ": " + std::strerror(e);
-            for (char& ch : log_error)
-              if (ch == '\n') ch = ' ';  // one line of the record
-            log_error.resize(
-                std::min<size_t>(log_error.size(), limits::kExitRecordReserveBytes - 256));
-            SignalGroup(child, child_done, a.marker, SIGTERM);
-            stop_started = Clock::now();
-            next_sweep = stop_started + limits::kKillGracePeriod;
-            sweeping = true;
-            break;
+          filled += static_cast<size_t>(r);
+          if (filled == buf.size()) {
+            flush();
+            if (!log_error.empty()) break;
           }
           continue;
         }
@@ -450,6 +463,7 @@ int RunStep(int argc, char** argv) {
         if (r == 0 || (r < 0 && errno != EAGAIN)) output_open = false;
         break;
       }
+      flush();
     }
     if (fds[1].revents & POLLIN) {
       struct signalfd_siginfo si;

@@ -20,6 +20,10 @@ inline constexpr std::size_t kMaxFrameBytes = 4u << 20;
 inline constexpr std::size_t kMaxOutputChunkBytes = 256u << 10;
 // Log bytes sent to a client per LogData message when replaying run.log from an offset.
 inline constexpr std::size_t kLogReplayChunkBytes = 256u << 10;
+// A websocket client (an agent, the CLI) masks what it sends through a buffer of this size (Beast's
+// write_buffer_bytes, 4 KiB by default): each fill is one TLS write, i.e. a 4 KiB record and a
+// socket send for 4 KiB of output, and a record the head must decrypt and handle on its own.
+inline constexpr std::size_t kWebsocketWriteBufferBytes = 64u << 10;
 // The head's line prefixer (agent/sched/log_merger) holds at most this many bytes of one
 // unterminated output line per process; a longer line is cut with a '\n' added. Independent of
 // the chunk sizes above: a line may span many output chunks.

@@ -401,6 +401,7 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
                   "herd");
     }));
     ws_.read_message_max(limits::kMaxFrameBytes);
+    ws_.write_buffer_bytes(limits::kWebsocketWriteBufferBytes);
     ws_.binary(true);
     // One frame per message: the receiver's limit is per message anyway.
     ws_.auto_fragment(false);
