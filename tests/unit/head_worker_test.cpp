@@ -400,6 +400,35 @@ TEST_CASE("a restarted worker adopts its process: no failure, every byte once") 
                         "(worker1, rank=1, pid=1001, ip=127.0.0.1) after\n") != std::string::npos);
 }
 
+// Rank 1's numbered lines "L000000 yyy...\n" (1000 bytes each) in `log`: how many, in order.
+std::pair<int, bool> NumberedLines(const std::string& log) {
+  const std::string prefix = "(worker1, rank=1, pid=1001, ip=127.0.0.1) L";
+  int next = 0;
+  bool in_order = true;
+  for (std::size_t pos = 0; (pos = log.find(prefix, pos)) != std::string::npos;
+       pos += prefix.size()) {
+    if (std::atoi(log.c_str() + pos + prefix.size()) != next) in_order = false;
+    ++next;
+  }
+  return {next, in_order};
+}
+
+// Rank 1 (a fake launcher's process 0) prints `lines` numbered lines of 1000 bytes, in 100 KB
+// writes: "L000000 yyy...y\n", "L000001 ...".
+void PrintNumberedLines(FakeLauncher& launcher, int lines) {
+  std::string chunk;
+  for (int i = 0; i < lines; ++i) {
+    char head[16];
+    std::snprintf(head, sizeof head, "L%06d ", i);
+    chunk += head + std::string(1000 - 9, 'y') + "\n";
+    if (chunk.size() >= 100000) {
+      launcher.Print(0, std::move(chunk));
+      chunk.clear();
+    }
+  }
+  launcher.Print(0, std::move(chunk));
+}
+
 TEST_CASE("a client that falls behind a flood of output gets every line once, in order") {
   // 256 KiB of lag allowed: a client stalled while 20 MB arrive is served from run.log.
   Cluster c(0, 256u << 10);
@@ -426,48 +455,15 @@ TEST_CASE("a client that falls behind a flood of output gets every line once, in
   REQUIRE(c.launchers[1]->WaitSpawns(1));
   c.launchers[0]->Print(0, "first\n");
   const int kLines = 20000;  // of 1000 bytes: 20 MB from rank 1
-  std::string chunk;
-  for (int i = 0; i < kLines; ++i) {
-    char head[16];
-    std::snprintf(head, sizeof head, "L%06d ", i);
-    chunk += head + std::string(1000 - 9, 'y') + "\n";
-    if (chunk.size() >= 100000) {
-      c.launchers[1]->Print(0, std::move(chunk));
-      chunk.clear();
-    }
-  }
-  c.launchers[1]->Print(0, std::move(chunk));
+  PrintNumberedLines(*c.launchers[1], kLines);
   c.launchers[0]->Exit(0, 0);
   c.launchers[1]->Exit(0, 0);
   follower.join();
   CHECK(stalled);
   CHECK(last.state() == herd::v1::JOB_STATE_SUCCEEDED);
   // Every line of rank 1 exactly once and in order, the head's line too.
-  const std::string prefix = "(worker1, rank=1, pid=1001, ip=127.0.0.1) ";
-  int next = 0;
-  bool in_order = true;
-  for (std::size_t pos = 0; (pos = log.find(prefix, pos)) != std::string::npos;
-       pos += prefix.size()) {
-    int n = std::atoi(log.c_str() + pos + prefix.size() + 1);
-    if (n != next) in_order = false;
-    ++next;
-  }
-  CHECK(in_order);
-  CHECK(next == kLines);
+  CHECK(NumberedLines(log) == std::pair<int, bool>{kLines, true});
   CHECK(log.find("(head, rank=0, pid=1001) first\n") != std::string::npos);
-}
-
-// Rank 1's numbered lines "L000000 yyy...\n" (1000 bytes each) in `log`: how many, in order.
-std::pair<int, bool> NumberedLines(const std::string& log) {
-  const std::string prefix = "(worker1, rank=1, pid=1001, ip=127.0.0.1) L";
-  int next = 0;
-  bool in_order = true;
-  for (std::size_t pos = 0; (pos = log.find(prefix, pos)) != std::string::npos;
-       pos += prefix.size()) {
-    if (std::atoi(log.c_str() + pos + prefix.size()) != next) in_order = false;
-    ++next;
-  }
-  return {next, in_order};
 }
 
 TEST_CASE("a log larger than a client's queue bound reaches a late follower and `herd logs` whole") {
@@ -480,17 +476,7 @@ TEST_CASE("a log larger than a client's queue bound reaches a late follower and 
   REQUIRE(c.launchers[0]->WaitSpawns(1));
   REQUIRE(c.launchers[1]->WaitSpawns(1));
   const int kLines = 8000;
-  std::string chunk;
-  for (int i = 0; i < kLines; ++i) {
-    char head[16];
-    std::snprintf(head, sizeof head, "L%06d ", i);
-    chunk += head + std::string(1000 - 9, 'y') + "\n";
-    if (chunk.size() >= 100000) {
-      c.launchers[1]->Print(0, std::move(chunk));
-      chunk.clear();
-    }
-  }
-  c.launchers[1]->Print(0, std::move(chunk));
+  PrintNumberedLines(*c.launchers[1], kLines);
   // The head has it all in run.log before anyone follows.
   const fs::path run_log = c.dir / "head-state" / "logs" / (std::to_string(*job) + "-t") / "run.log";
   for (int i = 0; i < 200; ++i) {
