@@ -64,20 +64,28 @@ def namespaces_of(cluster):
             if line.startswith(f"herd-{cluster}-")]
 
 
-def pids_by_cmdline(match):
-    """PIDs of the processes whose argv (a list of bytes) match(argv) accepts."""
+def pids_where(match, *files):
+    """PIDs of the processes for which match(*contents) is true: the bytes of /proc/PID/FILE for
+    each of files (a process that ends meanwhile is skipped)."""
     found = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
             continue
         try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
+            contents = []
+            for name in files:
+                with open(f"/proc/{d}/{name}", "rb") as f:
+                    contents.append(f.read())
         except OSError:
             continue
-        if match(argv):
+        if match(*contents):
             found.append(int(d))
     return found
+
+
+def pids_by_cmdline(match):
+    """PIDs of the processes whose argv (a list of bytes) match(argv) accepts."""
+    return pids_where(lambda cmdline: match(cmdline.split(b"\0")), "cmdline")
 
 
 def wait_for(cond, timeout=20):

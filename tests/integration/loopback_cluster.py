@@ -13,6 +13,8 @@ import time
 import unittest
 import uuid
 
+from herd_env import pids_where
+
 HERD = os.environ.get("HERD", "herd")
 HERDLET = os.environ.get("HERDLET", "herdlet")
 
@@ -28,20 +30,10 @@ def run(args, timeout=60, check=True, **kw):
 
 def processes_with_marker(marker):
     """PIDs of live (non-zombie) processes with an environment entry that starts with marker."""
-    found = []
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open(f"/proc/{d}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-            with open(f"/proc/{d}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != b"Z" and any(e.startswith(marker) for e in env):
-            found.append(int(d))
-    return found
+    def live_and_marked(environ, stat):
+        state = stat.rsplit(b")", 1)[1].split()[0]
+        return state != b"Z" and any(e.startswith(marker) for e in environ.split(b"\0"))
+    return pids_where(live_and_marked, "environ", "stat")
 
 
 def free_subnet():
