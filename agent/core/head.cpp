@@ -1463,6 +1463,8 @@ void Head::PersistAndNotify(JobRun& run, bool end_of_stream) {
     msg.mutable_job_status()->set_end_of_stream(end_of_stream);
     SendToClient(conn, sub.request_id, std::move(msg));
   }
+  // The stream has ended for every follower (a lagging one goes on as a replay, not twice).
+  if (end_of_stream) run.subs.clear();
   if (replaying) CatchUp();
 }
 
