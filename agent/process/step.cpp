@@ -188,7 +188,8 @@ constexpr uint64_t kCloneIntoCgroup = 0x200000000ULL;  // CLONE_INTO_CGROUP
 
 }  // namespace
 
-pid_t ForkIntoCgroup(const std::string& cgroup_dir, bool via_clone3) {
+pid_t ForkIntoCgroup(const std::string& cgroup_dir, bool via_clone3, bool* by_clone3) {
+  if (by_clone3) *by_clone3 = false;
   if (cgroup_dir.empty()) return ::fork();
   if (via_clone3) {
     int cg = ::open(cgroup_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -200,7 +201,10 @@ pid_t ForkIntoCgroup(const std::string& cgroup_dir, bool via_clone3) {
       long pid = ::syscall(SYS_clone3, &args, sizeof args);
       if (pid == 0) return 0;  // the child: already in the cgroup (cg is close-on-exec)
       ::close(cg);
-      if (pid > 0) return static_cast<pid_t>(pid);
+      if (pid > 0) {
+        if (by_clone3) *by_clone3 = true;
+        return static_cast<pid_t>(pid);
+      }
       // ENOSYS (before 5.3), E2BIG/EINVAL (before 5.7), EBADF (a v1 hierarchy), EBUSY, EPERM
       // (seccomp): the move below still works, or fails as it would have.
     }

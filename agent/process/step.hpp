@@ -37,7 +37,9 @@ int RunStep(int argc, char** argv);
 // happened just before: 7.2 ms median per job process on this machine, against 0.2 ms for
 // CLONE_INTO_CGROUP (bench/README.md, fifth round). A failed move only costs the cgroup (the
 // agent's environment sweep still finds the process). Only async-signal-safe calls in the child.
-pid_t ForkIntoCgroup(const std::string& cgroup_dir, bool via_clone3 = true);
+// In the parent, *by_clone3 (when given) says whether clone3 created the child.
+pid_t ForkIntoCgroup(const std::string& cgroup_dir, bool via_clone3 = true,
+                     bool* by_clone3 = nullptr);
 
 // What a supervisor recorded when its job process ended.
 struct ExitRecord {

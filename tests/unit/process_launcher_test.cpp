@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -137,6 +139,23 @@ char ProcState(int pid) {
   std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
   size_t close = stat.rfind(')');
   return close == std::string::npos || close + 2 >= stat.size() ? 0 : stat[close + 2];
+}
+
+// The running kernel's version is at least major.minor.
+bool KernelAtLeast(int major, int minor) {
+  struct utsname u {};
+  if (::uname(&u) != 0) return false;
+  int ma = 0, mi = 0;
+  if (std::sscanf(u.release, "%d.%d", &ma, &mi) != 2) return false;
+  return ma > major || (ma == major && mi >= minor);
+}
+
+// clone3 is neither missing nor filtered: with no arguments it fails with EINVAL (size too
+// small), not ENOSYS (no such call, or Docker's seccomp profile) or EPERM (another filter).
+bool Clone3Allowed() {
+  errno = 0;
+  long r = ::syscall(SYS_clone3, nullptr, 0);
+  return !(r < 0 && (errno == ENOSYS || errno == EPERM));
 }
 
 // Running (a zombie has already died: it only waits for its parent to read its status).
@@ -402,7 +421,8 @@ TEST_CASE("ForkIntoCgroup: the child starts in the cgroup, by clone3 or by a mov
     int ready[2], done[2];
     REQUIRE(::pipe2(ready, O_CLOEXEC) == 0);
     REQUIRE(::pipe2(done, O_CLOEXEC) == 0);
-    pid_t pid = herd::agent::ForkIntoCgroup(dir, via_clone3);
+    bool by_clone3 = false;
+    pid_t pid = herd::agent::ForkIntoCgroup(dir, via_clone3, &by_clone3);
     if (pid == 0) {
       // Says it runs, then waits for the test to have looked: async-signal-safe calls only.
       ::close(done[1]);
@@ -416,6 +436,10 @@ TEST_CASE("ForkIntoCgroup: the child starts in the cgroup, by clone3 or by a mov
     ::close(ready[1]);
     ::close(done[0]);
     REQUIRE(pid > 0);
+    // Which way it went: clone3 wherever the kernel has CLONE_INTO_CGROUP (5.7+, cgroup v2 here)
+    // and no seccomp filter refuses clone3 (Docker's default profile makes it ENOSYS), so a
+    // clone3 that silently fell back to the slow move fails this test there.
+    CHECK(by_clone3 == (via_clone3 && KernelAtLeast(5, 7) && Clone3Allowed()));
     char c = 0;
     CHECK(::read(ready[0], &c, 1) == 1);
     std::string procs = ReadFile(dir + "/cgroup.procs");
