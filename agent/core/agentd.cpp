@@ -83,6 +83,11 @@ int RunAgent(const AgentConfig& config) {
   Worker worker(io, worker_config, launcher, gpus, head != nullptr);
   launcher.SetOutputBacklog([&worker] { return worker.QueuedOutputBytes(); },
                             limits::kAgentOutputBacklogBytes);
+  // The worker goes before the launcher, whose loop thread must not ask it any more by then.
+  struct StopAskingWorker {
+    UvProcessLauncher& launcher;
+    ~StopAskingWorker() { launcher.SetOutputBacklog({}, 0); }
+  } stop_asking_worker{launcher};
   if (auto s = worker.Start(); !s.ok()) {
     HERD_LOG(kError) << "cannot start the worker: " << s.message();
     return 1;

@@ -220,12 +220,16 @@ struct UvProcessLauncher::Impl {
     if (!stopping) post(std::move(fn));
   }
 
-  // SetOutputBacklog's settings, and the output bytes posted and not yet handed to on_output.
+  // SetOutputBacklog's settings (set from any thread: backlog_mu, held while downstream_queued
+  // runs, so that clearing it waits for a call in progress), and the output bytes posted and not
+  // yet handed to on_output.
+  std::mutex backlog_mu;
   std::function<std::size_t()> downstream_queued;
   std::size_t backlog_limit = SIZE_MAX;
   std::shared_ptr<std::atomic<std::size_t>> in_flight =
       std::make_shared<std::atomic<std::size_t>>(0);
   bool OutputBacklogged() {
+    std::lock_guard<std::mutex> lock(backlog_mu);
     if (!downstream_queued) return false;
     const std::size_t posted = in_flight->load();
     if (posted >= backlog_limit) return true;
@@ -969,6 +973,7 @@ std::string UvProcessLauncher::DescribeIsolation() {
 
 void UvProcessLauncher::SetOutputBacklog(std::function<std::size_t()> downstream_queued,
                                          std::size_t limit) {
+  std::lock_guard<std::mutex> lock(impl_->backlog_mu);
   impl_->downstream_queued = std::move(downstream_queued);
   impl_->backlog_limit = limit;
 }

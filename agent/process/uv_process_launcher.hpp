@@ -64,7 +64,9 @@ class UvProcessLauncher : public ProcessLauncher {
   // are under `limit`; else it tries again every limits::kOutputCoalesce. A process's exit is
   // reported after its last byte, so it waits for the reads too. Without this (the default) a
   // job printing faster than the head takes it in grew the agent's queue to the head without
-  // bound. Call before the first Spawn/Adopt; downstream_queued runs on the loop thread.
+  // bound. Thread-safe; downstream_queued runs on the loop thread, and an empty one turns flow
+  // control off (SetOutputBacklog({}, 0) before what it asks goes away: it returns once no call
+  // of the old one is in progress).
   void SetOutputBacklog(std::function<std::size_t()> downstream_queued, std::size_t limit);
 
   // The environment variable every spawned process carries, set to its group.

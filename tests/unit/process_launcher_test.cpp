@@ -714,12 +714,13 @@ TEST_CASE("SpawnAsync: the handle before any output, then the exit; errors throu
 }
 
 TEST_CASE("flow control: no more of the log is read while the owner's queue is full") {
-  Fixture f;
   // What the owner (the agent's connection to the head) has queued: everything (closed), what
-  // it was given and never wrote (a queue that does not drain), or nothing (drained).
+  // it was given and never wrote (a queue that does not drain), or nothing (drained). Declared
+  // before the fixture: the launcher's loop thread reads them until the launcher is gone.
   enum { kClosed, kNeverDrains, kDrained };
   std::atomic<int> mode{kClosed};
   std::atomic<std::size_t> delivered{0};
+  Fixture f;
   const std::size_t kLimit = 1u << 20;
   f.launcher->SetOutputBacklog(
       [&]() -> std::size_t {
