@@ -644,8 +644,8 @@ void Head::Subscribe(const ConnPtr& conn, uint64_t request_id, const herd::v1::S
       CatchUp();
       return;
     }
-    return StartReplay({conn, request_id, run.rec.info.log_path(), sub.offset(), run.log_size,
-                        run.rec.info});
+    return StartReplay(
+        {conn, request_id, run.rec.info.log_path(), sub.offset(), run.log_size, run.rec.info});
   }
   auto rec = store_->GetJob(job_id);
   if (!rec.ok()) return ReplyError(conn, request_id, rec.status());
@@ -1409,10 +1409,9 @@ void Head::CatchUp(JobRun& run) {
     }
     // Refill up to half the lag bound once the queue is down to a quarter of it.
     if (sub->lagging && conn->queued_bytes() <= options_.subscriber_lag_bytes / 4) {
-      uint64_t to =
-          std::min<uint64_t>(run.log_size, sub->sent + options_.subscriber_lag_bytes / 2);
-      if (auto s = ReplayLog(conn, sub->request_id, run.rec.info.job_id(),
-                             run.rec.info.log_path(), sub->sent, to);
+      uint64_t to = std::min<uint64_t>(run.log_size, sub->sent + options_.subscriber_lag_bytes / 2);
+      if (auto s = ReplayLog(conn, sub->request_id, run.rec.info.job_id(), run.rec.info.log_path(),
+                             sub->sent, to);
           !s.ok()) {
         HERD_LOG(kError) << "job " << run.rec.info.job_id() << ": " << s.message()
                          << "; a client that fell behind misses output";

@@ -193,7 +193,7 @@ class Head {
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<transport::Server> server_;
   boost::asio::steady_timer check_timer_;
-  boost::asio::steady_timer catch_up_timer_;     // armed while a subscriber lags or replays_
+  boost::asio::steady_timer catch_up_timer_;  // armed while a subscriber lags or replays_
   std::list<Replay> replays_;
   Clock::time_point last_check_ = Clock::now();  // when CheckNodes last ran
   std::map<std::string, NodeEntry> nodes_;

@@ -466,7 +466,8 @@ TEST_CASE("a client that falls behind a flood of output gets every line once, in
   CHECK(log.find("(head, rank=0, pid=1001) first\n") != std::string::npos);
 }
 
-TEST_CASE("a log larger than a client's queue bound reaches a late follower and `herd logs` whole") {
+TEST_CASE(
+    "a log larger than a client's queue bound reaches a late follower and `herd logs` whole") {
   // A client with more than 2 MiB queued is dropped; the job's log is 8 MB. Each replay must be
   // paced (it was queued whole: dropped, resubscribed, dropped again, until the client gave up).
   Cluster c(0, 256u << 10, 2u << 20);
@@ -478,7 +479,8 @@ TEST_CASE("a log larger than a client's queue bound reaches a late follower and 
   const int kLines = 8000;
   PrintNumberedLines(*c.launchers[1], kLines);
   // The head has it all in run.log before anyone follows.
-  const fs::path run_log = c.dir / "head-state" / "logs" / (std::to_string(*job) + "-t") / "run.log";
+  const fs::path run_log =
+      c.dir / "head-state" / "logs" / (std::to_string(*job) + "-t") / "run.log";
   for (int i = 0; i < 200; ++i) {
     std::error_code ec;
     if (fs::file_size(run_log, ec) >= std::uintmax_t{kLines} * 1000) break;
