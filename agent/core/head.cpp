@@ -657,17 +657,7 @@ void Head::Subscribe(const ConnPtr& conn, uint64_t request_id, const herd::v1::S
 }
 
 void Head::StartReplay(Replay replay) {
-  if (replay.next < replay.end) {
-    // Readable now, or the client hears why at once (not after a part of the log).
-    int fd = ::open(replay.path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      if (auto conn = replay.conn.lock()) {
-        ReplyError(conn, replay.request_id, ErrnoError("cannot read " + replay.path, errno));
-      }
-      return;
-    }
-    ::close(fd);
-  }
+  // The first part goes out now (an unreadable log: the client hears why now, from PumpReplay).
   if (PumpReplay(replay)) return;
   replays_.push_back(std::move(replay));
   CatchUp();
