@@ -317,14 +317,25 @@ def check_output(path, ranks, lines, prefixed, crlf=False):
     return len(ranks) * lines * 100
 
 
+def busy_cpu_seconds():
+    """CPU time spent by the whole machine so far (every CPU, user + system + interrupts, not idle
+    or iowait), from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def log_throughput(env, ssh, herd, cluster, ips, mb, reps):
     """P4: (herd MiB/s list, ssh MiB/s list, ssh -tt MiB/s list, lines per rank, herd failures,
-    load before, after).
-    A herd run whose job fails is recorded with herd's error line, not measured."""
+    load before, after, {method: [machine CPU seconds per GiB delivered]}).
+    A herd run whose job fails is recorded with herd's error line, not measured. The CPU figure is
+    all of the machine's busy time during the run (the nodes, herd, ssh and the writers alike)
+    over the payload: where the CPUs are saturated, throughput is their number over it."""
     lines = mb * 1024 * 1024 // 100
     ranks = list(range(len(ips)))
     out = os.path.join(env.workdir, "p4.out")
     herd_rates, ssh_rates, ssh_pty_rates, failures = [], [], [], []
+    cpu = {"herd": [], "-T": [], "-tt": []}
 
     def timed(procs):
         codes = [p.wait(timeout=COMMAND_TIMEOUT_S * 10) for p in procs]
@@ -334,14 +345,16 @@ def log_throughput(env, ssh, herd, cluster, ips, mb, reps):
     l0 = load()
     for _ in range(reps):
         with open(out, "wb") as f:
-            start = time.perf_counter()
+            start, busy0 = time.perf_counter(), busy_cpu_seconds()
             p = subprocess.Popen([herd, "exec", cluster, "--num-nodes", str(len(ips)), "--",
                                   throughput_command(lines)], stdin=subprocess.DEVNULL,
                                  stdout=f, stderr=subprocess.STDOUT, env=env.env)
             rc = p.wait(timeout=COMMAND_TIMEOUT_S * 10)
-            secs = time.perf_counter() - start
+            secs, busy = time.perf_counter() - start, busy_cpu_seconds() - busy0
         if rc == 0:
-            herd_rates.append(check_output(out, ranks, lines, True) / secs / 2**20)
+            got = check_output(out, ranks, lines, True)
+            herd_rates.append(got / secs / 2**20)
+            cpu["herd"].append(busy / (got / 2**30))
         else:
             why = [ln for ln in open(out, "rb").read()[-4096:].decode(errors="replace")
                    .splitlines() if ln.startswith("ERROR")]
@@ -353,25 +366,26 @@ def log_throughput(env, ssh, herd, cluster, ips, mb, reps):
         for flag, rates in (("-T", ssh_rates), ("-tt", ssh_pty_rates)):
             files = [f"{out}.{r}" for r in ranks]
             handles = [open(p, "wb") for p in files]
-            start = time.perf_counter()
+            start, busy0 = time.perf_counter(), busy_cpu_seconds()
             try:
                 timed([subprocess.Popen(ssh.cm_argv(ip, flag) + [throughput_command(lines, r)],
                                         stdin=subprocess.DEVNULL, stdout=h,
                                         stderr=subprocess.DEVNULL)
                        for r, (ip, h) in enumerate(zip(ips, handles))])
-                secs = time.perf_counter() - start
+                secs, busy = time.perf_counter() - start, busy_cpu_seconds() - busy0
             finally:
                 for h in handles:
                     h.close()
             got = sum(check_output(p, [r], lines, False, crlf=flag == "-tt")
                       for r, p in enumerate(files))
             rates.append(got / secs / 2**20)
+            cpu[flag].append(busy / (got / 2**30))
             for p in files:
                 os.remove(p)
         os.remove(out)
         log(f"log throughput: herd {herd_rates[-1] if rc == 0 else 0:.0f} MiB/s, "
             f"ssh {ssh_rates[-1]:.0f} MiB/s, ssh -tt {ssh_pty_rates[-1]:.0f} MiB/s")
-    return herd_rates, ssh_rates, ssh_pty_rates, lines, failures, l0, load()
+    return herd_rates, ssh_rates, ssh_pty_rates, lines, failures, l0, load(), cpu
 
 
 def machine():
@@ -547,7 +561,7 @@ def table(results, herds, bashrc_absent, reps):
             f"median {ms(statistics.median(rel)):.0f} ms (min {ms(min(rel)):.0f}, max "
             f"{ms(max(rel)):.0f}) over {len(rel)} runs; load {l0:.1f}-{l1:.1f}", ""]
     if "logs" in results:
-        hr, sr, tr, lines, failures, l0, l1 = results["logs"]
+        hr, sr, tr, lines, failures, l0, l1, cpu = results["logs"]
         s = statistics.median(sr)
         t = statistics.median(tr)
         h = statistics.median(hr) if hr else None
@@ -563,7 +577,12 @@ def table(results, herds, bashrc_absent, reps):
                 (", ".join(f"{x:.0f}" for x in hr) or "none") + "; ssh " +
                 ", ".join(f"{x:.0f}" for x in sr) + "; ssh -tt " +
                 ", ".join(f"{x:.0f}" for x in tr) +
-                " MiB/s; every line of every rank checked whole, exact counts)", ""]
+                " MiB/s; every line of every rank checked whole, exact counts)", "",
+                "machine CPU seconds per GiB delivered (all processes, all "
+                f"{os.cpu_count()} CPUs, busy time over the run; medians): herd " +
+                (f"{statistics.median(cpu['herd']):.1f}" if cpu["herd"] else "-") +
+                f", ssh -T {statistics.median(cpu['-T']):.1f}, ssh -tt "
+                f"{statistics.median(cpu['-tt']):.1f}", ""]
         out += [f"herd run FAILED: {f}" for f in failures] + ([""] if failures else [])
     return out
 

@@ -13,6 +13,7 @@
 #include "agent/core/node_probe.hpp"
 #include "agent/core/worker.hpp"
 #include "agent/gpu/system_gpu_probe.hpp"
+#include "agent/process/step_program.hpp"
 #include "agent/process/uv_process_launcher.hpp"
 #include "shared/common/heap.hpp"
 #include "shared/common/limits.hpp"
@@ -36,6 +37,16 @@ void RaiseOpenFileLimit() {
   }
   HERD_LOG(kDebug) << "open file limit raised from " << was << " to " << lim.rlim_cur;
 }
+
+// Each job process gets a supervisor: herd-step, which this herdlet carries and writes out
+// (agent/process/step_program.hpp); where it cannot, this very binary in its step mode
+// (agent/main.cpp), which costs about three times the CPU per job process.
+std::vector<std::string> SupervisorCommand(const std::string& state_dir) {
+  auto program = InstallStepProgram(state_dir + "/bin", EmbeddedStepProgram());
+  if (program.ok()) return {*program};
+  HERD_LOG(kWarn) << program.status().message() << "; supervising jobs with `herdlet --step`";
+  return {"/proc/self/exe", "--step"};
+}
 }  // namespace
 
 int RunAgent(const AgentConfig& config) {
@@ -50,9 +61,7 @@ int RunAgent(const AgentConfig& config) {
   }
   UvProcessLauncher launcher(
       [&io](std::function<void()> fn) { boost::asio::post(io, std::move(fn)); },
-      "herd/" + config.node_id + "-" + *instance,
-      // Each job process gets a supervisor: this very binary in its step mode (agent/main.cpp).
-      std::vector<std::string>{"/proc/self/exe", "--step"});
+      "herd/" + config.node_id + "-" + *instance, SupervisorCommand(config.state_dir));
   SystemGpuProbe gpus;
 
   AgentConfig worker_config = config;

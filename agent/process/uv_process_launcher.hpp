@@ -22,8 +22,8 @@ class UvProcessLauncher : public ProcessLauncher {
   // post(fn) must run fn later on the owner's thread, in the order posted, and must not block.
   // cgroup_scope names the directory (under the agent's own cgroup) holding one cgroup per group;
   // empty: no cgroups, the environment sweep alone (as on a machine without usable cgroups).
-  // step_command starts a supervisor (argv prefix, e.g. {"/proc/self/exe", "--step"}); the
-  // supervisor's own arguments follow it.
+  // step_command starts a supervisor (argv prefix: the herd-step program, or {"/proc/self/exe",
+  // "--step"} in herdlet); the supervisor's own arguments follow it.
   // Makes this process a child subreaper, so orphaned job descendants are reparented to (and
   // reaped by) it rather than escaping to init.
   UvProcessLauncher(std::function<void(std::function<void()>)> post, std::string cgroup_scope,

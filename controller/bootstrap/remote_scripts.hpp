@@ -3,7 +3,8 @@
 //
 // Node layout, under the agent directory D (relative to the login user's home, or absolute):
 //   D/bin/herdlet, D/bin/herdlet-supervise, D/certs/{ca.crt,agent.crt,agent.key}, D/herdlet.yaml,
-//   D/state/, and without systemd: D/supervise.pid, D/herdlet.pid, D/herdlet.log.
+//   D/state/ (herdlet writes its supervisor program to D/state/bin/herd-step-<hash> itself), and
+//   without systemd: D/supervise.pid, D/herdlet.pid, D/herdlet.log.
 // herdlet runs in D, so relative paths in herdlet.yaml (certs: certs) are relative to D.
 #pragma once
 

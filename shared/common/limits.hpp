@@ -116,7 +116,7 @@ inline constexpr Duration kKillSweepTimeout = 5s;
 // After a job process exits, its output pipes are read until EOF for at most this long: a daemon it
 // left behind with stdout still open must not keep the job running.
 inline constexpr Duration kProcessOutputDrainAfterExit = 2s;
-// A job process's supervisor (herdlet --step) reports the job's pid, or why it could not exec it,
+// A job process's supervisor (herd-step) reports the job's pid, or why it could not exec it,
 // within this; Spawn fails otherwise. Starting one program: far below any client timeout.
 inline constexpr Duration kStepStartTimeout = 10s;
 // A supervisor reserves this many bytes next to the log at start (written, so the filesystem has

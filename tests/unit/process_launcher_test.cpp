@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "agent/process/step.hpp"
+#include "agent/process/step_program.hpp"
 #include "agent/process/uv_process_launcher.hpp"
 #include "shared/common/limits.hpp"
 
@@ -192,7 +193,7 @@ std::vector<int> MarkedPids(const std::string& group) {
   return pids;
 }
 
-// The supervisor program (herdlet runs itself with --step; the tests use a small build of it).
+// The supervisor program: herd-step, the program herdlet embeds and writes out (step_program.hpp).
 const std::vector<std::string> kStep = {HERD_STEP_PROGRAM};
 
 // Group names unique to this test process, so that parallel runs do not see each other's processes.
@@ -1022,4 +1023,80 @@ TEST_CASE("four local processes printing 10000 lines each never split each other
   CHECK(bad == 0);
   CHECK(lines == 40000);
   for (const char* r : {"0", "1", "2", "3"}) CHECK(next[r] == 10000);
+}
+
+TEST_CASE(
+    "InstallStepProgram: written once per program, older ones removed, a changed file mended") {
+  Fixture f;
+  const fs::path bin = f.dir / "state" / "bin";  // does not exist yet
+  const std::string v1 = "#!/bin/sh\necho one\n", v2 = "#!/bin/sh\necho two\n";
+  const herd::agent::EmbeddedProgram p1{v1, "0123456789abcdef0123"}, p2{v2, "fedcba9876543210ffff"};
+
+  auto first = herd::agent::InstallStepProgram(bin.string(), p1);
+  REQUIRE_MESSAGE(first.ok(), first.status().ToString());
+  CHECK(*first == (bin / "herd-step-0123456789abcdef").string());
+  CHECK(ReadFile(*first) == v1);
+  CHECK((fs::status(*first).permissions() & fs::perms::all) ==
+        (fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+         fs::perms::others_read | fs::perms::others_exec));
+  struct stat before {};
+  REQUIRE(::stat(first->c_str(), &before) == 0);
+
+  // The same program again (an agent restart): the file is kept as it is (same inode).
+  auto again = herd::agent::InstallStepProgram(bin.string(), p1);
+  REQUIRE(again.ok());
+  struct stat after {};
+  REQUIRE(::stat(again->c_str(), &after) == 0);
+  CHECK(after.st_ino == before.st_ino);
+
+  // A file under that name with other bytes (a damaged copy) is replaced.
+  std::ofstream(*first, std::ios::trunc) << "#!/bin/sh\necho damaged\n";
+  REQUIRE(herd::agent::InstallStepProgram(bin.string(), p1).ok());
+  CHECK(ReadFile(*first) == v1);
+
+  // A new version: its own file; the old one goes, other files stay.
+  std::ofstream(bin / "unrelated") << "x";
+  auto second = herd::agent::InstallStepProgram(bin.string(), p2);
+  REQUIRE(second.ok());
+  CHECK(*second == (bin / "herd-step-fedcba9876543210").string());
+  CHECK(ReadFile(*second) == v2);
+  CHECK_FALSE(fs::exists(*first));
+  CHECK(fs::exists(bin / "unrelated"));
+
+  // Errors: nothing embedded; a directory that cannot be made.
+  CHECK(herd::agent::InstallStepProgram(bin.string(), {}).status().code() ==
+        Code::kFailedPrecondition);
+  CHECK_FALSE(herd::agent::InstallStepProgram((bin / "unrelated" / "sub").string(), p1).ok());
+}
+
+TEST_CASE("the supervisor herdlet embeds is herd-step, and it supervises a job once written out") {
+  const herd::agent::EmbeddedProgram embedded = herd::agent::EmbeddedStepProgram();
+  REQUIRE(embedded.bytes.size() > 4);
+  CHECK(embedded.bytes.substr(0, 4) == std::string_view("\x7f"
+                                                        "ELF",
+                                                        4));
+  CHECK(embedded.sha256.size() == 64);
+  // The embedded bytes are the stripped build of the program the other tests run.
+  CHECK(embedded.bytes.size() <= fs::file_size(HERD_STEP_PROGRAM));
+
+  Fixture f;
+  auto path = herd::agent::InstallStepProgram((f.dir / "bin").string(), embedded);
+  REQUIRE_MESSAGE(path.ok(), path.status().ToString());
+  UvProcessLauncher launcher(f.queue.Poster(), "", {*path});
+  Recorder rec;
+  const std::string group = G("embedded");
+  f.groups.push_back(group);
+  SpawnRequest req;
+  req.group = group;
+  req.argv = Sh("test -t 1 && echo \"supervised, on a terminal\"; exit 7");
+  req.log_path = (f.dir / "embedded.log").string();
+  auto h = launcher.Spawn(req, rec.Callbacks());
+  REQUIRE_MESSAGE(h.ok(), h.status().ToString());
+  REQUIRE(f.WaitExit(rec));
+  CHECK(rec.exit_code == 7);
+  CHECK(ReadFile(f.dir / "embedded.log") == "supervised, on a terminal\n");
+  auto record = herd::agent::ReadExitRecord(herd::agent::ExitRecordPath(req.log_path));
+  REQUIRE(record.has_value());
+  CHECK(record->exit_code == 7);
+  CHECK(record->pty);
 }
