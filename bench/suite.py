@@ -29,6 +29,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,6 +40,30 @@ LAUNCH_TIMEOUT_S = 600
 
 class BenchError(Exception):
     pass
+
+
+def wait_exact(procs, timeout):
+    """Exit codes of `procs` (None for one killed at the timeout), each reaped the moment it ends:
+    a blocking waitpid, with a timer that kills what still runs after `timeout` seconds.
+    Popen.wait(timeout) and subprocess.run(timeout=) instead poll with sleeps that double from
+    1 ms to 50 ms, which rounds a command's time up to 1, 3, 7, 15, 31, 63, 113... ms: a 45 ms
+    `herd exec` measured 63-65 ms that way (bench/README.md, seventh round)."""
+    expired = threading.Event()
+
+    def kill():
+        expired.set()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+
+    timer = threading.Timer(timeout, kill)
+    timer.daemon = True
+    timer.start()
+    try:
+        codes = [p.wait() for p in procs]
+    finally:
+        timer.cancel()
+    return [None if expired.is_set() and c == -signal.SIGKILL else c for c in codes]
 
 
 def log(msg):
@@ -68,23 +93,16 @@ class Env:
         with tempfile.TemporaryFile(dir=self.workdir) as out:
             start = time.perf_counter()
             if lines is None:
-                try:
-                    rc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=out,
-                                        stderr=subprocess.STDOUT, env=env or self.env,
-                                        timeout=timeout).returncode
-                except subprocess.TimeoutExpired:
-                    rc = None
+                rc = wait_exact([subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
+                                                  stderr=subprocess.STDOUT, env=env or self.env)],
+                                timeout)[0]
             else:
                 p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, env=env or self.env)
                 for raw in p.stdout:
                     lines.append((time.perf_counter() - start, raw.decode(errors="replace")))
                     out.write(raw)
-                try:
-                    rc = p.wait(timeout=timeout)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    rc = None
+                rc = wait_exact([p], timeout)[0]
             elapsed = time.perf_counter() - start
             out.seek(0)
             text = out.read().decode(errors="replace")
@@ -252,9 +270,9 @@ class Ssh:
         procs = [subprocess.Popen(self.cm_argv(ip, "-T") + ["true"], stdin=subprocess.DEVNULL,
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                  for ip in ips]
-        codes = [p.wait(timeout=COMMAND_TIMEOUT_S) for p in procs]
+        codes = wait_exact(procs, COMMAND_TIMEOUT_S)
         secs = time.perf_counter() - start
-        if any(codes):
+        if any(c != 0 for c in codes):
             raise BenchError(f"ssh fan-out to {ips}: exit codes {codes}")
         return secs
 
@@ -338,8 +356,8 @@ def log_throughput(env, ssh, herd, cluster, ips, mb, reps):
     cpu = {"herd": [], "-T": [], "-tt": []}
 
     def timed(procs):
-        codes = [p.wait(timeout=COMMAND_TIMEOUT_S * 10) for p in procs]
-        if any(codes):
+        codes = wait_exact(procs, COMMAND_TIMEOUT_S * 10)
+        if any(c != 0 for c in codes):
             raise BenchError(f"log throughput: exit codes {codes}")
 
     l0 = load()
@@ -349,7 +367,7 @@ def log_throughput(env, ssh, herd, cluster, ips, mb, reps):
             p = subprocess.Popen([herd, "exec", cluster, "--num-nodes", str(len(ips)), "--",
                                   throughput_command(lines)], stdin=subprocess.DEVNULL,
                                  stdout=f, stderr=subprocess.STDOUT, env=env.env)
-            rc = p.wait(timeout=COMMAND_TIMEOUT_S * 10)
+            rc = wait_exact([p], COMMAND_TIMEOUT_S * 10)[0]
             secs, busy = time.perf_counter() - start, busy_cpu_seconds() - busy0
         if rc == 0:
             got = check_output(out, ranks, lines, True)
