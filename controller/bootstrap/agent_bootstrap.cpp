@@ -112,7 +112,8 @@ Result<NodeCerts> ReadCerts(const std::string& dir) {
 
 Result<NodeOutcome> InstallOne(SshRunner& ssh, const SshTarget& t, const AgentInstall& node,
                                const NodeCerts& certs, std::string_view herdlet,
-                               const std::string& herdlet_sha, const BootstrapOptions& o) {
+                               const std::string& herdlet_sha, std::string_view herdlet_gz,
+                               const BootstrapOptions& o) {
   const std::string& dir = o.remote_dir;
   HERD_ASSIGN_OR_RETURN(
       std::string probe_out,
@@ -154,8 +155,12 @@ Result<NodeOutcome> InstallOne(SshRunner& ssh, const SshTarget& t, const AgentIn
   for (const auto& f : files) {
     if (probe.sha[f.key] == f.sha) continue;
     const bool big = f.key == kRemoteHerdlet;
-    items.push_back({f.path, std::string(f.mode), f.data, big});
+    items.push_back({f.path, std::string(f.mode), f.data, big, ""});
     if (big) stdin_data = f.data;
+    if (big && probe.gzip && !herdlet_gz.empty()) {
+      stdin_data = herdlet_gz;
+      items.back().gunzip_sha256 = f.sha;
+    }
     timeout = std::max(timeout, f.timeout);
     names += (names.empty() ? "" : ", ") + f.path;
   }
@@ -199,6 +204,13 @@ Result<BootstrapResult> BootstrapAgents(SshRunner& ssh, const std::vector<AgentI
     return Status(herdlet.status().code(), "cannot install herdlet: " + herdlet.status().message());
   }
   const std::string herdlet_sha = Sha256Hex(*herdlet);
+  // Its gzip copy, where the build left one made from this very file.
+  std::string herdlet_gz;
+  auto gz_of = tls::ReadFile(options.herdlet_path + ".gz.sha256");
+  if (options.compressed_upload && gz_of.ok() &&
+      gz_of->substr(0, herdlet_sha.size()) == herdlet_sha) {
+    if (auto gz = tls::ReadFile(options.herdlet_path + ".gz"); gz.ok()) herdlet_gz = std::move(*gz);
+  }
 
   std::vector<SshTarget> targets;
   std::vector<Result<NodeCerts>> certs;
@@ -210,7 +222,7 @@ Result<BootstrapResult> BootstrapAgents(SshRunner& ssh, const std::vector<AgentI
   Status s = ForEachNode(nodes.size(), [&](size_t i) -> Status {
     const SshTarget& t = targets[i];
     if (!certs[i].ok()) return NodeError(t, "cannot install herdlet", certs[i].status());
-    auto r = InstallOne(ssh, t, nodes[i], *certs[i], *herdlet, herdlet_sha, options);
+    auto r = InstallOne(ssh, t, nodes[i], *certs[i], *herdlet, herdlet_sha, herdlet_gz, options);
     if (!r.ok()) return NodeError(t, "cannot install herdlet", r.status());
     outcomes[i] = *r;
     return Status::Ok();

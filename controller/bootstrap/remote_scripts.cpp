@@ -149,6 +149,7 @@ else
   echo "mode supervise"
 fi
 echo "unit $UNIT"
+if command -v gzip >/dev/null 2>&1; then echo "gzip 1"; else echo "gzip 0"; fi
 hash_of() {
   if [ -f "$1" ]; then h=$(sha256sum <"$1") || exit 93; echo "${h%% *}"; else echo "-"; fi
 }
@@ -204,6 +205,8 @@ Result<NodeProbe> ParseProbe(const std::string& out) {
       }
     } else if (key == "up") {
       p.up = value == "1";
+    } else if (key == "gzip") {
+      p.gzip = value == "1";
     }
   }
   if (p.dir.empty() || p.home.empty() || !have_mode || !have_pid) {
@@ -240,9 +243,19 @@ std::string UploadManyScript(const std::string& remote_dir, const std::vector<Up
   mkdir -p "$(dirname "$1")" && cat >"$t" && chmod "$2" "$t" && mv -f "$t" "$1" ||
     { rm -f "$t"; echo "cannot write $1" >&2; exit 1; }
 }
+putgz() {
+  t="$1.tmp.$$"
+  mkdir -p "$(dirname "$1")" && gzip -dc >"$t" && h=$(sha256sum <"$t") && [ "${h%% *}" = "$3" ] &&
+    chmod "$2" "$t" && mv -f "$t" "$1" ||
+    { rm -f "$t"; echo "cannot write $1 (unpacking its gzip data failed or did not give" \
+        "sha256 $3)" >&2; exit 1; }
+}
 )sh";
   for (const auto& f : items) {
-    if (f.from_stdin) {
+    if (f.from_stdin && !f.gunzip_sha256.empty()) {
+      s << "putgz " << ShellQuote(f.path) << " " << f.mode << " " << ShellQuote(f.gunzip_sha256)
+        << "\n";
+    } else if (f.from_stdin) {
       s << "put " << ShellQuote(f.path) << " " << f.mode << "\n";
     } else {
       s << "printf '%s' " << ShellQuote(std::string(f.data)) << " | put " << ShellQuote(f.path)

@@ -38,6 +38,7 @@ struct NodeProbe {
   std::map<std::string, std::string> sha;  // RemoteHashedFiles() -> hex, "" when missing
   int pid = 0;                             // herdlet's pid, 0 when it does not run
   bool up = false;                         // it runs under its supervisor (or as the active unit)
+  bool gzip = false;                       // gzip is on the node's PATH
 };
 
 // 'it'\''s' quoting for sh.
@@ -54,12 +55,14 @@ std::string UploadScript(const std::string& remote_dir, const std::string& path,
 // One upload session for many files: each (path, mode, data) is written like UploadScript does.
 // The file whose data is empty-and-from-stdin (at most one: `from_stdin`) takes the session's
 // stdin; the others travel inside the script (text files without NUL bytes: certs, configs,
-// scripts). On failure: "cannot write <path>" on stderr, non-zero exit.
+// scripts). With `gunzip_sha256` the stdin is gzip data: the node unpacks it and keeps the file
+// only if its SHA-256 is that. On failure: "cannot write <path>" on stderr, non-zero exit.
 struct UploadItem {
   std::string path;
   std::string mode;
   std::string_view data;
   bool from_stdin = false;
+  std::string gunzip_sha256;
 };
 std::string UploadManyScript(const std::string& remote_dir, const std::vector<UploadItem>& items);
 

@@ -185,6 +185,9 @@ Result<BootstrapResult> BootstrapCluster(SshRunner& ssh, const ClusterRecord& c,
   Report(progress, "Bootstrapping agents", 0, static_cast<int>(c.nodes.size()));
   BootstrapOptions opts;
   opts.herdlet_path = herdlet;
+  // The local provider's nodes are on this machine: no link to save bytes on, and unpacking costs
+  // every node CPU that the launch waits for (bench/README.md, seventh round).
+  opts.compressed_upload = c.provider != "local";
   HERD_ASSIGN_OR_RETURN(auto result, BootstrapAgents(ssh, installs, opts));
   Report(progress, "Bootstrapping agents", static_cast<int>(c.nodes.size()),
          static_cast<int>(c.nodes.size()));

@@ -325,6 +325,76 @@ TEST_CASE("bootstrap without systemd: install, idempotent rerun, config change, 
   CHECK(c.Pids() == restarted->agent_pids);
 }
 
+TEST_CASE(
+    "the agent binary travels as gzip where the build's copy names it and the node has gzip") {
+  LocalNodes c(2);
+  // A gzip on the nodes' PATH that records each use and runs the real one.
+  const std::string real_gzip = fs::exists("/usr/bin/gzip") ? "/usr/bin/gzip" : "/bin/gzip";
+  const std::string shims = c.tmp + "/shims", calls = c.tmp + "/gzip.calls";
+  fs::create_directories(shims);
+  WriteAll(shims + "/gzip",
+           "#!/bin/sh\necho \"$*\" >>" + calls + "\nexec " + real_gzip + " \"$@\"\n",
+           fs::perms::owner_all);
+  c.ssh.path_prefix = shims;
+  const std::string bin = c.options.herdlet_path;
+  auto pack = [&](const std::string& sidecar_sha) {
+    auto r =
+        RunProcess({"/bin/sh", "-c", real_gzip + " -n -c " + bin + " >" + bin + ".gz"}, {}, 10s);
+    REQUIRE(r.ok());
+    REQUIRE(r->exit_code == 0);
+    WriteAll(bin + ".gz.sha256", sidecar_sha + "\n",
+             fs::perms::owner_read | fs::perms::owner_write);
+  };
+  pack(Sha256Hex(kFakeHerdlet));
+
+  auto first = BootstrapAgents(c.ssh, c.nodes, c.options);
+  REQUIRE_MESSAGE(first.ok(), first.status().ToString());
+  CHECK(first->uploaded == 2);
+  CHECK(ReadAll(calls) == "-dc\n-dc\n");  // each node unpacked what it got
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(ReadAll(c.AgentDir(i) + "/bin/herdlet") == kFakeHerdlet);
+    CHECK((fs::status(c.AgentDir(i) + "/bin/herdlet").permissions() & fs::perms::owner_exec) !=
+          fs::perms::none);
+  }
+
+  // A new binary beside an old .gz (its sidecar names the old one): the plain file goes.
+  const std::string v2 = std::string(kFakeHerdlet) + "# v2\n";
+  WriteAll(bin, v2, fs::perms::owner_all);
+  auto second = BootstrapAgents(c.ssh, c.nodes, c.options);
+  REQUIRE_MESSAGE(second.ok(), second.status().ToString());
+  CHECK(second->uploaded == 2);
+  CHECK(ReadAll(calls) == "-dc\n-dc\n");
+  CHECK(ReadAll(c.AgentDir(0) + "/bin/herdlet") == v2);
+
+  // compressed_upload off (the local provider): the plain file, although the .gz matches.
+  const std::string v4 = std::string(kFakeHerdlet) + "# v4\n";
+  WriteAll(bin, v4, fs::perms::owner_all);
+  pack(Sha256Hex(v4));
+  c.options.compressed_upload = false;
+  auto plain = BootstrapAgents(c.ssh, {c.nodes[0]}, c.options);
+  c.options.compressed_upload = true;
+  REQUIRE_MESSAGE(plain.ok(), plain.status().ToString());
+  CHECK(ReadAll(calls) == "-dc\n-dc\n");
+  CHECK(ReadAll(c.AgentDir(0) + "/bin/herdlet") == v4);
+
+  // gzip data that does not unpack to the binary its sidecar names: the node keeps what it had.
+  const std::string v3 = std::string(kFakeHerdlet) + "# v3\n";  // the .gz holds v4
+  WriteAll(bin, v3, fs::perms::owner_all);
+  WriteAll(bin + ".gz.sha256", Sha256Hex(v3) + "\n",
+           fs::perms::owner_read | fs::perms::owner_write);
+  auto third = BootstrapAgents(c.ssh, {c.nodes[0]}, c.options);
+  REQUIRE_FALSE(third.ok());
+  CHECK_MESSAGE(third.status().message().find("cannot write bin/herdlet (unpacking its gzip data "
+                                              "failed or did not give sha256 " +
+                                              Sha256Hex(v3) + ")") != std::string::npos,
+                third.status().message());
+  CHECK(ReadAll(c.AgentDir(0) + "/bin/herdlet") == v4);
+  CHECK(ReadAll(calls) == "-dc\n-dc\n-dc\n");  // it was unpacked, then refused
+  for (const auto& e : fs::directory_iterator(c.AgentDir(0) + "/bin")) {
+    CHECK_MESSAGE(e.path().filename().string().find(".tmp.") == std::string::npos, e.path());
+  }
+}
+
 TEST_CASE("bootstrap errors name the node; a herdlet that dies at start is reported, not left") {
   LocalNodes c(2);
   c.nodes[1].agent_config_yaml = "fail: now\n";
