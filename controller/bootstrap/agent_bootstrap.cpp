@@ -1,12 +1,14 @@
 #include "controller/bootstrap/agent_bootstrap.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <string_view>
 
 #include "controller/bootstrap/agent_files.hpp"
 #include "controller/bootstrap/remote_scripts.hpp"
 #include "controller/bootstrap/sha256.hpp"
 #include "controller/ssh/parallel.hpp"
+#include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 #include "shared/tls/certs.hpp"
@@ -110,11 +112,27 @@ Result<NodeCerts> ReadCerts(const std::string& dir) {
   return c;
 }
 
+// AgentInstall::host_home: writes the binary there unless it already holds exactly these bytes.
+// True when it wrote.
+Result<bool> PlaceBinary(const AgentInstall& node, std::string_view herdlet,
+                         const BootstrapOptions& o) {
+  if (node.host_home.empty() || o.remote_dir.empty() || o.remote_dir[0] == '/') return false;
+  const std::string dest = node.host_home + "/" + o.remote_dir + "/" + std::string(kRemoteHerdlet);
+  auto have = ReadFile(dest);
+  if (have.ok() && *have == herdlet) return false;
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(dest).parent_path(), ec);
+  if (ec) return IoError("cannot create the directory of " + dest + ": " + ec.message());
+  HERD_RETURN_IF_ERROR(WriteFileAtomic(dest, herdlet, 0755, Durability::kProcessCrash));
+  return true;
+}
+
 Result<NodeOutcome> InstallOne(SshRunner& ssh, const SshTarget& t, const AgentInstall& node,
                                const NodeCerts& certs, std::string_view herdlet,
                                const std::string& herdlet_sha, std::string_view herdlet_gz,
                                const BootstrapOptions& o) {
   const std::string& dir = o.remote_dir;
+  HERD_ASSIGN_OR_RETURN(const bool placed, PlaceBinary(node, herdlet, o));
   HERD_ASSIGN_OR_RETURN(
       std::string probe_out,
       RunScript(ssh, t, ProbeScript(dir), "probing the node", limits::kBootstrapCommandTimeout));
@@ -164,10 +182,11 @@ Result<NodeOutcome> InstallOne(SshRunner& ssh, const SshTarget& t, const AgentIn
     timeout = std::max(timeout, f.timeout);
     names += (names.empty() ? "" : ", ") + f.path;
   }
-  if (items.empty() && probe.up && probe.pid > 0) {
+  if (items.empty() && !placed && probe.up && probe.pid > 0) {
     out.pid = probe.pid;
     return out;
   }
+  out.uploaded = placed;
   std::string started;
   if (!items.empty()) {
     HERD_ASSIGN_OR_RETURN(started,
@@ -207,8 +226,7 @@ Result<BootstrapResult> BootstrapAgents(SshRunner& ssh, const std::vector<AgentI
   // Its gzip copy, where the build left one made from this very file.
   std::string herdlet_gz;
   auto gz_of = tls::ReadFile(options.herdlet_path + ".gz.sha256");
-  if (options.compressed_upload && gz_of.ok() &&
-      gz_of->substr(0, herdlet_sha.size()) == herdlet_sha) {
+  if (gz_of.ok() && gz_of->substr(0, herdlet_sha.size()) == herdlet_sha) {
     if (auto gz = tls::ReadFile(options.herdlet_path + ".gz"); gz.ok()) herdlet_gz = std::move(*gz);
   }
 

@@ -25,16 +25,20 @@ struct AgentInstall {
   std::string node_name;          // "demo-head"; names the node in errors when target.name is ""
   std::string agent_config_yaml;  // the whole herdlet.yaml for this node
   std::string certs_dir;          // local dir with ca.crt, agent.crt, agent.key for this node
+  // The node's home as a directory of this machine (the local provider's nodes), "" for a remote
+  // node. Such a node gets the agent binary copied into <host_home>/<remote_dir>/bin/herdlet, as a
+  // machine image would carry it, instead of through ssh (12 MB cost the node's sshd 0.7 CPU
+  // seconds on the bench machine); a copy that changed the file restarts the agent like an upload.
+  std::string host_home{};
 };
 
 struct BootstrapOptions {
   // Local binary to install (the build's herdlet.upload). Where PATH.gz lies beside it with
   // PATH.gz.sha256 naming this very binary (packaging/compress_upload.cmake), nodes that have gzip
-  // get the compressed copy (5.3 of 12.3 MB) and check the SHA-256 of what they unpacked, unless
-  // compressed_upload is false. 8 nodes behind a shared 100 Mbit/s link: 11.1 s -> 7.1 s for a
-  // re-bootstrap; with no link to save on (nodes on this 2-CPU machine) +0.4 s of unpacking.
+  // get the compressed copy (5.3 of 12.3 MB) and check the SHA-256 of what they unpacked: 8 nodes
+  // behind a shared 100 Mbit/s link re-bootstrap in 7.1 s instead of 11.1 s (bench/README.md,
+  // seventh round). Nodes with a host_home get a copy instead (AgentInstall).
   std::string herdlet_path;
-  bool compressed_upload = true;
   std::string remote_dir = ".herd/agent";  // relative to the node user's home, or absolute
 };
 

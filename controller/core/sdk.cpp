@@ -180,14 +180,12 @@ Result<BootstrapResult> BootstrapCluster(SshRunner& ssh, const ClusterRecord& c,
     a.node_name = n.name;
     a.agent_config_yaml = AgentConfigYaml(c, i);
     a.certs_dir = dir;
+    a.host_home = n.host_home;
     installs.push_back(std::move(a));
   }
   Report(progress, "Bootstrapping agents", 0, static_cast<int>(c.nodes.size()));
   BootstrapOptions opts;
   opts.herdlet_path = herdlet;
-  // The local provider's nodes are on this machine: no link to save bytes on, and unpacking costs
-  // every node CPU that the launch waits for (bench/README.md, seventh round).
-  opts.compressed_upload = c.provider != "local";
   HERD_ASSIGN_OR_RETURN(auto result, BootstrapAgents(ssh, installs, opts));
   Report(progress, "Bootstrapping agents", static_cast<int>(c.nodes.size()),
          static_cast<int>(c.nodes.size()));

@@ -156,6 +156,7 @@ class LocalShellRunner : public SshRunner {
  public:
   std::map<std::string, std::string> homes;  // host -> $HOME
   std::string path_prefix;                   // shims put before $PATH
+  std::size_t stdin_bytes = 0;               // sent on the sessions' stdin, in all
 
   Result<ProcResult> Run(const SshTarget& t, const std::string& remote_command,
                          std::chrono::milliseconds timeout, std::string_view stdin_data) override {
@@ -163,6 +164,7 @@ class LocalShellRunner : public SshRunner {
     if (it == homes.end()) return Unavailable(DescribeTarget(t) + ": no route to host");
     std::map<std::string, std::string> env{{"HOME", it->second}};
     if (!path_prefix.empty()) env["PATH"] = path_prefix + ":" + std::getenv("PATH");
+    stdin_bytes += stdin_data.size();
     return RunProcess({"/bin/sh", "-c", remote_command}, stdin_data, timeout, env);
   }
   Status Rsync(const SshTarget& t, const std::string&, const std::string&, bool,
@@ -366,19 +368,9 @@ TEST_CASE(
   CHECK(ReadAll(calls) == "-dc\n-dc\n");
   CHECK(ReadAll(c.AgentDir(0) + "/bin/herdlet") == v2);
 
-  // compressed_upload off (the local provider): the plain file, although the .gz matches.
-  const std::string v4 = std::string(kFakeHerdlet) + "# v4\n";
-  WriteAll(bin, v4, fs::perms::owner_all);
-  pack(Sha256Hex(v4));
-  c.options.compressed_upload = false;
-  auto plain = BootstrapAgents(c.ssh, {c.nodes[0]}, c.options);
-  c.options.compressed_upload = true;
-  REQUIRE_MESSAGE(plain.ok(), plain.status().ToString());
-  CHECK(ReadAll(calls) == "-dc\n-dc\n");
-  CHECK(ReadAll(c.AgentDir(0) + "/bin/herdlet") == v4);
-
   // gzip data that does not unpack to the binary its sidecar names: the node keeps what it had.
-  const std::string v3 = std::string(kFakeHerdlet) + "# v3\n";  // the .gz holds v4
+  const std::string v3 = std::string(kFakeHerdlet) + "# v3\n";
+  pack(Sha256Hex(v2));  // the .gz holds v2
   WriteAll(bin, v3, fs::perms::owner_all);
   WriteAll(bin + ".gz.sha256", Sha256Hex(v3) + "\n",
            fs::perms::owner_read | fs::perms::owner_write);
@@ -388,11 +380,54 @@ TEST_CASE(
                                               "failed or did not give sha256 " +
                                               Sha256Hex(v3) + ")") != std::string::npos,
                 third.status().message());
-  CHECK(ReadAll(c.AgentDir(0) + "/bin/herdlet") == v4);
+  CHECK(ReadAll(c.AgentDir(0) + "/bin/herdlet") == v2);
   CHECK(ReadAll(calls) == "-dc\n-dc\n-dc\n");  // it was unpacked, then refused
   for (const auto& e : fs::directory_iterator(c.AgentDir(0) + "/bin")) {
     CHECK_MESSAGE(e.path().filename().string().find(".tmp.") == std::string::npos, e.path());
   }
+}
+
+TEST_CASE("a node whose home is on this machine gets the binary copied there, not through ssh") {
+  LocalNodes c(2);
+  for (size_t i = 0; i < 2; ++i) c.nodes[i].host_home = c.Home(i);
+  auto first = BootstrapAgents(c.ssh, c.nodes, c.options);
+  REQUIRE_MESSAGE(first.ok(), first.status().ToString());
+  CHECK(first->uploaded == 2);
+  CHECK(first->restarted == 2);
+  CHECK(c.ssh.stdin_bytes == 0);  // the small files travel inside the scripts
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(ReadAll(c.AgentDir(i) + "/bin/herdlet") == kFakeHerdlet);
+    CHECK((fs::status(c.AgentDir(i) + "/bin/herdlet").permissions() & fs::perms::all) ==
+          (fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+           fs::perms::others_read | fs::perms::others_exec));
+  }
+  CHECK(c.Pids() == first->agent_pids);
+
+  // Nothing changed: nothing copied, nothing restarted.
+  auto again = BootstrapAgents(c.ssh, c.nodes, c.options);
+  REQUIRE_MESSAGE(again.ok(), again.status().ToString());
+  CHECK(again->unchanged == 2);
+  CHECK(again->agent_pids == first->agent_pids);
+
+  // A new binary: copied, and the agents restart on it as after an upload.
+  const std::string v2 = std::string(kFakeHerdlet) + "# v2\n";
+  WriteAll(c.options.herdlet_path, v2, fs::perms::owner_all);
+  auto changed = BootstrapAgents(c.ssh, c.nodes, c.options);
+  REQUIRE_MESSAGE(changed.ok(), changed.status().ToString());
+  CHECK(changed->uploaded == 2);
+  CHECK(changed->restarted == 2);
+  CHECK(c.ssh.stdin_bytes == 0);
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(ReadAll(c.AgentDir(i) + "/bin/herdlet") == v2);
+    CHECK(changed->agent_pids[i] != first->agent_pids[i]);
+    CHECK_FALSE(netns::IsAlive(first->agent_pids[i]));
+  }
+
+  // Without host_home (a remote node) the binary goes through the session as before.
+  c.nodes[0].host_home.clear();
+  WriteAll(c.options.herdlet_path, kFakeHerdlet, fs::perms::owner_all);
+  REQUIRE(BootstrapAgents(c.ssh, {c.nodes[0]}, c.options).ok());
+  CHECK(c.ssh.stdin_bytes == std::string(kFakeHerdlet).size());
 }
 
 TEST_CASE("bootstrap errors name the node; a herdlet that dies at start is reported, not left") {
