@@ -40,7 +40,7 @@ void RaiseOpenFileLimit() {
 
 // Each job process gets a supervisor: herd-step, which this herdlet carries and writes out
 // (agent/process/step_program.hpp); where it cannot, this very binary in its step mode
-// (agent/main.cpp), which costs about three times the CPU per job process.
+// (agent/main.cpp), which costs about 2.5 times the CPU per job process.
 std::vector<std::string> SupervisorCommand(const std::string& state_dir) {
   auto program = InstallStepProgram(state_dir + "/bin", EmbeddedStepProgram());
   if (program.ok()) return {*program};
