@@ -23,11 +23,8 @@ Result<std::string> InstallStepProgram(const std::string& dir, const EmbeddedPro
   if (ec) return IoError("cannot resolve " + dir + ": " + ec.message());
   fs::create_directories(dir, ec);
   if (ec) return IoError("cannot create " + dir + ": " + ec.message());
-  auto existing = ReadFile(path);
-  if (!existing.ok() || *existing != program.bytes) {
-    HERD_RETURN_IF_ERROR(WriteFileAtomic(path, program.bytes, 0755, Durability::kProcessCrash)
-                             .WithContext("cannot write the supervisor program"));
-  }
+  auto wrote = WriteFileIfChanged(path, program.bytes, 0755, Durability::kProcessCrash);
+  if (!wrote.ok()) return wrote.status().WithContext("cannot write the supervisor program");
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     std::string other = it->path().filename().string();
     std::error_code ignored;

@@ -118,13 +118,10 @@ Result<bool> PlaceBinary(const AgentInstall& node, std::string_view herdlet,
                          const BootstrapOptions& o) {
   if (node.host_home.empty() || o.remote_dir.empty() || o.remote_dir[0] == '/') return false;
   const std::string dest = node.host_home + "/" + o.remote_dir + "/" + std::string(kRemoteHerdlet);
-  auto have = ReadFile(dest);
-  if (have.ok() && *have == herdlet) return false;
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(dest).parent_path(), ec);
   if (ec) return IoError("cannot create the directory of " + dest + ": " + ec.message());
-  HERD_RETURN_IF_ERROR(WriteFileAtomic(dest, herdlet, 0755, Durability::kProcessCrash));
-  return true;
+  return WriteFileIfChanged(dest, herdlet, 0755, Durability::kProcessCrash);
 }
 
 Result<NodeOutcome> InstallOne(SshRunner& ssh, const SshTarget& t, const AgentInstall& node,

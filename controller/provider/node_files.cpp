@@ -37,9 +37,7 @@ Status MakeDir(const std::string& path, mode_t mode) {
 }
 
 Status WriteIfChanged(const std::string& path, const std::string& content, mode_t mode) {
-  auto old = ReadIfAny(path);
-  if (old && *old == content) return Status::Ok();
-  return herd::WriteFileAtomic(path, content, mode);
+  return herd::WriteFileIfChanged(path, content, mode).status();
 }
 
 }  // namespace herd::controller::node_files

@@ -83,4 +83,12 @@ Result<std::string> ReadFile(const std::string& path) {
   return out;
 }
 
+Result<bool> WriteFileIfChanged(const std::string& path, std::string_view data, mode_t mode,
+                                Durability durability) {
+  auto old = ReadFile(path);
+  if (old.ok() && *old == data) return false;
+  HERD_RETURN_IF_ERROR(WriteFileAtomic(path, data, mode, durability));
+  return true;
+}
+
 }  // namespace herd

@@ -17,6 +17,10 @@ namespace herd {
 enum class Durability { kPowerLoss, kProcessCrash };
 Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode,
                        Durability durability = Durability::kPowerLoss);
+// WriteFileAtomic unless `path` already holds exactly `data` (then nothing is written, and a
+// process executing the file keeps it). Returns whether it wrote.
+Result<bool> WriteFileIfChanged(const std::string& path, std::string_view data, mode_t mode,
+                                Durability durability = Durability::kPowerLoss);
 // The whole file; NotFound when it does not exist.
 Result<std::string> ReadFile(const std::string& path);
 
