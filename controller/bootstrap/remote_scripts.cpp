@@ -238,25 +238,23 @@ std::string UploadManyScript(const std::string& remote_dir, const std::vector<Up
     << "cd \"$HOME\" 2>/dev/null || cd ~ || exit 90\n"
     << "cd \"$D\" || exit 92\n"
     << "umask 077\n"
+    // put PATH MODE [SHA256]: stdin into PATH; with SHA256, stdin is gzip data that must unpack
+    // to a file with that hash.
     << R"sh(put() {
   t="$1.tmp.$$"
-  mkdir -p "$(dirname "$1")" && cat >"$t" && chmod "$2" "$t" && mv -f "$t" "$1" ||
-    { rm -f "$t"; echo "cannot write $1" >&2; exit 1; }
-}
-putgz() {
-  t="$1.tmp.$$"
-  mkdir -p "$(dirname "$1")" && gzip -dc >"$t" && h=$(sha256sum <"$t") && [ "${h%% *}" = "$3" ] &&
+  mkdir -p "$(dirname "$1")" &&
+    if [ -z "${3:-}" ]; then cat >"$t"; else
+      gzip -dc >"$t" && h=$(sha256sum <"$t") && [ "${h%% *}" = "$3" ]; fi &&
     chmod "$2" "$t" && mv -f "$t" "$1" ||
-    { rm -f "$t"; echo "cannot write $1 (unpacking its gzip data failed or did not give" \
-        "sha256 $3)" >&2; exit 1; }
+    { rm -f "$t"; echo "cannot write $1${3:+ (unpacking its gzip data failed or did not give sha256 $3)}" >&2
+      exit 1; }
 }
 )sh";
   for (const auto& f : items) {
-    if (f.from_stdin && !f.gunzip_sha256.empty()) {
-      s << "putgz " << ShellQuote(f.path) << " " << f.mode << " " << ShellQuote(f.gunzip_sha256)
-        << "\n";
-    } else if (f.from_stdin) {
-      s << "put " << ShellQuote(f.path) << " " << f.mode << "\n";
+    if (f.from_stdin) {
+      s << "put " << ShellQuote(f.path) << " " << f.mode;
+      if (!f.gunzip_sha256.empty()) s << " " << ShellQuote(f.gunzip_sha256);
+      s << "\n";
     } else {
       s << "printf '%s' " << ShellQuote(std::string(f.data)) << " | put " << ShellQuote(f.path)
         << " " << f.mode << "\n";
