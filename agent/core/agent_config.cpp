@@ -19,8 +19,9 @@ Result<AgentConfig> LoadAgentConfig(const std::string& path) {
   }
   if (!root.IsMap()) return InvalidArgument(path + ": expected a map of settings");
   static const std::set<std::string> kKnown = {
-      "role",      "cluster",   "node_id", "address", "listen",   "head",  "certs",
-      "state_dir", "port_file", "cpus",    "gpus",    "gpu_name", "cloud", "expected_nodes"};
+      "role", "cluster", "node_id",   "address",   "listen",
+      "head", "certs",   "state_dir", "port_file", "ready_file",
+      "cpus", "gpus",    "gpu_name",  "cloud",     "expected_nodes"};
   AgentConfig c;
   try {
     for (const auto& kv : root) {
@@ -46,6 +47,7 @@ Result<AgentConfig> LoadAgentConfig(const std::string& path) {
     c.certs_dir = str("certs");
     c.state_dir = str("state_dir");
     c.port_file = str("port_file");
+    c.ready_file = str("ready_file");
     c.gpu_name = str("gpu_name");
     if (root["cloud"]) c.cloud = str("cloud");
     if (root["cpus"]) c.cpus = root["cpus"].as<int>();
@@ -62,7 +64,7 @@ Result<AgentConfig> LoadAgentConfig(const std::string& path) {
   }
   // Relative paths are relative to the config file, so an installed agent dir can move.
   std::string base = std::filesystem::path(path).parent_path().string();
-  for (std::string* p : {&c.certs_dir, &c.state_dir, &c.port_file}) {
+  for (std::string* p : {&c.certs_dir, &c.state_dir, &c.port_file, &c.ready_file}) {
     if (!p->empty() && (*p)[0] != '/') *p = (base.empty() ? "." : base) + "/" + *p;
   }
   for (auto [name, value] : {std::pair{"cluster", &c.cluster},

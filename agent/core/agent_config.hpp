@@ -9,12 +9,15 @@
 //   certs: /path/certs           # ca.crt, agent.crt, agent.key
 //   state_dir: /path/state       # jobs.db (head), logs/, incarnation
 //   port_file: /path/port        # head only, optional: the bound port is written here
+//   ready_file: /path/ready      # optional: herdlet writes its pid here once it runs (config,
+//                                # certs, the head's listener and the worker in place)
 //   cpus: 4                      # optional: declared capacity overrides detection
 //   gpus: 2                      # optional: declared GPU count ...
 //   gpu_name: L4                 # ... and their type
 //   cloud: local                 # reported in SKYPILOT_CLUSTER_INFO
 //   expected_nodes: 3            # head only: the cluster's size
-// Relative paths (certs, state_dir, port_file) are relative to the config file's directory.
+// Relative paths (certs, state_dir, port_file, ready_file) are relative to the config file's
+// directory.
 #pragma once
 
 #include <optional>
@@ -36,6 +39,7 @@ struct AgentConfig {
   std::string certs_dir;
   std::string state_dir;
   std::string port_file;
+  std::string ready_file;
   std::optional<int> cpus;
   std::optional<int> gpus;
   std::string gpu_name;

@@ -1,6 +1,7 @@
 #include "agent/core/agentd.hpp"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
@@ -15,6 +16,7 @@
 #include "agent/gpu/system_gpu_probe.hpp"
 #include "agent/process/step_program.hpp"
 #include "agent/process/uv_process_launcher.hpp"
+#include "shared/common/file_util.hpp"
 #include "shared/common/heap.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
@@ -100,6 +102,16 @@ int RunAgent(const AgentConfig& config) {
   if (auto s = worker.Start(); !s.ok()) {
     HERD_LOG(kError) << "cannot start the worker: " << s.message();
     return 1;
+  }
+  // Whoever started this agent (the bootstrap's start script) waits for this instead of guessing
+  // how long a start takes: everything that a bad config or certificate makes fail has run.
+  if (!config.ready_file.empty()) {
+    if (auto s = WriteFileAtomic(config.ready_file, std::to_string(::getpid()) + "\n", 0644,
+                                 Durability::kProcessCrash);
+        !s.ok()) {
+      HERD_LOG(kError) << "cannot write the ready file: " << s.message();
+      return 1;
+    }
   }
   boost::asio::signal_set signals(io, SIGTERM, SIGINT);
   signals.async_wait([&](boost::system::error_code, int sig) {

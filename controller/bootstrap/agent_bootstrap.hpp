@@ -6,7 +6,7 @@
 // what the node has and only differing ones are sent; the agent is (re)started when one of them
 // changed or it does not run. Where systemd is PID 1 it is a unit (herdlet.service as root,
 // herdlet-user.service as a user unit otherwise); elsewhere packaging/herdlet-supervise keeps it
-// running (restart with backoff on a non-zero exit), started with setsid + nohup. herdlet runs with
+// running (restart with backoff on a non-zero exit), started with setsid. herdlet runs with
 // HOME = the login user's home and its working directory = <remote_dir>, so relative paths in the
 // config (certs: certs, state_dir: state) point into it.
 #pragma once
@@ -21,10 +21,12 @@
 namespace herd::controller {
 
 struct AgentInstall {
-  SshTarget target;               // how to reach the node
-  std::string node_name;          // "demo-head"; names the node in errors when target.name is ""
-  std::string agent_config_yaml;  // the whole herdlet.yaml for this node
-  std::string certs_dir;          // local dir with ca.crt, agent.crt, agent.key for this node
+  SshTarget target;       // how to reach the node
+  std::string node_name;  // "demo-head"; names the node in errors when target.name is ""
+  // The whole herdlet.yaml for this node; it must name kRemoteReadyFile (remote_scripts.hpp) as
+  // its ready_file, which the start script waits for.
+  std::string agent_config_yaml;
+  std::string certs_dir;  // local dir with ca.crt, agent.crt, agent.key for this node
   // The node's home as a directory of this machine (the local provider's nodes), "" for a remote
   // node. Such a node gets the agent binary copied into <host_home>/<remote_dir>/bin/herdlet, as a
   // machine image would carry it, instead of through ssh (12 MB cost the node's sshd 0.7 CPU

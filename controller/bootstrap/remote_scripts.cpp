@@ -2,7 +2,9 @@
 
 #include "controller/ssh/ssh_command.hpp"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <sstream>
 
 #include "shared/common/limits.hpp"
@@ -11,8 +13,6 @@ namespace herd::controller {
 namespace {
 
 using std::chrono::milliseconds;
-
-constexpr milliseconds kPollTick{50};
 
 std::string Seconds(milliseconds d) {  // "0.5", "10" for sleep(1)
   std::string s = std::to_string(d.count() / 1000);
@@ -29,30 +29,43 @@ long WholeSeconds(milliseconds d) { return std::max<long>(1, d.count() / 1000); 
 // Shell functions every script shares. D is the agent directory as given (relative to $HOME or
 // absolute). After `enter`, DIR is its absolute path and NEEDLE what herdlet's command line holds
 // (a pid file may name a recycled pid: a process counts only when its command line matches).
+// A process start costs 1-2 ms of CPU on a small VM and a cold launch runs these scripts on every
+// node at once, so they use builtins where one does: `read` instead of cat and sed, variables
+// instead of $(...) (a fork each), `cd -P` instead of pwd -P, `id -u` and the systemd check once.
 std::string Prelude(const std::string& remote_dir) {
   std::ostringstream s;
   s << "set -u\n"
     << "D=" << ShellQuote(remote_dir) << "\n"
     << R"sh(cd "$HOME" 2>/dev/null || cd ~ || { echo "cannot enter the home directory" >&2; exit 90; }
 enter() {
-  cd "$D" 2>/dev/null || return 1
-  DIR=$(pwd -P)
+  cd -P "$D" 2>/dev/null || return 1
+  DIR=$PWD
   NEEDLE="$DIR/bin/herdlet --config"
 }
 # A live process (zombies are dead: PID 1 may reap them late).
 alive() {
   case "$1" in ''|0|*[!0-9]*) return 1 ;; esac
-  st=$(sed 's/^.*) //' "/proc/$1/stat" 2>/dev/null) || return 1
+  { read -r st <"/proc/$1/stat"; } 2>/dev/null || return 1
+  st=${st##*) }
   case "$st" in ''|Z*|X*) return 1 ;; esac
 }
 is_proc() { alive "$1" && tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qF -- "$2"; }
+# P: the number in the file $1, 0 when there is none.
 pid_in() {
-  p=$(cat "$1" 2>/dev/null) || p=0
-  case "$p" in ''|*[!0-9]*) p=0 ;; esac
-  echo "$p"
+  P=0
+  { read -r P <"$1"; } 2>/dev/null
+  case "$P" in ''|*[!0-9]*) P=0 ;; esac
 }
-systemd_pid1() { [ "$(ps -p 1 -o comm= 2>/dev/null)" = systemd ] || [ -d /run/systemd/system ]; }
-if [ "$(id -u)" = 0 ]; then
+SD=
+systemd_pid1() {
+  if [ -z "$SD" ]; then
+    SD=0
+    if [ -d /run/systemd/system ] || [ "$(ps -p 1 -o comm= 2>/dev/null)" = systemd ]; then SD=1; fi
+  fi
+  [ "$SD" = 1 ]
+}
+ME=$(id -u)
+if [ "$ME" = 0 ]; then
   UNIT=/etc/systemd/system/herdlet.service
   sctl() { systemctl "$@"; }
   jctl() { journalctl -u herdlet.service "$@"; }
@@ -63,21 +76,22 @@ else
 fi
 unit_mode() { [ -f "$UNIT" ] && systemd_pid1; }
 unit_pid() {
-  p=$(sctl show -p MainPID --value herdlet.service 2>/dev/null) || p=0
-  case "$p" in ''|*[!0-9]*) p=0 ;; esac
-  echo "$p"
+  P=$(sctl show -p MainPID --value herdlet.service 2>/dev/null) || P=0
+  case "$P" in ''|*[!0-9]*) P=0 ;; esac
 }
 # HP: herdlet's pid (0 when it does not run); UP=1 when it runs under its supervisor or unit.
 state() {
   HP=0
   UP=0
   if unit_mode; then
-    p=$(unit_pid)
-    if is_proc "$p" "$NEEDLE"; then HP=$p; UP=1; fi
+    unit_pid
+    if is_proc "$P" "$NEEDLE"; then HP=$P; UP=1; fi
     return 0
   fi
-  p=$(pid_in herdlet.pid)
-  s=$(pid_in supervise.pid)
+  pid_in herdlet.pid
+  p=$P
+  pid_in supervise.pid
+  s=$P
   if is_proc "$p" "$NEEDLE"; then HP=$p; fi
   if [ "$HP" != 0 ] && is_proc "$s" herdlet-supervise; then UP=1; fi
   return 0
@@ -86,8 +100,10 @@ state() {
   const long stop_ticks = limits::kAgentStopTimeout / milliseconds(100);
   s << "stop_all() {\n"
     << R"sh(  if unit_mode; then sctl stop herdlet.service >/dev/null 2>&1 || true; fi
-  s=$(pid_in supervise.pid)
-  p=$(pid_in herdlet.pid)
+  pid_in supervise.pid
+  s=$P
+  pid_in herdlet.pid
+  p=$P
   # The supervisor passes SIGTERM on to herdlet; a herdlet without one gets it directly.
   if is_proc "$s" herdlet-supervise; then
     kill -TERM "$s" 2>/dev/null
@@ -106,9 +122,10 @@ state() {
     fi
     sleep 0.1
   done
-  rm -f supervise.pid herdlet.pid
-}
-)sh";
+)sh"
+    << "  if [ -e supervise.pid ] || [ -e herdlet.pid ] || [ -e " << kRemoteReadyFile
+    << " ]; then rm -f supervise.pid herdlet.pid " << kRemoteReadyFile << "; fi\n"
+    << "}\n";
   return s.str();
 }
 
@@ -138,39 +155,62 @@ std::vector<std::string> RemoteHashedFiles() {
 
 std::string ProbeScript(const std::string& remote_dir) {
   std::ostringstream s;
-  s << Prelude(remote_dir) << R"sh(mkdir -p "$D/bin" "$D/certs" "$D/state" || exit 91
+  s << Prelude(remote_dir) << R"sh(for d in "$D/bin" "$D/certs" "$D/state"; do
+  [ -d "$d" ] || { mkdir -p "$D/bin" "$D/certs" "$D/state" || exit 91; break; }
+done
 chmod 700 "$D" "$D/certs" || exit 91
 enter || { echo "cannot enter $D" >&2; exit 92; }
 echo "dir $DIR"
 echo "home $HOME"
-if systemd_pid1 && { [ "$(id -u)" = 0 ] || sctl show-environment >/dev/null 2>&1; }; then
-  if [ "$(id -u)" = 0 ]; then echo "mode system"; else echo "mode user"; fi
+if systemd_pid1 && { [ "$ME" = 0 ] || sctl show-environment >/dev/null 2>&1; }; then
+  if [ "$ME" = 0 ]; then echo "mode system"; else echo "mode user"; fi
 else
   echo "mode supervise"
 fi
 echo "unit $UNIT"
 if command -v gzip >/dev/null 2>&1; then echo "gzip 1"; else echo "gzip 0"; fi
-hash_of() {
-  if [ -f "$1" ]; then h=$(sha256sum <"$1") || exit 93; echo "${h%% *}"; else echo "-"; fi
-}
-)sh";
+# One sha256sum for the files that exist: "<hex>  <path>" each; a missing file has no line.
+set --
+for f in)sh";
   for (const auto& f : RemoteHashedFiles()) {
-    if (f == kRemoteUnitKey) {
-      s << "echo \"sha unit $(hash_of \"$UNIT\")\"\n";
-    } else {
-      s << "echo \"sha " << f << " $(hash_of " << ShellQuote(f) << ")\"\n";
-    }
+    s << " " << (f == kRemoteUnitKey ? std::string("\"$UNIT\"") : ShellQuote(f));
   }
-  s << "state\necho \"pid $HP\"\necho \"up $UP\"\n";
+  s << R"sh(; do
+  if [ -f "$f" ]; then set -- "$@" "$f"; fi
+done
+if [ $# -gt 0 ]; then sha256sum -- "$@" || exit 93; fi
+echo "hashed"
+state
+echo "pid $HP"
+echo "up $UP"
+)sh";
   return s.str();
 }
 
+namespace {
+bool IsSha256Hex(std::string_view s) {
+  return s.size() == 64 && s.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+}  // namespace
+
 Result<NodeProbe> ParseProbe(const std::string& out) {
   NodeProbe p;
-  bool have_mode = false, have_pid = false;
+  bool have_mode = false, have_pid = false, hashed = false;
+  std::map<std::string, std::string> by_path;  // sha256sum's lines
   std::istringstream in(out);
   std::string line;
   while (std::getline(in, line)) {
+    if (line == "hashed") {
+      hashed = true;
+      continue;
+    }
+    // sha256sum: "<hex>  <path>" (a path with a backslash or newline comes escaped, after a
+    // leading '\': not matched, so that file counts as missing and is sent again).
+    if (line.size() > 66 && IsSha256Hex(std::string_view(line).substr(0, 64)) &&
+        line.compare(64, 2, "  ") == 0) {
+      by_path[line.substr(66)] = line.substr(0, 64);
+      continue;
+    }
     auto sp = line.find(' ');
     if (sp == std::string::npos) continue;
     std::string key = line.substr(0, sp), value = line.substr(sp + 1);
@@ -191,11 +231,6 @@ Result<NodeProbe> ParseProbe(const std::string& out) {
       } else {
         return Internal("probe: unknown mode '" + value + "'");
       }
-    } else if (key == "sha") {
-      auto sp2 = value.rfind(' ');
-      if (sp2 == std::string::npos) return Internal("probe: bad line '" + line + "'");
-      std::string hex = value.substr(sp2 + 1);
-      p.sha[value.substr(0, sp2)] = hex == "-" ? "" : hex;
     } else if (key == "pid") {
       have_pid = true;
       try {
@@ -209,27 +244,14 @@ Result<NodeProbe> ParseProbe(const std::string& out) {
       p.gzip = value == "1";
     }
   }
-  if (p.dir.empty() || p.home.empty() || !have_mode || !have_pid) {
+  if (p.dir.empty() || p.home.empty() || !have_mode || !have_pid || !hashed) {
     return Internal("unexpected probe output: '" + out + "'");
   }
   for (const auto& f : RemoteHashedFiles()) {
-    if (!p.sha.count(f)) return Internal("probe output lacks the hash of " + f);
+    auto it = by_path.find(f == kRemoteUnitKey ? p.unit_path : f);
+    p.sha[f] = it == by_path.end() ? "" : it->second;
   }
   return p;
-}
-
-std::string UploadScript(const std::string& remote_dir, const std::string& path,
-                         std::string_view mode) {
-  std::string q = ShellQuote(path);
-  std::ostringstream s;
-  s << "set -u\nD=" << ShellQuote(remote_dir) << "\n"
-    << "cd \"$HOME\" 2>/dev/null || cd ~ || exit 90\n"
-    << "cd \"$D\" || exit 92\n"
-    << "umask 077\n"
-    << "t=" << q << ".tmp.$$\n"
-    << "mkdir -p \"$(dirname " << q << ")\" && cat >\"$t\" && chmod " << mode
-    << " \"$t\" && mv -f \"$t\" " << q << " || { rm -f \"$t\"; exit 1; }\n";
-  return s.str();
 }
 
 std::string UploadManyScript(const std::string& remote_dir, const std::vector<UploadItem>& items) {
@@ -237,34 +259,54 @@ std::string UploadManyScript(const std::string& remote_dir, const std::vector<Up
   s << "set -u\nD=" << ShellQuote(remote_dir) << "\n"
     << "cd \"$HOME\" 2>/dev/null || cd ~ || exit 90\n"
     << "cd \"$D\" || exit 92\n"
-    << "umask 077\n"
-    // put PATH MODE [SHA256]: stdin into PATH; with SHA256, stdin is gzip data that must unpack
-    // to a file with that hash.
-    << R"sh(put() {
-  t="$1.tmp.$$"
-  mkdir -p "$(dirname "$1")" &&
-    if [ -z "${3:-}" ]; then cat >"$t"; else
-      gzip -dc >"$t" && h=$(sha256sum <"$t") && [ "${h%% *}" = "$3" ]; fi &&
-    chmod "$2" "$t" && mv -f "$t" "$1" ||
-    { rm -f "$t"; echo "cannot write $1${3:+ (unpacking its gzip data failed or did not give sha256 $3)}" >&2
-      exit 1; }
-}
+    << R"sh(t=
+# fail PATH [WHY]
+fail() { rm -f "$t"; echo "cannot write $1${2:+ ($2)}" >&2; exit 1; }
 )sh";
+  // The directories first, in one mkdir (and none when they exist: the probe made D's own).
+  std::vector<std::string> dirs;
   for (const auto& f : items) {
-    if (f.from_stdin) {
-      s << "put " << ShellQuote(f.path) << " " << f.mode;
-      if (!f.gunzip_sha256.empty()) s << " " << ShellQuote(f.gunzip_sha256);
-      s << "\n";
-    } else {
-      s << "printf '%s' " << ShellQuote(std::string(f.data)) << " | put " << ShellQuote(f.path)
-        << " " << f.mode << "\n";
+    auto slash = f.path.rfind('/');
+    if (slash == std::string::npos || slash == 0) continue;
+    std::string d = f.path.substr(0, slash);
+    if (std::find(dirs.begin(), dirs.end(), d) == dirs.end()) dirs.push_back(d);
+  }
+  if (!dirs.empty()) {
+    std::string test, args;
+    for (const auto& d : dirs) {
+      test += (test.empty() ? "" : " && ") + std::string("[ -d ") + ShellQuote(d) + " ]";
+      args += " " + ShellQuote(d);
     }
+    s << "umask 077\n"
+      << test << " || mkdir -p --" << args << " || { echo \"cannot create" << args
+      << "\" >&2; exit 1; }\n";
+  }
+  // Each file through a temporary file and a rename. The umask gives the file its mode as the
+  // shell creates it; only modes with an execute bit need a chmod.
+  for (const auto& f : items) {
+    const unsigned mode = std::stoul(f.mode, nullptr, 8) & 0777;
+    const std::string q = ShellQuote(f.path);
+    char umask[8];
+    std::snprintf(umask, sizeof umask, "%03o", ~mode & 0777);
+    s << "umask " << umask << "\nt=" << q << ".tmp.$$\n";
+    if (!f.from_stdin) {
+      s << "printf '%s' " << ShellQuote(std::string(f.data)) << " >\"$t\" || fail " << q << "\n";
+    } else if (f.gunzip_sha256.empty()) {
+      s << "cat >\"$t\" || fail " << q << "\n";
+    } else {
+      const std::string sha = ShellQuote(f.gunzip_sha256);
+      s << "{ gzip -dc >\"$t\" && h=$(sha256sum <\"$t\") && [ \"${h%% *}\" = " << sha
+        << " ]; } || fail " << q << " \"unpacking its gzip data failed or did not give sha256 \""
+        << sha << "\n";
+    }
+    if (mode & 0111) s << "chmod " << f.mode << " \"$t\" || fail " << q << "\n";
+    s << "mv -f \"$t\" " << q << " || fail " << q << "\n";
   }
   return s.str();
 }
 
 std::string StartScript(const std::string& remote_dir, AgentMode mode) {
-  const long start_ticks = limits::kAgentStartTimeout / kPollTick;
+  const long start_ticks = limits::kAgentStartTimeout / limits::kAgentStartPoll;
   std::ostringstream s;
   s << Prelude(remote_dir) << "enter || { echo \"no agent directory $D\" >&2; exit 92; }\n"
     << "MODE=" << ModeWord(mode) << "\n"
@@ -281,11 +323,11 @@ fail_start() {
   stop_all
   exit 3
 }
-current_pid() { if [ "$MODE" = supervise ]; then pid_in herdlet.pid; else unit_pid; fi; }
+current_pid() { if [ "$MODE" = supervise ]; then pid_in herdlet.pid; else unit_pid; fi; }  # P
 stop_all
 if [ "$MODE" = supervise ]; then
 )sh"
-    << "  nohup setsid /bin/sh \"$DIR/bin/herdlet-supervise\" --backoff-initial "
+    << "  setsid /bin/sh \"$DIR/bin/herdlet-supervise\" --backoff-initial "
     << WholeSeconds(limits::kAgentRestartBackoffInitial) << " --backoff-max "
     << WholeSeconds(limits::kAgentRestartBackoffMax) << " --stable-after "
     << WholeSeconds(limits::kAgentStableAfter)
@@ -297,20 +339,26 @@ if [ "$MODE" = supervise ]; then
   sctl enable herdlet.service >/dev/null 2>&1 || fail_start "systemctl enable herdlet.service failed"
   sctl restart herdlet.service || fail_start "systemctl restart herdlet.service failed"
 fi
+# herdlet writes its pid to its ready file once its config, certificates and listener are in
+# place (agent/core/agentd.cpp); dead before that, it is reported here with its log rather than
+# left to the supervisor's backoff (whose first delay is longer than a tick).
+HP=0
 n=0
 while :; do
-  HP=$(current_pid)
-  if [ "$HP" != 0 ]; then break; fi
+  if [ "$HP" = 0 ]; then current_pid; HP=$P; fi
+  if [ "$HP" != 0 ]; then
+)sh"
+    << "    pid_in " << kRemoteReadyFile << "\n"
+    << R"sh(    if [ "$P" = "$HP" ]; then break; fi
+    alive "$HP" || fail_start "herdlet exited right after it started"
+  fi
   n=$((n + 1))
 )sh"
     << "  if [ \"$n\" -gt " << start_ticks << " ]; then fail_start \"herdlet did not start within "
     << Seconds(limits::kAgentStartTimeout) << " s\"; fi\n"
-    << "  sleep " << Seconds(kPollTick) << "\n"
+    << "  sleep " << Seconds(limits::kAgentStartPoll) << "\n"
     << "done\n"
-    << "sleep " << Seconds(limits::kAgentStartSettle) << "\n"
-    << R"sh(if ! is_proc "$HP" "$NEEDLE"; then fail_start "herdlet exited right after it started"; fi
-echo "pid $HP"
-)sh";
+    << "echo \"pid $HP\"\n";
   return s.str();
 }
 

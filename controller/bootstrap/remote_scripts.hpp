@@ -4,7 +4,8 @@
 // Node layout, under the agent directory D (relative to the login user's home, or absolute):
 //   D/bin/herdlet, D/bin/herdlet-supervise, D/certs/{ca.crt,agent.crt,agent.key}, D/herdlet.yaml,
 //   D/state/ (herdlet writes its supervisor program to D/state/bin/herd-step-<hash> itself), and
-//   without systemd: D/supervise.pid, D/herdlet.pid, D/herdlet.log.
+//   D/herdlet.ready (herdlet's pid, written by herdlet once it runs), and without systemd:
+//   D/supervise.pid, D/herdlet.pid, D/herdlet.log.
 // herdlet runs in D, so relative paths in herdlet.yaml (certs: certs) are relative to D.
 #pragma once
 
@@ -24,6 +25,9 @@ inline constexpr std::string_view kRemoteHerdlet = "bin/herdlet";
 inline constexpr std::string_view kRemoteSupervise = "bin/herdlet-supervise";
 inline constexpr std::string_view kRemoteConfig = "herdlet.yaml";
 inline constexpr std::string_view kRemoteUnitKey = "unit";
+// herdlet's ready file (its config's ready_file: the caller's agent config must name it): the
+// agent writes its pid there once it runs, and the start script waits for that.
+inline constexpr std::string_view kRemoteReadyFile = "herdlet.ready";
 std::vector<std::string> RemoteHashedFiles();  // the above plus certs/ca.crt, agent.crt, agent.key
 
 // How the agent is kept running on a node.
@@ -47,12 +51,8 @@ struct NodeProbe {
 std::string ProbeScript(const std::string& remote_dir);
 Result<NodeProbe> ParseProbe(const std::string& out);
 
-// Writes stdin to `path` (relative to D, or absolute) through a temporary file and rename, with
-// `mode` (octal, "0600"), creating the parent directory.
-std::string UploadScript(const std::string& remote_dir, const std::string& path,
-                         std::string_view mode);
-
-// One upload session for many files: each (path, mode, data) is written like UploadScript does.
+// One upload session for many files: each (path relative to D or absolute, mode as octal "0600",
+// data) is written through a temporary file and a rename, its directory made where missing.
 // The file whose data is empty-and-from-stdin (at most one: `from_stdin`) takes the session's
 // stdin; the others travel inside the script (text files without NUL bytes: certs, configs,
 // scripts). With `gunzip_sha256` the stdin is gzip data: the node unpacks it and keeps the file
@@ -67,8 +67,8 @@ struct UploadItem {
 std::string UploadManyScript(const std::string& remote_dir, const std::vector<UploadItem>& items);
 
 // Stops whatever agent runs (supervised or the unit), starts it in `mode`, waits until herdlet
-// runs and still runs kAgentStartSettle later, and prints "pid N". On failure: a message and the
-// end of the agent's log on stderr, non-zero exit, nothing left running.
+// wrote its pid to kRemoteReadyFile (at most kAgentStartTimeout), and prints "pid N". On failure: a
+// message and the end of the agent's log on stderr, non-zero exit, nothing left running.
 std::string StartScript(const std::string& remote_dir, AgentMode mode);
 
 // UploadManyScript, then StartScript, in one script for one ssh session. The upload runs in a

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "controller/bootstrap/agent_bootstrap.hpp"
+#include "controller/bootstrap/remote_scripts.hpp"
 #include "controller/bootstrap/sha256.hpp"
 #include "controller/core/mux.hpp"
 #include "controller/core/trace.hpp"
@@ -160,7 +161,8 @@ std::string AgentConfigYaml(const ClusterRecord& c, std::size_t i) {
   } else {
     y += "head: " + InternalIp(*head) + ":" + std::to_string(c.head_port) + "\n";
   }
-  y += "certs: certs\nstate_dir: state\ncloud: " + c.provider + "\n";
+  y += "certs: certs\nstate_dir: state\nready_file: " + std::string(kRemoteReadyFile) +
+       "\ncloud: " + c.provider + "\n";
   return y;
 }
 

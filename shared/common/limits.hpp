@@ -200,12 +200,13 @@ inline constexpr Duration kBootstrapCommandTimeout = 60s;
 inline constexpr Duration kBootstrapUploadTimeout = 300s;
 // Stopping an agent: SIGTERM to the supervisor (or herdlet), SIGKILL after this.
 inline constexpr Duration kAgentStopTimeout = 10s;
-// A (re)started herdlet must show up (pid file, or systemd's MainPID) within this ...
+// A (re)started herdlet must report itself running (its pid in its ready file, written once its
+// config, certificates and listener are in place) within this; one that exits before is reported
+// with the tail of its log instead of being left to the supervisor's backoff ...
 inline constexpr Duration kAgentStartTimeout = 20s;
-// ... and still run this long after: a herdlet that exits at once (bad config) is reported with
-// the tail of its log instead of being left to the supervisor's backoff. Shorter than the
-// supervisor's first restart delay, so the dead process is seen before it is replaced.
-inline constexpr Duration kAgentStartSettle = 500ms;
+// ... for which the start script looks this often: shorter than the supervisor's first restart
+// delay, so the dead process is seen before it is replaced.
+inline constexpr Duration kAgentStartPoll = 50ms;
 // The supervisor (and systemd's RestartSec) restarts a herdlet that exited non-zero after a delay
 // that starts here and doubles up to the max; it is reset once herdlet ran for kAgentStableAfter.
 inline constexpr Duration kAgentRestartBackoffInitial = 1s;
@@ -277,11 +278,9 @@ static_assert(kNodeLostAfter + kNodeCheckInterval < kNodeLossReportedWithin,
               "a lost node's job is failed within the promised time");
 static_assert(kNodeCheckInterval < kHeadStallAfter && kHeadStallAfter < kNodeLostAfter,
               "a stall of the head is told apart from a late timer and from a lost node");
-static_assert(kAgentRestartBackoffInitial + kAgentStartSettle + kHandshakeTimeout / 4 <
-                  kNodeLostAfter,
+static_assert(kAgentRestartBackoffInitial + kHandshakeTimeout / 4 < kNodeLostAfter,
               "an agent restarted by its supervisor registers again before its node is lost");
-static_assert(kAgentRestartBackoffInitial + kAgentStartSettle + kStepRegisterWait +
-                      kHandshakeTimeout / 4 <
+static_assert(kAgentRestartBackoffInitial + kStepRegisterWait + kHandshakeTimeout / 4 <
                   kNodeLostAfter,
               "an agent that waits for a starting supervisor still registers before node loss");
 static_assert(kReconnectBackoffMax < kNodeLostAfter,
@@ -295,9 +294,9 @@ static_assert(kReconnectBackoffMax < kClientReconnectWindow, "a client retries m
 static_assert(kLocalNodeStartTimeout < kSshWaitTotal,
               "a local node starts long before ssh gives up");
 static_assert(kSshProbeBackoffMax < kSshWaitTotal, "readiness is probed more than once");
-static_assert(kAgentStopTimeout + kAgentStartTimeout + kAgentStartSettle < kBootstrapCommandTimeout,
-              "a restart (stop, start, settle) fits in one bootstrap command");
-static_assert(kAgentStartSettle < kAgentRestartBackoffInitial,
+static_assert(kAgentStopTimeout + kAgentStartTimeout < kBootstrapCommandTimeout,
+              "a restart (stop, start) fits in one bootstrap command");
+static_assert(kAgentStartPoll * 4 < kAgentRestartBackoffInitial,
               "a herdlet that dies at start is seen dead before the supervisor replaces it");
 static_assert(kAgentRestartBackoffMax < kAgentRegisterTimeout,
               "a crashed agent is back well within the time the head waits for it");

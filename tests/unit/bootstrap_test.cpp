@@ -183,6 +183,8 @@ class LocalShellRunner : public SshRunner {
 constexpr char kFakeHerdlet[] = R"sh(#!/bin/sh
 echo "$$|$HOME|$(pwd -P)|$*" >>"$HOME/fake-herdlet.runs"
 if grep -q 'fail: now' "$2"; then echo "fake herdlet: refusing config $2" >&2; exit 3; fi
+ready=$(sed -n 's/^ready_file: //p' "$2")
+if [ -n "$ready" ]; then echo $$ >"$ready.tmp" && mv "$ready.tmp" "$ready"; fi
 trap 'exit 0' TERM
 while :; do sleep 0.2 & wait $!; done
 )sh";
@@ -210,7 +212,8 @@ struct LocalNodes {
       AgentInstall a;
       a.target.host = host;
       a.node_name = "n" + std::to_string(i);
-      a.agent_config_yaml = "node_id: n" + std::to_string(i) + "\n";
+      a.agent_config_yaml = "node_id: n" + std::to_string(i) +
+                            "\nready_file: " + std::string(kRemoteReadyFile) + "\n";
       a.certs_dir = certs;
       nodes.push_back(a);
     }
@@ -495,7 +498,9 @@ case "$1" in
     wd=$(sed -n 's/^WorkingDirectory=//p' "$unit")
     home=$(sed -n 's/^Environment=HOME=//p' "$unit")
     exec_start=$(sed -n 's/^ExecStart=//p' "$unit")
-    (cd "$wd" && HOME="$home" setsid $exec_start </dev/null >/dev/null 2>&1 & echo $! >"$pidf")
+    # exec: $! is herdlet itself under any sh (bash forks for a backgrounded `cd && cmd`).
+    (cd "$wd" && HOME="$home" exec setsid $exec_start </dev/null >/dev/null 2>&1) &
+    echo $! >"$pidf"
     ;;
   show) if running; then cat "$pidf"; else echo 0; fi ;;
   *) echo "fake systemctl: $*" >&2; exit 1 ;;
@@ -622,8 +627,9 @@ struct NetnsCluster {
 };
 
 std::string AgentConfig(const NetnsCluster& c, size_t i, const std::string& extra = "") {
-  std::string cfg = "cluster: " + c.name + "\nnode_id: " + c.nodes[i].name +
-                    "\naddress: " + c.nodes[i].ip + "\ncerts: certs\nstate_dir: state\n";
+  std::string cfg =
+      "cluster: " + c.name + "\nnode_id: " + c.nodes[i].name + "\naddress: " + c.nodes[i].ip +
+      "\ncerts: certs\nstate_dir: state\nready_file: " + std::string(kRemoteReadyFile) + "\n";
   cfg += i == 0 ? "role: head\nlisten: " + c.Endpoint() + "\n"
                 : "role: worker\nhead: " + c.Endpoint() + "\n";
   return cfg + extra;
