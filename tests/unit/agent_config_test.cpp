@@ -39,11 +39,12 @@ TEST_CASE("a worker config loads") {
 TEST_CASE("relative paths are relative to the config file") {
   TempFile f(
       "role: head\ncluster: c\nnode_id: c-head\naddress: 10.0.0.1\nlisten: 10.0.0.1:46590\n"
-      "certs: certs\nstate_dir: state\nexpected_nodes: 3\n");
+      "certs: certs\nstate_dir: state\nexpected_nodes: 3\nready_file: herdlet.ready\n");
   auto c = LoadAgentConfig(f.path);
   REQUIRE(c.ok());
   CHECK(c->certs_dir == "/tmp/certs");
   CHECK(c->state_dir == "/tmp/state");
+  CHECK(c->ready_file == "/tmp/herdlet.ready");
   CHECK(c->expected_nodes == 3);
 }
 

@@ -669,6 +669,11 @@ TEST_CASE("bootstrap the real herdlet on two namespace nodes over ssh") {
   CHECK((*pids)[0] > 0);
   CHECK((*pids)[1] > 0);
   CHECK(*pids == first->agent_pids);
+  // Each herdlet told the start script it runs, in its ready file.
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(ReadAll(c.nodes[i].host_home + "/.herd/agent/herdlet.ready") ==
+          std::to_string((*pids)[i]) + "\n");
+  }
   // The agent runs inside its node, as the node's user, from the node's home.
   CHECK(netns::ProcessesIn(c.nodes[1].netns).size() >= 2);  // sshd, supervisor, herdlet
   auto environ = c.ssh.Run(c.Target(1),
