@@ -56,6 +56,7 @@ Status Worker::Start() {
   HERD_LOG(kInfo) << "node " << node_.node_id() << " incarnation " << incarnation_ << ": "
                   << node_.cpus() << " cpus, " << node_.gpu_count() << " gpus ("
                   << node_.gpu_source() << ")";
+  started_at_ = std::chrono::steady_clock::now();
   Dial();
   return Status::Ok();
 }
@@ -116,7 +117,11 @@ void Worker::ScheduleRedial() {
   if (state_ == State::kTerminating) return;
   state_ = State::kDisconnected;
   redial_timer_.expires_after(backoff_);
-  backoff_ = std::min(backoff_ * 2, limits::kReconnectBackoffMax);
+  // A launch starts every node's agent at once and the head's is as often last as first: until
+  // this worker first registered, it keeps trying at the first interval for a while.
+  const bool starting = !ever_registered_ && std::chrono::steady_clock::now() - started_at_ <
+                                                 limits::kFirstRegisterFastRedialFor;
+  if (!starting) backoff_ = std::min(backoff_ * 2, limits::kReconnectBackoffMax);
   auto alive = alive_;
   redial_timer_.async_wait([this, alive](boost::system::error_code ec) {
     if (!ec && *alive) Dial();
@@ -172,6 +177,7 @@ void Worker::OnMessage(const std::shared_ptr<transport::Connection>& conn, std::
         return;
       }
       state_ = State::kRunning;
+      ever_registered_ = true;
       backoff_ = limits::kReconnectBackoffInitial;
       HERD_LOG(kInfo) << "registered with head of cluster " << msg.register_ack().cluster_name();
       SendHeartbeat();

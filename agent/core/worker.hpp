@@ -93,6 +93,9 @@ class Worker {
   boost::asio::steady_timer heartbeat_timer_;
   boost::asio::steady_timer redial_timer_;
   std::chrono::milliseconds backoff_;
+  // Until the first registration, redials do not back off for a while (ScheduleRedial).
+  std::chrono::steady_clock::time_point started_at_{};
+  bool ever_registered_ = false;
   std::map<std::string, Proc> procs_;  // by ProcessKeyString
   ProcessTableFile table_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

@@ -79,6 +79,10 @@ inline constexpr Duration kHeadStallAfter = 3s;
 // Re-registration after a drop: capped exponential backoff.
 inline constexpr Duration kReconnectBackoffInitial = 100ms;
 inline constexpr Duration kReconnectBackoffMax = 3s;
+// A worker that has not registered yet since it started redials every kReconnectBackoffInitial for
+// this long before backing off: a launch starts all agents at once and a worker that came up
+// before its head waited up to twice the head's lag (0.1, 0.3, 0.7 s...). At most 30 dials.
+inline constexpr Duration kFirstRegisterFastRedialFor = 3s;
 // A client (herd logs / exec) that loses its connection while following retries for this long,
 // resubscribing from the last offset it printed.
 inline constexpr Duration kClientReconnectWindow = 30s;
@@ -283,6 +287,8 @@ static_assert(kAgentRestartBackoffInitial + kHandshakeTimeout / 4 < kNodeLostAft
 static_assert(kAgentRestartBackoffInitial + kStepRegisterWait + kHandshakeTimeout / 4 <
                   kNodeLostAfter,
               "an agent that waits for a starting supervisor still registers before node loss");
+static_assert(kFirstRegisterFastRedialFor / kReconnectBackoffInitial <= 30,
+              "a worker waiting for its head dials it a bounded number of times");
 static_assert(kReconnectBackoffMax < kNodeLostAfter,
               "an agent retries several times before the head gives up on it");
 static_assert(kKillGracePeriod < 2s, "other ranks die within 2 s of the first failure");

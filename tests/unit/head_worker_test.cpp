@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <chrono>
 #include <condition_variable>
@@ -626,6 +627,91 @@ TEST_CASE("fractional GPUs: two H200:0.5 jobs share GPU 0, setup sees no CUDA_VI
   CHECK(c.launchers[0]->env(3, "SKYPILOT_NUM_GPUS_PER_NODE") == "1");
   c.launchers[0]->Exit(2, 0);
   c.launchers[0]->Exit(3, 0);
+}
+
+// A launch starts every agent at once; a worker that came up before its head must not sit out a
+// long backoff once the head listens (limits::kFirstRegisterFastRedialFor).
+TEST_CASE("a worker started before its head registers soon after the head listens") {
+  char tmpl[] = "/tmp/herd-head-worker-XXXXXX";
+  fs::path dir = ::mkdtemp(tmpl);
+  REQUIRE(tls::InitClusterCerts((dir / "certs").string(), "unit").ok());
+  REQUIRE(tls::IssueAgentCerts((dir / "certs").string(), "unit-head", {"127.0.0.1"},
+                               (dir / "n0").string())
+              .ok());
+  REQUIRE(tls::IssueAgentCerts((dir / "certs").string(), "unit-worker1", {}, (dir / "n1").string())
+              .ok());
+  // A port nobody listens on yet: the worker's dials are refused until the head takes it.
+  uint16_t port = 0;
+  {
+    boost::asio::io_context probe_io;
+    boost::asio::ip::tcp::acceptor a(probe_io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+    port = a.local_endpoint().port();
+  }
+  boost::asio::io_context io;
+  FakeLauncher launcher(io);
+  FakeGpus gpus(0);
+  AgentConfig c;
+  c.role = AgentConfig::Role::kWorker;
+  c.cluster = "unit";
+  c.node_id = "unit-worker1";
+  c.address = "127.0.0.1";
+  c.head = {"127.0.0.1", port};
+  c.certs_dir = (dir / "n1").string();
+  c.state_dir = (dir / "state1").string();
+  c.cpus = 4;
+  Worker worker(io, c, launcher, gpus, false);
+  REQUIRE(worker.Start().ok());
+  std::thread thread([&] {
+    auto guard = boost::asio::make_work_guard(io);
+    io.run();
+  });
+  // With the plain doubling backoff the worker would dial at 0, 0.1, 0.3, 0.7, 1.5 and 3.1 s:
+  // a head that listens from 1.6 s would see it 1.5 s later.
+  std::this_thread::sleep_for(1600ms);
+  Head::Options o;
+  o.cluster = "unit";
+  o.state_dir = (dir / "head-state").string();
+  o.tls = {(dir / "n0/ca.crt").string(), (dir / "n0/agent.crt").string(),
+           (dir / "n0/agent.key").string()};
+  o.listen_port = port;
+  o.expected_nodes = 1;
+  std::unique_ptr<Head> head;
+  std::promise<Status> started;
+  boost::asio::post(io, [&] {
+    head = std::make_unique<Head>(io, o);
+    started.set_value(head->Start());
+  });
+  Status s = started.get_future().get();
+  const auto head_up = std::chrono::steady_clock::now();
+  REQUIRE_MESSAGE(s.ok(), s.ToString());
+  auto client = controller::HeadClient::Connect({"127.0.0.1", port, (dir / "certs").string()});
+  REQUIRE(client.ok());
+  bool registered = false;
+  for (int i = 0; i < 100 && !registered; ++i) {
+    auto nodes = (*client)->Nodes();
+    REQUIRE_MESSAGE(nodes.ok(), nodes.status().ToString());
+    for (bool a : nodes->alive()) registered = registered || a;
+    if (!registered) std::this_thread::sleep_for(20ms);
+  }
+  const auto waited = std::chrono::steady_clock::now() - head_up;
+  CHECK(registered);
+  CHECK_MESSAGE(
+      waited < 800ms, "registered "
+                          << std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()
+                          << " ms after the head listened");
+  client->reset();
+  std::promise<void> stopped;
+  boost::asio::post(io, [&] {
+    worker.Stop();
+    head->Stop();
+    stopped.set_value();
+  });
+  stopped.get_future().wait();
+  std::this_thread::sleep_for(200ms);
+  io.stop();
+  thread.join();
+  head.reset();
+  fs::remove_all(dir);
 }
 
 }  // namespace
