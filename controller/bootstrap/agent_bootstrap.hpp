@@ -28,9 +28,10 @@ struct AgentInstall {
   std::string agent_config_yaml;
   std::string certs_dir;  // local dir with ca.crt, agent.crt, agent.key for this node
   // The node's home as a directory of this machine (the local provider's nodes), "" for a remote
-  // node. Such a node gets the agent binary copied into <host_home>/<remote_dir>/bin/herdlet, as a
-  // machine image would carry it, instead of through ssh (12 MB cost the node's sshd 0.7 CPU
-  // seconds on the bench machine); a copy that changed the file restarts the agent like an upload.
+  // node. Such a node gets the agent binary put into <host_home>/<remote_dir>/bin/herdlet (a hard
+  // link to BootstrapOptions::host_cache_dir's copy, else a copy), as a machine image would carry
+  // it, instead of through ssh (12 MB cost the node's sshd 0.7 CPU seconds on the bench machine);
+  // a changed binary restarts the agent like an upload.
   std::string host_home{};
 };
 
@@ -42,6 +43,9 @@ struct BootstrapOptions {
   // seventh round). Nodes with a host_home get a copy instead (AgentInstall).
   std::string herdlet_path;
   std::string remote_dir = ".herd/agent";  // relative to the node user's home, or absolute
+  // Where the binary for nodes with a host_home is kept once (herdlet-<hash>), each node getting a
+  // hard link to it; "" (or a directory on another file system) copies it to every node.
+  std::string host_cache_dir{};
 };
 
 struct BootstrapResult {

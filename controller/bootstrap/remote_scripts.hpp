@@ -48,7 +48,8 @@ struct NodeProbe {
 // 'it'\''s' quoting for sh.
 
 // Makes D/{bin,certs,state} (certs 0700) and prints the probe; see ParseProbe.
-std::string ProbeScript(const std::string& remote_dir);
+// Without hash_binary, bin/herdlet is not hashed (the caller knows what it holds).
+std::string ProbeScript(const std::string& remote_dir, bool hash_binary = true);
 Result<NodeProbe> ParseProbe(const std::string& out);
 
 // One upload session for many files: each (path relative to D or absolute, mode as octal "0600",

@@ -188,6 +188,7 @@ Result<BootstrapResult> BootstrapCluster(SshRunner& ssh, const ClusterRecord& c,
   Report(progress, "Bootstrapping agents", 0, static_cast<int>(c.nodes.size()));
   BootstrapOptions opts;
   opts.herdlet_path = herdlet;
+  opts.host_cache_dir = c.state_dir;
   HERD_ASSIGN_OR_RETURN(auto result, BootstrapAgents(ssh, installs, opts));
   Report(progress, "Bootstrapping agents", static_cast<int>(c.nodes.size()),
          static_cast<int>(c.nodes.size()));

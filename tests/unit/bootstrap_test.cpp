@@ -433,6 +433,49 @@ TEST_CASE("a node whose home is on this machine gets the binary copied there, no
   CHECK(c.ssh.stdin_bytes == std::string(kFakeHerdlet).size());
 }
 
+TEST_CASE("nodes whose homes are on this machine get hard links to one kept copy of the binary") {
+  LocalNodes c(2);
+  for (size_t i = 0; i < 2; ++i) c.nodes[i].host_home = c.Home(i);
+  auto ino = [](const std::string& path) {
+    struct stat st {};
+    REQUIRE(::stat(path.c_str(), &st) == 0);
+    return std::pair{st.st_ino, st.st_nlink};
+  };
+  // Copies first (no cache directory: what an older herd left on the nodes).
+  auto first = BootstrapAgents(c.ssh, c.nodes, c.options);
+  REQUIRE_MESSAGE(first.ok(), first.status().ToString());
+  CHECK(ino(c.AgentDir(0) + "/bin/herdlet").second == 1);
+
+  // With a cache directory: the same bytes become links to its copy, and nothing restarts.
+  c.options.host_cache_dir = c.tmp + "/cache";
+  fs::create_directories(c.options.host_cache_dir);
+  auto linked = BootstrapAgents(c.ssh, c.nodes, c.options);
+  REQUIRE_MESSAGE(linked.ok(), linked.status().ToString());
+  CHECK(linked->unchanged == 2);
+  CHECK(linked->agent_pids == first->agent_pids);
+  const std::string kept =
+      c.options.host_cache_dir + "/herdlet-" + Sha256Hex(std::string(kFakeHerdlet)).substr(0, 16);
+  CHECK(ReadAll(kept) == kFakeHerdlet);
+  CHECK(ino(kept).second == 3);
+  for (size_t i = 0; i < 2; ++i) CHECK(ino(c.AgentDir(i) + "/bin/herdlet") == ino(kept));
+
+  // A new binary: kept once (the old copy goes), linked to both nodes, agents restarted.
+  const std::string v2 = std::string(kFakeHerdlet) + "# v2\n";
+  WriteAll(c.options.herdlet_path, v2, fs::perms::owner_all);
+  auto changed = BootstrapAgents(c.ssh, c.nodes, c.options);
+  REQUIRE_MESSAGE(changed.ok(), changed.status().ToString());
+  CHECK(changed->restarted == 2);
+  CHECK(c.ssh.stdin_bytes == 0);
+  CHECK_FALSE(fs::exists(kept));
+  const std::string kept2 = c.options.host_cache_dir + "/herdlet-" + Sha256Hex(v2).substr(0, 16);
+  for (size_t i = 0; i < 2; ++i) {
+    CHECK(ReadAll(c.AgentDir(i) + "/bin/herdlet") == v2);
+    CHECK(ino(c.AgentDir(i) + "/bin/herdlet") == ino(kept2));
+    CHECK(changed->agent_pids[i] != first->agent_pids[i]);
+  }
+  CHECK(BootstrapAgents(c.ssh, c.nodes, c.options)->unchanged == 2);
+}
+
 TEST_CASE("bootstrap errors name the node; a herdlet that dies at start is reported, not left") {
   LocalNodes c(2);
   c.nodes[1].agent_config_yaml = "fail: now\n";
