@@ -4,11 +4,11 @@
 //
 // Per node, under <remote_dir> (layout in remote_scripts.hpp): files are compared by SHA-256 with
 // what the node has and only differing ones are sent; the agent is (re)started when one of them
-// changed or it does not run. Where systemd is PID 1 it is a unit (herdlet.service as root,
-// herdlet-user.service as a user unit otherwise); elsewhere packaging/herdlet-supervise keeps it
-// running (restart with backoff on a non-zero exit), started with setsid. herdlet runs with
-// HOME = the login user's home and its working directory = <remote_dir>, so relative paths in the
-// config (certs: certs, state_dir: state) point into it.
+// changed or it does not run. Where systemd runs the node (/run/systemd/system) it is a unit
+// (herdlet.service as root, herdlet-user.service as a user unit otherwise); elsewhere
+// packaging/herdlet-supervise keeps it running (restart with backoff on a non-zero exit), started
+// with setsid. herdlet runs with HOME = the login user's home and its working directory =
+// <remote_dir>, so relative paths in the config (certs: certs, state_dir: state) point into it.
 #pragma once
 
 #include <string>

@@ -31,7 +31,7 @@ long WholeSeconds(milliseconds d) { return std::max<long>(1, d.count() / 1000); 
 // (a pid file may name a recycled pid: a process counts only when its command line matches).
 // A process start costs 1-2 ms of CPU on a small VM and a cold launch runs these scripts on every
 // node at once, so they use builtins where one does: `read` instead of cat and sed, variables
-// instead of $(...) (a fork each), `cd -P` instead of pwd -P, `id -u` and the systemd check once.
+// instead of $(...) (a fork each), `cd -P` instead of pwd -P, `id -u` once.
 std::string Prelude(const std::string& remote_dir) {
   std::ostringstream s;
   s << "set -u\n"
@@ -56,14 +56,9 @@ pid_in() {
   { read -r P <"$1"; } 2>/dev/null
   case "$P" in ''|*[!0-9]*) P=0 ;; esac
 }
-SD=
-systemd_pid1() {
-  if [ -z "$SD" ]; then
-    SD=0
-    if [ -d /run/systemd/system ] || [ "$(ps -p 1 -o comm= 2>/dev/null)" = systemd ]; then SD=1; fi
-  fi
-  [ "$SD" = 1 ]
-}
+# systemd runs this machine and can be reached (sd_booted()'s test). Not "PID 1 is systemd": a
+# local provider's node shares this machine's PID 1 but has a /run of its own.
+systemd_booted() { [ -d /run/systemd/system ]; }
 ME=$(id -u)
 if [ "$ME" = 0 ]; then
   UNIT=/etc/systemd/system/herdlet.service
@@ -74,7 +69,7 @@ else
   sctl() { systemctl --user "$@"; }
   jctl() { journalctl --user-unit herdlet.service "$@"; }
 fi
-unit_mode() { [ -f "$UNIT" ] && systemd_pid1; }
+unit_mode() { [ -f "$UNIT" ] && systemd_booted; }
 unit_pid() {
   P=$(sctl show -p MainPID --value herdlet.service 2>/dev/null) || P=0
   case "$P" in ''|*[!0-9]*) P=0 ;; esac
@@ -162,7 +157,7 @@ chmod 700 "$D" "$D/certs" || exit 91
 enter || { echo "cannot enter $D" >&2; exit 92; }
 echo "dir $DIR"
 echo "home $HOME"
-if systemd_pid1 && { [ "$ME" = 0 ] || sctl show-environment >/dev/null 2>&1; }; then
+if systemd_booted && { [ "$ME" = 0 ] || sctl show-environment >/dev/null 2>&1; }; then
   if [ "$ME" = 0 ]; then echo "mode system"; else echo "mode user"; fi
 else
   echo "mode supervise"

@@ -157,6 +157,9 @@ class LocalShellRunner : public SshRunner {
   std::map<std::string, std::string> homes;  // host -> $HOME
   std::string path_prefix;                   // shims put before $PATH
   std::size_t stdin_bytes = 0;               // sent on the sessions' stdin, in all
+  // Runs the commands in a mount namespace whose /run has systemd/system, as a machine booted
+  // with systemd has (needs root: unshare --mount).
+  bool systemd_booted = false;
 
   Result<ProcResult> Run(const SshTarget& t, const std::string& remote_command,
                          std::chrono::milliseconds timeout, std::string_view stdin_data) override {
@@ -165,6 +168,13 @@ class LocalShellRunner : public SshRunner {
     std::map<std::string, std::string> env{{"HOME", it->second}};
     if (!path_prefix.empty()) env["PATH"] = path_prefix + ":" + std::getenv("PATH");
     stdin_bytes += stdin_data.size();
+    if (systemd_booted) {
+      return RunProcess({"unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+                         "mount -t tmpfs herd-test-run /run && mkdir -p /run/systemd/system && "
+                         "exec /bin/sh -c \"$0\"",
+                         remote_command},
+                        stdin_data, timeout, env);
+    }
     return RunProcess({"/bin/sh", "-c", remote_command}, stdin_data, timeout, env);
   }
   Status Rsync(const SshTarget& t, const std::string&, const std::string&, bool,
@@ -521,7 +531,7 @@ TEST_CASE("bootstrap errors name the node; a herdlet that dies at start is repor
   CHECK(AgentPids(c.ssh, {lost.target}, c.options).status().code() == Code::kUnavailable);
 }
 
-// A user on a systemd machine: `ps` says PID 1 is systemd, `id -u` is not 0, and `systemctl`
+// A user on a systemd machine: /run/systemd/system exists, `id -u` is not 0, and `systemctl`
 // is a small stand-in that runs the unit's ExecStart the way systemd would (in WorkingDirectory,
 // with its Environment=).
 constexpr char kFakeSystemctl[] = R"sh(#!/bin/sh
@@ -551,10 +561,16 @@ esac
 )sh";
 
 TEST_CASE("bootstrap where systemd is PID 1: a user unit, restarted only on change") {
+  if (::geteuid() != 0) {
+    MESSAGE("skipping: making a mount namespace with systemd's /run needs root");
+    return;
+  }
   LocalNodes c(1);
   std::string shims = c.tmp + "/shims";
   fs::create_directories(shims);
   WriteAll(shims + "/systemctl", kFakeSystemctl, fs::perms::owner_all);
+  // PID 1 being systemd is not enough: a local provider's node shares this machine's PID 1 but
+  // has its own /run, and no systemd it could reach.
   WriteAll(shims + "/ps", "#!/bin/sh\necho systemd\n", fs::perms::owner_all);
   WriteAll(shims + "/id", "#!/bin/sh\n[ \"$1\" = -u ] && echo 1000 || echo someone\n",
            fs::perms::owner_all);
@@ -562,6 +578,15 @@ TEST_CASE("bootstrap where systemd is PID 1: a user unit, restarted only on chan
            fs::perms::owner_all);
   WriteAll(shims + "/journalctl", "#!/bin/sh\necho fake journal\n", fs::perms::owner_all);
   c.ssh.path_prefix = shims;
+  {
+    auto probe = c.ssh.Run(c.nodes[0].target,
+                           "/bin/sh -c " + ShellQuote(ProbeScript(".herd/agent")), 10s, {});
+    REQUIRE(probe.ok());
+    auto parsed = ParseProbe(probe->out);
+    REQUIRE_MESSAGE(parsed.ok(), parsed.status().ToString());
+    CHECK(parsed->mode == AgentMode::kSupervise);
+  }
+  c.ssh.systemd_booted = true;
 
   auto first = BootstrapAgents(c.ssh, c.nodes, c.options);
   REQUIRE_MESSAGE(first.ok(), first.status().ToString());
