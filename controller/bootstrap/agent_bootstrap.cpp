@@ -176,24 +176,29 @@ Result<bool> PlaceBinary(const AgentInstall& node, std::string_view herdlet,
   return WriteFileIfChanged(dest, herdlet, 0755, Durability::kProcessCrash);
 }
 
+// A file of `node` written here, into its host_home (AgentInstall). True when it changed.
+Result<bool> PlaceFile(const AgentInstall& node, const BootstrapOptions& o, const std::string& path,
+                       std::string_view data, std::string_view mode) {
+  const std::string agent_dir = node.host_home + "/" + o.remote_dir;
+  const std::string dest = agent_dir + "/" + path;
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(dest).parent_path(), ec);
+  if (ec) return IoError("cannot create the directory of " + dest + ": " + ec.message());
+  // As the probe leaves them: the agent directory and its certificates private.
+  for (const std::string& d : {agent_dir, agent_dir + "/certs"}) {
+    if (::chmod(d.c_str(), 0700) != 0 && errno != ENOENT) {
+      return ErrnoError("chmod " + d, errno);
+    }
+  }
+  const auto bits = static_cast<mode_t>(std::stoul(std::string(mode), nullptr, 8));
+  return WriteFileIfChanged(dest, data, bits, Durability::kProcessCrash);
+}
+
 Result<NodeOutcome> InstallOne(SshRunner& ssh, const SshTarget& t, const AgentInstall& node,
                                const NodeCerts& certs, std::string_view herdlet,
                                const std::string& herdlet_sha, std::string_view herdlet_gz,
                                const std::string& cached, const BootstrapOptions& o) {
   const std::string& dir = o.remote_dir;
-  // A node whose home is a directory here gets the binary put there, and its probe need not
-  // hash 12 MB to tell what it holds.
-  const bool local = !node.host_home.empty() && !dir.empty() && dir[0] != '/';
-  bool placed = false;
-  if (local) {
-    HERD_ASSIGN_OR_RETURN(placed, PlaceBinary(node, herdlet, cached, o));
-  }
-  HERD_ASSIGN_OR_RETURN(std::string probe_out,
-                        RunScript(ssh, t, ProbeScript(dir, /*hash_binary=*/!local),
-                                  "probing the node", limits::kBootstrapCommandTimeout));
-  HERD_ASSIGN_OR_RETURN(NodeProbe probe, ParseProbe(probe_out));
-  if (local) probe.sha[std::string(kRemoteHerdlet)] = herdlet_sha;
-
   std::vector<WantedFile> files;
   auto want = [&](std::string key, std::string path, std::string_view data, std::string_view mode) {
     files.push_back({std::move(key), std::move(path), data, Sha256Hex(data), mode,
@@ -205,9 +210,39 @@ Result<NodeOutcome> InstallOne(SshRunner& ssh, const SshTarget& t, const AgentIn
   want("certs/agent.crt", "certs/agent.crt", certs.cert, "0644");
   want("certs/agent.key", "certs/agent.key", certs.key, "0600");
   want(std::string(kRemoteConfig), std::string(kRemoteConfig), node.agent_config_yaml, "0600");
+
+  // A node whose home is a directory here gets these files put there (the binary as a link to
+  // the kept copy), and its probe need not hash them: it only tells how the agent is run and
+  // whether it runs. With the supervisor script too: where the node turns out to run systemd it
+  // is an unused file.
+  const bool local = !node.host_home.empty() && !dir.empty() && dir[0] != '/';
+  bool placed = false;
+  std::vector<std::string> probe_hashes;
+  if (local) {
+    want(std::string(kRemoteSupervise), std::string(kRemoteSupervise), SuperviseScript(), "0755");
+    HERD_ASSIGN_OR_RETURN(placed, PlaceBinary(node, herdlet, cached, o));
+    for (const auto& f : files) {
+      if (f.key == kRemoteHerdlet) continue;
+      HERD_ASSIGN_OR_RETURN(bool wrote, PlaceFile(node, o, f.path, f.data, f.mode));
+      placed = placed || wrote;
+    }
+    probe_hashes = {std::string(kRemoteUnitKey)};
+  } else {
+    probe_hashes = RemoteHashedFiles();
+  }
+  HERD_ASSIGN_OR_RETURN(std::string probe_out,
+                        RunScript(ssh, t, ProbeScript(dir, probe_hashes), "probing the node",
+                                  limits::kBootstrapCommandTimeout));
+  HERD_ASSIGN_OR_RETURN(NodeProbe probe, ParseProbe(probe_out));
+  if (local) {
+    for (const auto& f : files) probe.sha[f.key] = f.sha;
+  }
+
   std::string unit;
   if (probe.mode == AgentMode::kSupervise) {
-    want(std::string(kRemoteSupervise), std::string(kRemoteSupervise), SuperviseScript(), "0755");
+    if (!local) {
+      want(std::string(kRemoteSupervise), std::string(kRemoteSupervise), SuperviseScript(), "0755");
+    }
   } else {
     UnitPaths paths{probe.dir + "/" + std::string(kRemoteHerdlet),
                     probe.dir + "/" + std::string(kRemoteConfig), probe.dir, probe.home};

@@ -148,7 +148,7 @@ std::vector<std::string> RemoteHashedFiles() {
           std::string(kRemoteUnitKey)};
 }
 
-std::string ProbeScript(const std::string& remote_dir, bool hash_binary) {
+std::string ProbeScript(const std::string& remote_dir, const std::vector<std::string>& hashed) {
   std::ostringstream s;
   s << Prelude(remote_dir) << R"sh(for d in "$D/bin" "$D/certs" "$D/state"; do
   [ -d "$d" ] || { mkdir -p "$D/bin" "$D/certs" "$D/state" || exit 91; break; }
@@ -167,8 +167,7 @@ if command -v gzip >/dev/null 2>&1; then echo "gzip 1"; else echo "gzip 0"; fi
 # One sha256sum for the files that exist: "<hex>  <path>" each; a missing file has no line.
 set --
 for f in)sh";
-  for (const auto& f : RemoteHashedFiles()) {
-    if (f == kRemoteHerdlet && !hash_binary) continue;
+  for (const auto& f : hashed) {
     s << " " << (f == kRemoteUnitKey ? std::string("\"$UNIT\"") : ShellQuote(f));
   }
   s << R"sh(; do

@@ -48,8 +48,10 @@ struct NodeProbe {
 // 'it'\''s' quoting for sh.
 
 // Makes D/{bin,certs,state} (certs 0700) and prints the probe; see ParseProbe.
-// Without hash_binary, bin/herdlet is not hashed (the caller knows what it holds).
-std::string ProbeScript(const std::string& remote_dir, bool hash_binary = true);
+// Only the files named in `hashed` (keys of RemoteHashedFiles()) are hashed; the others are
+// reported missing (the caller knows what they hold).
+std::string ProbeScript(const std::string& remote_dir,
+                        const std::vector<std::string>& hashed = RemoteHashedFiles());
 Result<NodeProbe> ParseProbe(const std::string& out);
 
 // One upload session for many files: each (path relative to D or absolute, mode as octal "0600",

@@ -484,6 +484,19 @@ TEST_CASE("nodes whose homes are on this machine get hard links to one kept copy
     CHECK(changed->agent_pids[i] != first->agent_pids[i]);
   }
   CHECK(BootstrapAgents(c.ssh, c.nodes, c.options)->unchanged == 2);
+
+  // The small files are put there too: a changed config restarts that node's agent only.
+  c.nodes[1].agent_config_yaml += "cpus: 3\n";
+  auto config = BootstrapAgents(c.ssh, c.nodes, c.options);
+  REQUIRE_MESSAGE(config.ok(), config.status().ToString());
+  CHECK(config->unchanged == 1);
+  CHECK(config->restarted == 1);
+  CHECK(config->agent_pids[0] == changed->agent_pids[0]);
+  CHECK(ReadAll(c.AgentDir(1) + "/herdlet.yaml") == c.nodes[1].agent_config_yaml);
+  CHECK((fs::status(c.AgentDir(1) + "/certs/agent.key").permissions() & fs::perms::all) ==
+        (fs::perms::owner_read | fs::perms::owner_write));
+  CHECK((fs::status(c.AgentDir(1) + "/certs").permissions() & fs::perms::all) ==
+        fs::perms::owner_all);
 }
 
 TEST_CASE("bootstrap errors name the node; a herdlet that dies at start is reported, not left") {
