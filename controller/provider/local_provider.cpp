@@ -1,8 +1,10 @@
 #include "controller/provider/local_provider.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -401,39 +403,46 @@ std::string SshdConfig(const std::string& node) {
          "Subsystem sftp /usr/lib/openssh/sftp-server\n";
 }
 
-// The command that becomes the node's sshd (nsenter and unshare exec, so the pid stays sshd's).
-std::vector<std::string> SshdArgv(const std::string& ns, const std::string& node,
-                                  const std::string& dir) {
-  std::string m = kNodeMount;
-  std::string script =
-      "set -e\n"
-      "hostname " +
-      ShellQuote(node) +
-      "\n"
-      // The copy of /run/netns in this mount namespace would keep every cluster's namespaces
-      // alive after `ip netns delete`; drop it.
-      "umount -l /run/netns 2>/dev/null || true\n"
-      "mount -t tmpfs -o mode=755 herd-run /run\n"
-      "mkdir -p /run/sshd " +
-      m +
-      "\n"
-      "mount --bind " +
-      ShellQuote(dir) + " " + m +
-      "\n"
-      "mount --bind " +
-      m +
-      "/hosts /etc/hosts\n"
-      "mount --bind " +
-      m +
-      "/home /root\n"
-      "exec " +
-      kSshd + " -D -f " + m + "/sshd_config -E " + m + "/sshd.log\n";
-  return {"nsenter", "--net=" + netns::Path(ns),
-          "unshare", "--uts",
-          "--mount", "--propagation",
-          "private", "sh",
-          "-c",      script};
-}
+// What makes a process the node's sshd: the node's network namespace, a UTS and mount namespace
+// of its own (hostname; /run, /etc/hosts and /root from the node's directory), then sshd. Done
+// with system calls in the new process before the exec (SpawnDetached's before_exec): as
+// `nsenter | unshare | sh -c 'hostname; umount; mount...'` it was ten program starts per node,
+// 0.6 CPU-seconds of a cold 8-node launch on the bench machine.
+struct NodeSshd {
+  std::string netns_path, hostname, dir, mount_point, hosts, home;
+  std::vector<std::string> argv;
+
+  NodeSshd(const std::string& ns, const std::string& node, const std::string& node_dir)
+      : netns_path(netns::Path(ns)),
+        hostname(node),
+        dir(node_dir),
+        mount_point(kNodeMount),
+        hosts(mount_point + "/hosts"),
+        home(mount_point + "/home"),
+        argv({kSshd, "-D", "-f", mount_point + "/sshd_config", "-E", mount_point + "/sshd.log"}) {}
+
+  // In the new process: async-signal-safe calls only. An errno, 0 when done.
+  int Enter() const {
+    int fd = ::open(netns_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno;
+    if (::setns(fd, CLONE_NEWNET) != 0) return errno;
+    ::close(fd);
+    if (::unshare(CLONE_NEWUTS | CLONE_NEWNS) != 0) return errno;
+    if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return errno;
+    if (::sethostname(hostname.data(), hostname.size()) != 0) return errno;
+    // The copy of /run/netns in this mount namespace would keep every cluster's namespaces alive
+    // after `ip netns delete`: drop it (there may be none).
+    (void)::umount2("/run/netns", MNT_DETACH);
+    if (::mount("herd-run", "/run", "tmpfs", 0, "mode=755") != 0) return errno;
+    for (const char* d : {"/run/sshd", mount_point.c_str()}) {
+      if (::mkdir(d, 0755) != 0 && errno != EEXIST) return errno;
+    }
+    if (::mount(dir.c_str(), mount_point.c_str(), nullptr, MS_BIND, nullptr) != 0) return errno;
+    if (::mount(hosts.c_str(), "/etc/hosts", nullptr, MS_BIND, nullptr) != 0) return errno;
+    if (::mount(home.c_str(), "/root", nullptr, MS_BIND, nullptr) != 0) return errno;
+    return 0;
+  }
+};
 
 bool SameNetns(pid_t pid, const std::string& ns) {
   struct stat a {
@@ -517,8 +526,9 @@ Status EnsureSshd(const NodeSpec& n) {
        std::any_of(stray.begin(), stray.end(), [](pid_t p) { return netns::IsAlive(p); });) {
     std::this_thread::sleep_for(limits::kKillSweepInterval);
   }
-  HERD_ASSIGN_OR_RETURN(pid_t pid,
-                        SpawnDetached(SshdArgv(n.ns, n.name, n.dir), n.dir + "/sshd.out"));
+  const NodeSshd sshd(n.ns, n.name, n.dir);
+  HERD_ASSIGN_OR_RETURN(pid_t pid, SpawnDetached(sshd.argv, n.dir + "/sshd.out", {},
+                                                 [&sshd] { return sshd.Enter(); }));
   HERD_RETURN_IF_ERROR(WriteFileAtomic(pidfile, std::to_string(pid) + "\n", 0600));
 
   auto deadline = Clock::now() + limits::kLocalNodeStartTimeout;

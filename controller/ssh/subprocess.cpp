@@ -265,7 +265,8 @@ Result<ProcResult> RunProcess(const std::vector<std::string>& argv, std::string_
 }
 
 Result<pid_t> SpawnDetached(const std::vector<std::string>& argv, const std::string& log_path,
-                            const std::map<std::string, std::string>& extra_env) {
+                            const std::map<std::string, std::string>& extra_env,
+                            const std::function<int()>& before_exec) {
   if (argv.empty()) return InvalidArgument("SpawnDetached: empty argv");
   IgnoreSigpipeOnce();
   std::vector<std::string> args = argv;
@@ -290,6 +291,15 @@ Result<pid_t> SpawnDetached(const std::vector<std::string>& argv, const std::str
       ::dup2(devnull.get(), STDIN_FILENO);
       ::dup2(log.get(), STDOUT_FILENO);
       ::dup2(log.get(), STDERR_FILENO);
+      if (before_exec) {
+        // Told apart from exec's errno by the sign.
+        if (int err = before_exec(); err != 0) {
+          int report = -err;
+          ssize_t ignored = ::write(rep_w.get(), &report, sizeof report);
+          (void)ignored;
+          ::_exit(127);
+        }
+      }
       ExecOrReport(c_args.data(), c_env.data(), rep_w.get());
     }
     ssize_t ignored = ::write(pid_w.get(), &grandchild, sizeof grandchild);
@@ -310,6 +320,7 @@ Result<pid_t> SpawnDetached(const std::vector<std::string>& argv, const std::str
     return IoError("cannot start " + argv[0] + ": fork failed");
   }
   if (int err = ReadExecError(rep_r.get()); err != 0) {
+    if (err < 0) return IoError("cannot prepare " + argv[0] + ": " + std::strerror(-err));
     return IoError("cannot run " + argv[0] + ": " + std::strerror(err));
   }
   return pid;

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -33,8 +34,12 @@ Result<ProcResult> RunProcess(const std::vector<std::string>& argv, std::string_
 // Starts argv in a session of its own (setsid; pid == process group id), stdin from /dev/null,
 // stdout and stderr appended to log_path, and returns its pid. The process is not a child of the
 // caller (double fork), so it outlives the caller and never becomes the caller's zombie.
+// before_exec, when given, runs in the new process just before the exec (after setsid and the
+// redirections): only async-signal-safe calls (system calls on data made before), and a non-zero
+// return is an errno that fails the start, reported as "cannot prepare <argv[0]>: ...".
 Result<pid_t> SpawnDetached(const std::vector<std::string>& argv, const std::string& log_path,
-                            const std::map<std::string, std::string>& extra_env = {});
+                            const std::map<std::string, std::string>& extra_env = {},
+                            const std::function<int()>& before_exec = {});
 
 // "a b 'c d'": argv for messages and logs.
 std::string JoinArgv(const std::vector<std::string>& argv);

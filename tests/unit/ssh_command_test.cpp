@@ -294,6 +294,22 @@ TEST_CASE("SpawnDetached: own session, not our child, output in the log") {
   CHECK(bad.status().message().find("No such file") != std::string::npos);
   auto no_log = SpawnDetached({"true"}, (dir / "missing" / "x.log").string());
   CHECK_FALSE(no_log.ok());
+
+  // before_exec runs in the new process: what it does is what the program sees; its errno fails
+  // the start without running the program.
+  auto prepared = SpawnDetached({"sh", "-c", "pwd -P > where.tmp && mv where.tmp where"}, log, {},
+                                [&dir] { return ::chdir(dir.c_str()) == 0 ? 0 : errno; });
+  REQUIRE(prepared.ok());
+  CHECK(WaitGone(*prepared, 5s));
+  std::ifstream where(dir / "where");
+  std::string cwd;
+  std::getline(where, cwd);
+  CHECK(cwd == std::filesystem::canonical(dir).string());
+  auto refused = SpawnDetached({"sh", "-c", "echo ran > ran"}, log, {}, [] { return EPERM; });
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().message() == "cannot prepare sh: Operation not permitted");
+  std::this_thread::sleep_for(100ms);
+  CHECK_FALSE(std::filesystem::exists("ran"));  // it would have run here, in our directory
   std::filesystem::remove_all(dir);
 }
 
