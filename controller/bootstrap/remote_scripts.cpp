@@ -157,11 +157,11 @@ chmod 700 "$D" "$D/certs" || exit 91
 enter || { echo "cannot enter $D" >&2; exit 92; }
 echo "dir $DIR"
 echo "home $HOME"
+PMODE=supervise
 if systemd_booted && { [ "$ME" = 0 ] || sctl show-environment >/dev/null 2>&1; }; then
-  if [ "$ME" = 0 ]; then echo "mode system"; else echo "mode user"; fi
-else
-  echo "mode supervise"
+  if [ "$ME" = 0 ]; then PMODE=system; else PMODE=user; fi
 fi
+echo "mode $PMODE"
 echo "unit $UNIT"
 if command -v gzip >/dev/null 2>&1; then echo "gzip 1"; else echo "gzip 0"; fi
 # One sha256sum for the files that exist: "<hex>  <path>" each; a missing file has no line.
@@ -300,11 +300,12 @@ fail() { rm -f "$t"; echo "cannot write $1${2:+ ($2)}" >&2; exit 1; }
   return s.str();
 }
 
-std::string StartScript(const std::string& remote_dir, AgentMode mode) {
+namespace {
+// StartScript after the prelude and `enter`: ends printing "<report> <pid>".
+std::string StartBody(AgentMode mode, std::string_view report) {
   const long start_ticks = limits::kAgentStartTimeout / limits::kAgentStartPoll;
   std::ostringstream s;
-  s << Prelude(remote_dir) << "enter || { echo \"no agent directory $D\" >&2; exit 92; }\n"
-    << "MODE=" << ModeWord(mode) << "\n"
+  s << "MODE=" << ModeWord(mode) << "\n"
     << R"sh(show_log() {
   if [ "$MODE" = supervise ]; then
     tail -n 20 herdlet.log 2>/dev/null
@@ -353,8 +354,36 @@ while :; do
     << Seconds(limits::kAgentStartTimeout) << " s\"; fi\n"
     << "  sleep " << Seconds(limits::kAgentStartPoll) << "\n"
     << "done\n"
-    << "echo \"pid $HP\"\n";
+    << "echo \"" << report << " $HP\"\n";
   return s.str();
+}
+}  // namespace
+
+std::string StartScript(const std::string& remote_dir, AgentMode mode) {
+  return Prelude(remote_dir) + "enter || { echo \"no agent directory $D\" >&2; exit 92; }\n" +
+         StartBody(mode, "pid");
+}
+
+std::string ProbeAndStartScript(const std::string& remote_dir,
+                                const std::vector<std::string>& hashed, bool restart) {
+  // The probe leaves PMODE and UP set, and the working directory in D.
+  return ProbeScript(remote_dir, hashed) + "if [ \"$PMODE\" = supervise ] && { [ " +
+         (restart ? "1" : "0") + " = 1 ] || [ \"$UP\" = 0 ]; }; then\n" +
+         StartBody(AgentMode::kSupervise, "started") + "fi\n";
+}
+
+std::optional<int> ParseStarted(const std::string& out) {
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.starts_with("started ")) continue;
+    try {
+      return std::stoi(line.substr(8));
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }
+  return std::nullopt;
 }
 
 std::string UploadAndStartScript(const std::string& remote_dir,

@@ -12,6 +12,7 @@
 #include "controller/ssh/ssh_command.hpp"  // ShellQuote
 
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -73,6 +74,14 @@ std::string UploadManyScript(const std::string& remote_dir, const std::vector<Up
 // wrote its pid to kRemoteReadyFile (at most kAgentStartTimeout), and prints "pid N". On failure: a
 // message and the end of the agent's log on stderr, non-zero exit, nothing left running.
 std::string StartScript(const std::string& remote_dir, AgentMode mode);
+
+// ProbeScript, then where the probe found the supervise mode and `restart` is set or herdlet does
+// not run, what StartScript does there, ending "started N" instead of "pid N" (ParseStarted): for
+// a node whose files were put in place from here, the probe and the start in one ssh session.
+std::string ProbeAndStartScript(const std::string& remote_dir,
+                                const std::vector<std::string>& hashed, bool restart);
+// The pid of a "started N" line; none when the script started nothing.
+std::optional<int> ParseStarted(const std::string& out);
 
 // UploadManyScript, then StartScript, in one script for one ssh session. The upload runs in a
 // subshell (its umask 077 must not reach the agent); its failure exits before anything starts.

@@ -497,6 +497,25 @@ TEST_CASE("nodes whose homes are on this machine get hard links to one kept copy
         (fs::perms::owner_read | fs::perms::owner_write));
   CHECK((fs::status(c.AgentDir(1) + "/certs").permissions() & fs::perms::all) ==
         fs::perms::owner_all);
+
+  // An agent that is down with nothing changed is started by the probe's own session.
+  REQUIRE(StopAgents(c.ssh, {c.nodes[0].target}, c.options).ok());
+  auto revived = BootstrapAgents(c.ssh, c.nodes, c.options);
+  REQUIRE_MESSAGE(revived.ok(), revived.status().ToString());
+  CHECK(revived->restarted == 1);
+  CHECK(revived->uploaded == 0);
+  CHECK(revived->agent_pids[1] == config->agent_pids[1]);
+  CHECK(c.Pids() == revived->agent_pids);
+
+  // A config herdlet refuses: reported with its log, nothing left running.
+  c.nodes[0].agent_config_yaml = "fail: now\n";
+  auto refused = BootstrapAgents(c.ssh, {c.nodes[0]}, c.options);
+  REQUIRE_FALSE(refused.ok());
+  CHECK_MESSAGE(refused.status().message().find(
+                    "probing the node and starting herdlet failed (exit 3): herdlet exited right "
+                    "after it started; the end of its log:") != std::string::npos,
+                refused.status().message());
+  CHECK(c.Pids()[0] == 0);
 }
 
 TEST_CASE("bootstrap errors name the node; a herdlet that dies at start is reported, not left") {
