@@ -372,19 +372,24 @@ std::string ProbeAndStartScript(const std::string& remote_dir,
          StartBody(AgentMode::kSupervise, "started") + "fi\n";
 }
 
-std::optional<int> ParseStarted(const std::string& out) {
+namespace {
+// N of the first "<key> N" line; none when there is none or N is not a number.
+std::optional<int> NumberAfter(const std::string& out, std::string_view key) {
   std::istringstream in(out);
   std::string line;
   while (std::getline(in, line)) {
-    if (!line.starts_with("started ")) continue;
+    if (!line.starts_with(key) || line.size() <= key.size() || line[key.size()] != ' ') continue;
     try {
-      return std::stoi(line.substr(8));
+      return std::stoi(line.substr(key.size() + 1));
     } catch (const std::exception&) {
       return std::nullopt;
     }
   }
   return std::nullopt;
 }
+}  // namespace
+
+std::optional<int> ParseStarted(const std::string& out) { return NumberAfter(out, "started"); }
 
 std::string UploadAndStartScript(const std::string& remote_dir,
                                  const std::vector<UploadItem>& items, AgentMode mode) {
@@ -401,16 +406,7 @@ std::string PidScript(const std::string& remote_dir) {
 }
 
 Result<int> ParsePid(const std::string& out) {
-  std::istringstream in(out);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!line.starts_with("pid ")) continue;
-    try {
-      return std::stoi(line.substr(4));
-    } catch (const std::exception&) {
-      break;
-    }
-  }
+  if (std::optional<int> pid = NumberAfter(out, "pid")) return *pid;
   return Internal("no pid in the output: '" + out + "'");
 }
 
