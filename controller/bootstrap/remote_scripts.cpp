@@ -272,9 +272,10 @@ fail() { rm -f "$t"; echo "cannot write $1${2:+ ($2)}" >&2; exit 1; }
       test += (test.empty() ? "" : " && ") + std::string("[ -d ") + ShellQuote(d) + " ]";
       args += " " + ShellQuote(d);
     }
+    // The names stay single-quoted in the message: a unit path comes from the node's $HOME.
     s << "umask 077\n"
-      << test << " || mkdir -p --" << args << " || { echo \"cannot create" << args
-      << "\" >&2; exit 1; }\n";
+      << test << " || mkdir -p --" << args << " || { printf 'cannot create %s\\n'" << args
+      << " >&2; exit 1; }\n";
   }
   // Each file through a temporary file and a rename. The umask gives the file its mode as the
   // shell creates it; only modes with an execute bit need a chmod.
