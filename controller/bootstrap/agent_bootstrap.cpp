@@ -147,15 +147,28 @@ bool SameFile(const std::string& a, const std::string& b) {
          x.st_ino == y.st_ino;
 }
 
+// Where `path` (relative to the agent directory) of a node with a host_home lies here, its
+// directory made; the agent directory and its certificates private, as the probe leaves them.
+Result<std::string> LocalPath(const AgentInstall& node, const BootstrapOptions& o,
+                              const std::string& path) {
+  const std::string agent_dir = node.host_home + "/" + o.remote_dir;
+  const std::string dest = agent_dir + "/" + path;
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(dest).parent_path(), ec);
+  if (ec) return IoError("cannot create the directory of " + dest + ": " + ec.message());
+  for (const std::string& d : {agent_dir, agent_dir + "/certs"}) {
+    if (::chmod(d.c_str(), 0700) != 0 && errno != ENOENT) return ErrnoError("chmod " + d, errno);
+  }
+  return dest;
+}
+
 // AgentInstall::host_home: puts the binary there, a hard link to `cached` where it can (no data
 // written: a cold 8-node launch wrote 96 MB here) and a copy otherwise. True when the node's
 // binary changed.
 Result<bool> PlaceBinary(const AgentInstall& node, std::string_view herdlet,
                          const std::string& cached, const BootstrapOptions& o) {
-  const std::string dest = node.host_home + "/" + o.remote_dir + "/" + std::string(kRemoteHerdlet);
+  HERD_ASSIGN_OR_RETURN(const std::string dest, LocalPath(node, o, std::string(kRemoteHerdlet)));
   std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(dest).parent_path(), ec);
-  if (ec) return IoError("cannot create the directory of " + dest + ": " + ec.message());
   if (!cached.empty()) {
     if (SameFile(cached, dest)) return false;
     // A node whose own copy holds these bytes (placed before the cache existed) gets the link
@@ -180,17 +193,7 @@ Result<bool> PlaceBinary(const AgentInstall& node, std::string_view herdlet,
 // A file of `node` written here, into its host_home (AgentInstall). True when it changed.
 Result<bool> PlaceFile(const AgentInstall& node, const BootstrapOptions& o, const std::string& path,
                        std::string_view data, std::string_view mode) {
-  const std::string agent_dir = node.host_home + "/" + o.remote_dir;
-  const std::string dest = agent_dir + "/" + path;
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(dest).parent_path(), ec);
-  if (ec) return IoError("cannot create the directory of " + dest + ": " + ec.message());
-  // As the probe leaves them: the agent directory and its certificates private.
-  for (const std::string& d : {agent_dir, agent_dir + "/certs"}) {
-    if (::chmod(d.c_str(), 0700) != 0 && errno != ENOENT) {
-      return ErrnoError("chmod " + d, errno);
-    }
-  }
+  HERD_ASSIGN_OR_RETURN(const std::string dest, LocalPath(node, o, path));
   const auto bits = static_cast<mode_t>(std::stoul(std::string(mode), nullptr, 8));
   return WriteFileIfChanged(dest, data, bits, Durability::kProcessCrash);
 }
