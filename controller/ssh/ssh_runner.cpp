@@ -96,9 +96,16 @@ Status OpenSshRunner::WaitReady(const SshTarget& target, milliseconds total) {
     auto remaining = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
     if (remaining <= milliseconds(0)) break;
     ++attempts;
-    Status probe = ProbeSshBanner(
-        target.host, target.port,
-        std::min(remaining, std::chrono::duration_cast<milliseconds>(limits::kSshConnectTimeout)));
+    // The first try is `ssh true` itself: a machine that is up (a provider's node whose sshd is
+    // known to listen, an existing host) pays one connection, not a banner probe too (for sshd
+    // one more fork and re-exec). Later tries probe the banner first, so a machine that is still
+    // booting costs a TCP connect per try, not an ssh process, and a port that answers with
+    // something else is named as such.
+    Status probe =
+        attempts == 1 ? Status::Ok()
+                      : ProbeSshBanner(target.host, target.port,
+                                       std::min(remaining, std::chrono::duration_cast<milliseconds>(
+                                                               limits::kSshConnectTimeout)));
     if (probe.ok()) {
       remaining = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
       auto r = Run(

@@ -220,8 +220,11 @@ inline constexpr Duration kAgentStableAfter = 60s;
 // ---- Local provider (network namespaces as nodes) ----------------------------------------------
 // A local `ip`/`ssh-keygen` helper command must finish within this.
 inline constexpr Duration kLocalCommandTimeout = 30s;
-// A node's freshly started sshd must show its banner within this (well under kSshWaitTotal).
+// A node's freshly started sshd must be listening within this (well under kSshWaitTotal) ...
 inline constexpr Duration kLocalNodeStartTimeout = 15s;
+// ... which the provider checks this often (sshd's PidFile appearing: a stat and a read, no
+// connection; sshd takes ~10-50 ms to get there).
+inline constexpr Duration kLocalSshdListenPoll = 5ms;
 // Nodes in one local cluster: one /24 per cluster, .254 is the controller's side.
 inline constexpr int kLocalMaxNodes = 200;
 
