@@ -1,5 +1,6 @@
 #include "agent/core/agentd.hpp"
 
+#include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -51,7 +52,7 @@ std::vector<std::string> SupervisorCommand(const std::string& state_dir) {
 }
 }  // namespace
 
-int RunAgent(const AgentConfig& config) {
+int RunAgent(const AgentConfig& config, int ready_fd) {
   log::SetTag(config.node_id);
   TuneHeapForStreaming();
   RaiseOpenFileLimit();
@@ -112,6 +113,21 @@ int RunAgent(const AgentConfig& config) {
       HERD_LOG(kError) << "cannot write the ready file: " << s.message();
       return 1;
     }
+  }
+  if (ready_fd >= 0) {
+    // A starter that is gone (its ssh session cut) gives EPIPE, which must not end the agent.
+    struct sigaction ignore {
+    }, old{};
+    ignore.sa_handler = SIG_IGN;
+    ::sigaction(SIGPIPE, &ignore, &old);
+    std::string pid = std::to_string(::getpid()) + "\n";
+    ssize_t n;
+    do {
+      n = ::write(ready_fd, pid.data(), pid.size());
+    } while (n < 0 && errno == EINTR);
+    ::sigaction(SIGPIPE, &old, nullptr);
+    ::close(ready_fd);  // the reader's end of file
+    ::alarm(0);
   }
   boost::asio::signal_set signals(io, SIGTERM, SIGINT);
   signals.async_wait([&](boost::system::error_code, int sig) {

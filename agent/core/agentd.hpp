@@ -6,7 +6,9 @@
 
 namespace herd::agent {
 
-// Returns the process exit code.
-int RunAgent(const AgentConfig& config);
+// Returns the process exit code. Once running (config, certificates, the head's listener and the
+// worker in place) it writes its pid to the config's ready_file and, when ready_fd >= 0, to that
+// descriptor, which it then closes and whose start alarm (herdlet --ready-fd) it cancels.
+int RunAgent(const AgentConfig& config, int ready_fd = -1);
 
 }  // namespace herd::agent

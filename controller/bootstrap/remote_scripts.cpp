@@ -320,42 +320,50 @@ fail_start() {
   stop_all
   exit 3
 }
-current_pid() { if [ "$MODE" = supervise ]; then pid_in herdlet.pid; else unit_pid; fi; }  # P
 stop_all
-if [ "$MODE" = supervise ]; then
-)sh"
-    << "  setsid /bin/sh \"$DIR/bin/herdlet-supervise\" --backoff-initial "
-    << WholeSeconds(limits::kAgentRestartBackoffInitial) << " --backoff-max "
-    << WholeSeconds(limits::kAgentRestartBackoffMax) << " --stable-after "
-    << WholeSeconds(limits::kAgentStableAfter)
-    << " \"$DIR/bin/herdlet\" \"$DIR/herdlet.yaml\" </dev/null >>herdlet.log 2>&1 &\n"
-    << R"sh(else
-  # A user unit must run without a login session.
-  if [ "$MODE" = user ]; then loginctl enable-linger "$(id -un)" >/dev/null 2>&1 || true; fi
-  sctl daemon-reload || fail_start "systemctl daemon-reload failed"
-  sctl enable herdlet.service >/dev/null 2>&1 || fail_start "systemctl enable herdlet.service failed"
-  sctl restart herdlet.service || fail_start "systemctl restart herdlet.service failed"
-fi
+)sh";
+  if (mode == AgentMode::kSupervise) {
+    // herdlet writes its pid to descriptor 3 once its config, certificates and listener are in
+    // place (agent/core/agentd.cpp) and closes it; the supervisor hands the descriptor to that
+    // first herdlet only. The command substitution returns at that moment, or at end of file if
+    // herdlet exited before (herdlet --ready-fd also exits if not running within the start
+    // timeout): no polling, no sleep.
+    s << "HP=$(setsid /bin/sh \"$DIR/bin/herdlet-supervise\" --ready-fd 3 --backoff-initial "
+      << WholeSeconds(limits::kAgentRestartBackoffInitial) << " --backoff-max "
+      << WholeSeconds(limits::kAgentRestartBackoffMax) << " --stable-after "
+      << WholeSeconds(limits::kAgentStableAfter)
+      << " \"$DIR/bin/herdlet\" \"$DIR/herdlet.yaml\" 3>&1 </dev/null >>herdlet.log 2>&1 &)\n"
+      << "case \"$HP\" in ''|*[!0-9]*) fail_start \"herdlet exited right after it started (or was "
+         "not running within "
+      << Seconds(limits::kAgentStartTimeout) << " s)\" ;; esac\n";
+  } else {
+    s << R"sh(# A user unit must run without a login session.
+if [ "$MODE" = user ]; then loginctl enable-linger "$(id -un)" >/dev/null 2>&1 || true; fi
+sctl daemon-reload || fail_start "systemctl daemon-reload failed"
+sctl enable herdlet.service >/dev/null 2>&1 || fail_start "systemctl enable herdlet.service failed"
+sctl restart herdlet.service || fail_start "systemctl restart herdlet.service failed"
 # herdlet writes its pid to its ready file once its config, certificates and listener are in
 # place (agent/core/agentd.cpp); dead before that, it is reported here with its log rather than
-# left to the supervisor's backoff (whose first delay is longer than a tick).
+# left to systemd's restart delay (longer than a tick).
 HP=0
 n=0
 while :; do
-  if [ "$HP" = 0 ]; then current_pid; HP=$P; fi
+  if [ "$HP" = 0 ]; then unit_pid; HP=$P; fi
   if [ "$HP" != 0 ]; then
 )sh"
-    << "    pid_in " << kRemoteReadyFile << "\n"
-    << R"sh(    if [ "$P" = "$HP" ]; then break; fi
+      << "    pid_in " << kRemoteReadyFile << "\n"
+      << R"sh(    if [ "$P" = "$HP" ]; then break; fi
     alive "$HP" || fail_start "herdlet exited right after it started"
   fi
   n=$((n + 1))
 )sh"
-    << "  if [ \"$n\" -gt " << start_ticks << " ]; then fail_start \"herdlet did not start within "
-    << Seconds(limits::kAgentStartTimeout) << " s\"; fi\n"
-    << "  sleep " << Seconds(limits::kAgentStartPoll) << "\n"
-    << "done\n"
-    << "echo \"" << report << " $HP\"\n";
+      << "  if [ \"$n\" -gt " << start_ticks
+      << " ]; then fail_start \"herdlet did not start within "
+      << Seconds(limits::kAgentStartTimeout) << " s\"; fi\n"
+      << "  sleep " << Seconds(limits::kAgentStartPoll) << "\n"
+      << "done\n";
+  }
+  s << "echo \"" << report << " $HP\"\n";
   return s.str();
 }
 }  // namespace

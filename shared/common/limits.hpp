@@ -208,8 +208,10 @@ inline constexpr Duration kAgentStopTimeout = 10s;
 // config, certificates and listener are in place) within this; one that exits before is reported
 // with the tail of its log instead of being left to the supervisor's backoff ...
 inline constexpr Duration kAgentStartTimeout = 20s;
-// ... for which the start script looks this often: shorter than the supervisor's first restart
-// delay, so the dead process is seen before it is replaced.
+// ... for which the start script looks this often where systemd started it: shorter than the
+// first restart delay, so the dead process is seen before it is replaced. Under herdlet-supervise
+// nothing is polled: herdlet reports through `--ready-fd` and exits by itself (SIGALRM) if not
+// running within kAgentStartTimeout.
 inline constexpr Duration kAgentStartPoll = 50ms;
 // The supervisor (and systemd's RestartSec) restarts a herdlet that exited non-zero after a delay
 // that starts here and doubles up to the max; it is reset once herdlet ran for kAgentStableAfter.

@@ -7,6 +7,7 @@ Run by ctest (packaging/CMakeLists.txt), one suite per test: packaging_test.py <
 import os
 import re
 import shutil
+import select
 import signal
 import stat
 import subprocess
@@ -158,12 +159,15 @@ FAKE_HERDLET = """#!/bin/sh
 # Exits with the status given in $HOME/exits (one per start, then runs until SIGTERM).
 # The trap comes before $HOME/starts is written: the test sends SIGTERM as soon as it sees the
 # count, and an untrapped TERM would kill the shell without a trace.
+# With --ready-fd N (the supervisor's first start only) it reports its pid there once it "runs".
 trap 'echo "got TERM" >>"$HOME/term"; exit 0' TERM
+echo "$*" >>"$HOME/args"
 n=$(cat "$HOME/starts" 2>/dev/null || echo 0)
 n=$((n + 1))
 echo "$n" >"$HOME/starts"
 code=$(sed -n "${n}p" "$HOME/exits")
 if [ -n "$code" ]; then exit "$code"; fi
+if [ "${3:-}" = --ready-fd ]; then eval "echo \\$\\$ >&$4; exec $4>&-"; fi
 while :; do sleep 0.1 & wait $!; done
 """
 
@@ -184,15 +188,21 @@ class SuperviseTest(unittest.TestCase):
             self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def start(self, exits):
+    def start(self, exits, ready_fd=None):
+        """ready_fd: the write end of a pipe, given to the supervisor as its descriptor 3."""
         with open(os.path.join(self.dir, "exits"), "w") as f:
             f.write("".join(f"{c}\n" for c in exits))
         env = dict(os.environ, HOME=self.dir)
-        self.proc = subprocess.Popen(
-            ["/bin/sh", os.path.join(PACKAGING, "herdlet-supervise"), "--backoff-initial", "1",
-             "--backoff-max", "2", self.herdlet, os.path.join(self.dir, "herdlet.yaml")],
-            cwd=self.dir, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL)
+        cmd = ["/bin/sh", os.path.join(PACKAGING, "herdlet-supervise"), "--backoff-initial", "1",
+               "--backoff-max", "2", self.herdlet, os.path.join(self.dir, "herdlet.yaml")]
+        fds = ()
+        if ready_fd is not None:
+            cmd = ["/bin/sh", "-c", f'exec "$@" 3>&{ready_fd} {ready_fd}>&-', "sh", cmd[0], cmd[1],
+                   "--ready-fd", "3", *cmd[2:]]
+            fds = (ready_fd,)
+        self.proc = subprocess.Popen(cmd, cwd=self.dir, env=env, start_new_session=True,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     pass_fds=fds)
 
     def read(self, name):
         try:
@@ -230,6 +240,49 @@ class SuperviseTest(unittest.TestCase):
         self.assertEqual(self.read("starts").strip(), "1")
         self.assertIn("status 0; not restarting", self.read("herdlet.log"))
         self.assertEqual(self.read("supervise.pid"), "")
+
+    def read_to_eof(self, fd, within):
+        """All a pipe gives until end of file, failing the test if that takes longer than WITHIN."""
+        out = b""
+        deadline = time.time() + within
+        while True:
+            r, _, _ = select.select([fd], [], [], max(0, deadline - time.time()))
+            self.assertTrue(r, f"no end of file within {within} s (got {out!r})")
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                return out.decode()
+            out += chunk
+
+    def test_ready_fd_reports_the_first_herdlet_running(self):
+        r, w = os.pipe()
+        self.addCleanup(os.close, r)
+        self.start([], ready_fd=w)
+        os.close(w)
+        # End of file comes right after the pid: the supervisor kept no copy of the descriptor.
+        got = self.read_to_eof(r, 10)
+        self.assertTrue(wait_for(lambda: self.read("herdlet.pid").strip() != "", 5))
+        self.assertEqual(got, self.read("herdlet.pid"))
+        self.assertIn("--ready-fd 3", self.read("args"))
+
+    def test_ready_fd_gives_end_of_file_when_herdlet_exits_first_and_not_again(self):
+        r, w = os.pipe()
+        self.addCleanup(os.close, r)
+        t0 = time.time()
+        self.start([3], ready_fd=w)
+        os.close(w)
+        self.assertEqual(self.read_to_eof(r, 10), "")
+        self.assertLess(time.time() - t0, 1.0, "end of file before the 1 s restart delay")
+        self.assertTrue(wait_for(lambda: self.read("starts").strip() == "2", 10),
+                        self.read("herdlet.log"))
+        starts = self.read("args").splitlines()
+        self.assertIn("--ready-fd 3", starts[0])
+        self.assertNotIn("--ready-fd", starts[1])  # a restart reports to nobody
+
+    def test_bad_ready_fd(self):
+        p = run(["/bin/sh", os.path.join(PACKAGING, "herdlet-supervise"), "--ready-fd", "x;id",
+                 "h", "c"], check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--ready-fd wants a descriptor 0-9, not 'x;id'", p.stderr)
 
     def test_bad_usage(self):
         p = run(["/bin/sh", os.path.join(PACKAGING, "herdlet-supervise"), "only-one"], check=False)

@@ -188,13 +188,14 @@ class LocalShellRunner : public SshRunner {
   Status CloseMaster(const SshTarget&) override { return Status::Ok(); }
 };
 
-// Stands in for herdlet: records how it was started, exits 3 when its config says so, else runs
-// until SIGTERM.
+// Stands in for herdlet: records how it was started, exits 3 when its config says so, else reports
+// itself running (ready file, --ready-fd) and runs until SIGTERM.
 constexpr char kFakeHerdlet[] = R"sh(#!/bin/sh
 echo "$$|$HOME|$(pwd -P)|$*" >>"$HOME/fake-herdlet.runs"
 if grep -q 'fail: now' "$2"; then echo "fake herdlet: refusing config $2" >&2; exit 3; fi
 ready=$(sed -n 's/^ready_file: //p' "$2")
 if [ -n "$ready" ]; then echo $$ >"$ready.tmp" && mv "$ready.tmp" "$ready"; fi
+if [ "${3:-}" = --ready-fd ]; then eval "echo \$\$ >&$4; exec $4>&-"; fi
 trap 'exit 0' TERM
 while :; do sleep 0.2 & wait $!; done
 )sh";
@@ -277,7 +278,7 @@ TEST_CASE("bootstrap without systemd: install, idempotent rerun, config change, 
     CHECK(netns::IsAlive(std::stoi(ReadAll(d + "/supervise.pid"))));
     CHECK(ReadAll(c.Home(i) + "/fake-herdlet.runs") == std::to_string(first->agent_pids[i]) + "|" +
                                                            c.Home(i) + "|" + d + "|--config " + d +
-                                                           "/herdlet.yaml\n");
+                                                           "/herdlet.yaml --ready-fd 3\n");
   }
 
   // Nothing changed: nothing sent, nothing restarted.
@@ -513,7 +514,8 @@ TEST_CASE("nodes whose homes are on this machine get hard links to one kept copy
   REQUIRE_FALSE(refused.ok());
   CHECK_MESSAGE(refused.status().message().find(
                     "probing the node and starting herdlet failed (exit 3): herdlet exited right "
-                    "after it started; the end of its log:") != std::string::npos,
+                    "after it started (or was not running within 20 s); the end of its log:\n") !=
+                    std::string::npos,
                 refused.status().message());
   CHECK(c.Pids()[0] == 0);
 }
@@ -528,7 +530,8 @@ TEST_CASE("bootstrap errors name the node; a herdlet that dies at start is repor
   CHECK_MESSAGE(m.starts_with("n1 (10.9.9.2:22): cannot install herdlet: uploading bin/herdlet, "),
                 m);
   CHECK_MESSAGE(m.find(" and starting herdlet failed (exit 3): herdlet exited right after it "
-                       "started; the end of its log:") != std::string::npos,
+                       "started (or was not running within 20 s); the end of its log:\n") !=
+                    std::string::npos,
                 m);
   CHECK(m.find("fake herdlet: refusing config") != std::string::npos);
   // The good node runs; the bad one has nothing left running.
