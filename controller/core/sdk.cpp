@@ -23,6 +23,7 @@
 #include "controller/ssh/kept_forward.hpp"
 #include "controller/ssh/parallel.hpp"
 #include "controller/ssh/ssh_command.hpp"
+#include "controller/ssh/ssh_key.hpp"
 #include "controller/ssh/ssh_runner.hpp"
 #include "controller/ssh/subprocess.hpp"
 #include "controller/state/cluster_lock.hpp"
@@ -140,10 +141,7 @@ std::string ControlDirFor(const std::string& state_dir) {
 herd::Status MakeClusterKey(const std::string& key_path) {
   if (fs::exists(key_path)) return herd::Status::Ok();
   HERD_RETURN_IF_ERROR(EnsureDir(fs::path(key_path).parent_path().string()));
-  HERD_ASSIGN_OR_RETURN(auto r, RunProcess({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
-                                            "herd-cluster", "-f", key_path},
-                                           {}, limits::kSshConnectTimeout));
-  if (r.exit_code != 0) return Internal("ssh-keygen failed: " + r.err);
+  HERD_RETURN_IF_ERROR(MakeEd25519KeyPair(key_path, "herd-cluster"));
   return herd::Status::Ok();
 }
 

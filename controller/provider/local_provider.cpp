@@ -23,6 +23,7 @@
 #include "controller/provider/user_nodes.hpp"
 #include "controller/ssh/parallel.hpp"
 #include "controller/ssh/ssh_command.hpp"
+#include "controller/ssh/ssh_key.hpp"
 #include "controller/ssh/subprocess.hpp"
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
@@ -488,12 +489,8 @@ Status EnsureNodeFiles(const Record& r, const NodeSpec& n, const std::string* pu
   if (::access(key.c_str(), R_OK) != 0) {
     std::error_code ec;
     fs::remove(key + ".pub", ec);
-    HERD_ASSIGN_OR_RETURN(ProcResult kg, RunProcess({"ssh-keygen", "-q", "-t", "ed25519", "-N", "",
-                                                     "-C", "herd-host-" + n.name, "-f", key},
-                                                    {}, limits::kLocalCommandTimeout));
-    if (kg.exit_code != 0) {
-      return IoError(n.name + ": ssh-keygen for the host key failed: " + kg.err);
-    }
+    HERD_RETURN_IF_ERROR(MakeEd25519KeyPair(key, "herd-host-" + n.name)
+                             .WithContext(n.name + ": making its host key"));
   }
   if (public_key != nullptr) {
     std::string k = *public_key;

@@ -25,6 +25,7 @@
 #include "controller/provider/node_files.hpp"
 #include "controller/ssh/parallel.hpp"
 #include "controller/ssh/ssh_command.hpp"
+#include "controller/ssh/ssh_key.hpp"
 #include "controller/ssh/subprocess.hpp"
 #include "controller/ssh/tcp_probe.hpp"
 #include "shared/common/file_util.hpp"
@@ -414,11 +415,8 @@ Status EnsureNodeFiles(const NodeSpec& n, const std::string* public_key) {
   if (::access(key.c_str(), R_OK) != 0) {
     std::error_code ec;
     fs::remove(key + ".pub", ec);
-    HERD_ASSIGN_OR_RETURN(ProcResult kg, RunProcess({"ssh-keygen", "-q", "-t", "ed25519", "-N", "",
-                                                     "-C", "herd-host-" + n.name, "-f", key},
-                                                    {}, limits::kLocalCommandTimeout));
-    if (kg.exit_code != 0)
-      return IoError(n.name + ": ssh-keygen for the host key failed: " + kg.err);
+    HERD_RETURN_IF_ERROR(MakeEd25519KeyPair(key, "herd-host-" + n.name)
+                             .WithContext(n.name + ": making its host key"));
   }
   if (public_key != nullptr) {
     std::string k = *public_key;

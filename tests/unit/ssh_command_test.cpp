@@ -21,6 +21,7 @@
 
 #include "controller/ssh/parallel.hpp"
 #include "controller/ssh/ssh_command.hpp"
+#include "controller/ssh/ssh_key.hpp"
 #include "controller/ssh/ssh_runner.hpp"
 #include "controller/ssh/subprocess.hpp"
 #include "controller/ssh/tcp_probe.hpp"
@@ -456,6 +457,41 @@ TEST_CASE("ForEachParallel runs everything, bounded, and joins the failures") {
   CHECK(named.code() == Code::kInternal);
   CHECK(named.message() == "1 of 2 failed: demo-worker1: exception: boom");
   CHECK(ForEachParallel(0, [](size_t) { return Internal("never"); }).ok());
+}
+
+TEST_CASE("MakeEd25519KeyPair writes what ssh-keygen reads as one key pair") {
+  char tmpl[] = "/tmp/herd-key-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  const std::string key = dir + "/id_ed25519", other = dir + "/other";
+  REQUIRE(MakeEd25519KeyPair(key, "herd-host-demo-worker1").ok());
+  REQUIRE(MakeEd25519KeyPair(other, "c").ok());
+  namespace fs = std::filesystem;
+  CHECK((fs::status(key).permissions() & fs::perms::all) ==
+        (fs::perms::owner_read | fs::perms::owner_write));
+  std::ifstream pub_in(key + ".pub");
+  std::string pub((std::istreambuf_iterator<char>(pub_in)), std::istreambuf_iterator<char>());
+  CHECK(pub.starts_with("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI"));
+  CHECK(pub.ends_with(" herd-host-demo-worker1\n"));
+  // ssh-keygen parses the private key and derives the same public key (and the comment).
+  auto derived = RunProcess({"ssh-keygen", "-y", "-f", key}, {}, 10s);
+  REQUIRE(derived.ok());
+  CHECK_MESSAGE(derived->exit_code == 0, derived->err);
+  CHECK(derived->out == pub);
+  auto fp = RunProcess({"ssh-keygen", "-l", "-f", key + ".pub"}, {}, 10s);
+  REQUIRE(fp.ok());
+  CHECK(fp->exit_code == 0);
+  CHECK(fp->out.find("herd-host-demo-worker1 (ED25519)") != std::string::npos);
+  // A second key is another key.
+  auto other_pub = RunProcess({"ssh-keygen", "-y", "-f", other}, {}, 10s);
+  REQUIRE(other_pub.ok());
+  CHECK(other_pub->exit_code == 0);
+  CHECK(other_pub->out.substr(0, 80) != derived->out.substr(0, 80));
+  // An unwritable place is an error naming it, not a half-written key.
+  Status bad = MakeEd25519KeyPair(dir + "/missing/dir/key", "c");
+  CHECK_FALSE(bad.ok());
+  CHECK(bad.message().find(dir + "/missing/dir/key") != std::string::npos);
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -1,0 +1,19 @@
+// SSH key pairs made in-process (OpenSSL), in the files ssh-keygen writes: a program start fewer
+// per node on a cold launch (ssh-keygen costs ~20 ms of CPU on the bench VM; the key itself
+// microseconds).
+#pragma once
+
+#include <string>
+
+#include "shared/common/file_util.hpp"
+#include "shared/common/status.hpp"
+
+namespace herd::controller {
+
+// A new Ed25519 key pair: `path` in OpenSSH's private key format ("openssh-key-v1", unencrypted,
+// mode 0600) and `path`.pub as "ssh-ed25519 <base64> <comment>" (mode 0644), each written through
+// a temporary file and a rename. What `ssh-keygen -q -t ed25519 -N "" -C comment -f path` makes.
+Status MakeEd25519KeyPair(const std::string& path, const std::string& comment,
+                          Durability durability = Durability::kPowerLoss);
+
+}  // namespace herd::controller
