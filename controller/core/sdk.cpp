@@ -498,8 +498,10 @@ Result<LaunchResult> Launch(const Task& task, const LaunchOptions& o) {
     HERD_RETURN_IF_ERROR(store->Put(c));
   }
 
+  bool ssh_ready = false;  // the provider just brought every node's sshd up and waited for it
   if (fresh || c.status != ClusterStatus::kUp) {
     HERD_ASSIGN_OR_RETURN(auto provider, MakeProvider(c.infra, &res));
+    ssh_ready = provider->SshReadyOnReturn();
     Report(o.progress, "Provisioning " + std::to_string(n) + " node(s) on " + c.infra, 0, n);
     std::vector<NodeHandle> handles;
     if (!fresh && c.status == ClusterStatus::kStopped) {
@@ -541,7 +543,7 @@ Result<LaunchResult> Launch(const Task& task, const LaunchOptions& o) {
     if (stamp.ok() && *stamp == c.agents_stamp) head = ConnectIfAllAgentsAlive(c);
   }
   if (!head) {
-    HERD_RETURN_IF_ERROR(WaitSsh(ssh, c, o.progress));
+    if (!ssh_ready) HERD_RETURN_IF_ERROR(WaitSsh(ssh, c, o.progress));
     HERD_ASSIGN_OR_RETURN(auto boot, BootstrapCluster(ssh, c, o.progress));
     c.status = ClusterStatus::kUp;  // ConnectHead needs it; only kept once the agents are up
     c.agent_version = "0.1.0";

@@ -26,6 +26,8 @@ class LocalProvider : public Provider {
   Result<std::vector<NodeHandle>> Start(const std::string& cluster,
                                         const std::string& state_dir) override;
   Status Teardown(const std::string& cluster, const std::string& state_dir) override;
+  // Each node's sshd has written its PidFile (it listens) before Provision/Start return.
+  bool SshReadyOnReturn() const override { return true; }
 
   // "demo-head" for index 0, "demo-worker<i>" after.
   static std::string NodeName(const std::string& cluster, int index);

@@ -50,6 +50,11 @@ class Provider {
                                                 const std::string& state_dir) = 0;
   // Removes the nodes and everything the provider recorded; OK when nothing is left to remove.
   virtual Status Teardown(const std::string& cluster, const std::string& state_dir) = 0;
+  // True when Provision and Start return only once every node's sshd accepts connections with
+  // the cluster key in place (the local provider waits for that): the launch then skips its own
+  // wait for SSH (an `ssh true` per node) and the bootstrap's first session opens the connection.
+  // False by default: a cloud VM or a pool host may still be booting.
+  virtual bool SshReadyOnReturn() const { return false; }
 };
 
 }  // namespace herd::controller
