@@ -406,6 +406,22 @@ def log_throughput(env, ssh, herd, cluster, ips, mb, reps):
     return herd_rates, ssh_rates, ssh_pty_rates, lines, failures, l0, load(), cpu
 
 
+def program_start_cost(runs=200):
+    """Wall and CPU milliseconds per start of /bin/true, RUNS in a row. This VM's speed changes
+    from day to day (the same build's cold 8-node launch took 5.7-8.6 s on different days), and
+    program starts are what a cold launch and a burst of `herd exec` are made of: this figure, taken
+    at the start and the end of a run, says which kind of day a report comes from."""
+    import resource
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.monotonic()
+    for _ in range(runs):
+        subprocess.run(["/bin/true"], check=True)
+    wall = (time.monotonic() - t0) / runs * 1000
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = ((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)) / runs * 1000
+    return f"{wall:.2f} ms wall, {cpu:.2f} ms CPU per /bin/true ({runs} runs)"
+
+
 def machine():
     model = ""
     with open("/proc/cpuinfo") as f:
@@ -456,7 +472,8 @@ def main():
     report = [f"# herd bench {stamp}", "", f"machine: {machine()}",
               f"herd: {herds['herd']}" + (f"; compare: {herds['herd-compare']}"
                                           if "herd-compare" in herds else ""),
-              f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", ""]
+              f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+              f"program start at the start: {program_start_cost()}", ""]
     results = {"exec": {}, "launch": {}}
     slurm = ssh = None
     code = 0
@@ -537,6 +554,7 @@ def main():
     if code:
         return code
     report.append(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    report.append(f"program start at the end: {program_start_cost()}")
     text = "\n".join(report) + "\n"
     print(text)
     os.makedirs(args.out, exist_ok=True)

@@ -27,6 +27,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
                                 "integration"))
 import loopback_cluster  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from suite import program_start_cost  # noqa: E402
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -37,6 +40,7 @@ def main():
     ap.add_argument("--cluster", help="an UP cluster of HERD_HOME to submit to instead")
     a = ap.parse_args()
     print("load average:", open("/proc/loadavg").read().split()[:3])
+    print("program start:", program_start_cost())  # the machine's speed today (bench/suite.py)
     if a.cluster:
         c = None
         cmd = [loopback_cluster.HERD, "exec", a.cluster, "-d", "--", "true"]

@@ -290,6 +290,30 @@ class SuperviseTest(unittest.TestCase):
         self.assertIn("usage:", p.stderr)
 
 
+class HerdletReadyFdTest(unittest.TestCase):
+    """herdlet --ready-fd, the other half of herdlet-supervise --ready-fd (its success, the pid on
+    the descriptor, is what bootstrap_test's namespace case reads through the start script)."""
+
+    def test_a_herdlet_that_cannot_start_gives_end_of_file_and_its_error(self):
+        d = tempfile.mkdtemp(prefix="herd-readyfd-")
+        self.addCleanup(shutil.rmtree, d, True)
+        r, w = os.pipe()
+        self.addCleanup(os.close, r)
+        p = subprocess.Popen([HERDLET, "--config", os.path.join(d, "missing.yaml"), "--ready-fd",
+                              str(w)], pass_fds=(w,), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        os.close(w)
+        _, err = p.communicate(timeout=30)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("missing.yaml", err)
+        self.assertEqual(os.read(r, 100), b"")  # end of file, no pid
+
+    def test_a_descriptor_that_is_not_open_is_refused(self):
+        p = run([HERDLET, "--config", "/dev/null", "--ready-fd", "97"], check=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("--ready-fd 97: not an open descriptor", p.stderr)
+
+
 class DebPackageTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
