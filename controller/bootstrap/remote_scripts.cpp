@@ -148,13 +148,18 @@ std::vector<std::string> RemoteHashedFiles() {
           std::string(kRemoteUnitKey)};
 }
 
-std::string ProbeScript(const std::string& remote_dir, const std::vector<std::string>& hashed) {
+std::string ProbeScript(const std::string& remote_dir, const std::vector<std::string>& hashed,
+                        bool dirs_made) {
   std::ostringstream s;
-  s << Prelude(remote_dir) << R"sh(for d in "$D/bin" "$D/certs" "$D/state"; do
+  s << Prelude(remote_dir);
+  if (!dirs_made) {
+    s << R"sh(for d in "$D/bin" "$D/certs" "$D/state"; do
   [ -d "$d" ] || { mkdir -p "$D/bin" "$D/certs" "$D/state" || exit 91; break; }
 done
 chmod 700 "$D" "$D/certs" || exit 91
-enter || { echo "cannot enter $D" >&2; exit 92; }
+)sh";
+  }
+  s << R"sh(enter || { echo "cannot enter $D" >&2; exit 92; }
 echo "dir $DIR"
 echo "home $HOME"
 PMODE=supervise
@@ -376,9 +381,10 @@ std::string StartScript(const std::string& remote_dir, AgentMode mode) {
 std::string ProbeAndStartScript(const std::string& remote_dir,
                                 const std::vector<std::string>& hashed, bool restart) {
   // The probe leaves PMODE and UP set, and the working directory in D.
-  return ProbeScript(remote_dir, hashed) + "if [ \"$PMODE\" = supervise ] && { [ " +
-         (restart ? "1" : "0") + " = 1 ] || [ \"$UP\" = 0 ]; }; then\n" +
-         StartBody(AgentMode::kSupervise, "started") + "fi\n";
+  return ProbeScript(remote_dir, hashed, /*dirs_made=*/true) +
+         "if [ \"$PMODE\" = supervise ] && { [ " + (restart ? "1" : "0") +
+         " = 1 ] || [ \"$UP\" = 0 ]; }; then\n" + StartBody(AgentMode::kSupervise, "started") +
+         "fi\n";
 }
 
 namespace {

@@ -48,11 +48,14 @@ struct NodeProbe {
 
 // 'it'\''s' quoting for sh.
 
-// Makes D/{bin,certs,state} (certs 0700) and prints the probe; see ParseProbe.
+// Makes D/{bin,certs,state} (D and certs 0700) and prints the probe; see ParseProbe.
 // Only the files named in `hashed` (keys of RemoteHashedFiles()) are hashed; the others are
-// reported missing (the caller knows what they hold).
+// reported missing (the caller knows what they hold). `dirs_made`: the caller made those
+// directories with those modes (a node whose home is a directory of this machine), so the script
+// runs no mkdir or chmod.
 std::string ProbeScript(const std::string& remote_dir,
-                        const std::vector<std::string>& hashed = RemoteHashedFiles());
+                        const std::vector<std::string>& hashed = RemoteHashedFiles(),
+                        bool dirs_made = false);
 Result<NodeProbe> ParseProbe(const std::string& out);
 
 // One upload session for many files: each (path relative to D or absolute, mode as octal "0600",
@@ -75,9 +78,10 @@ std::string UploadManyScript(const std::string& remote_dir, const std::vector<Up
 // message and the end of the agent's log on stderr, non-zero exit, nothing left running.
 std::string StartScript(const std::string& remote_dir, AgentMode mode);
 
-// ProbeScript, then where the probe found the supervise mode and `restart` is set or herdlet does
-// not run, what StartScript does there, ending "started N" instead of "pid N" (ParseStarted): for
-// a node whose files were put in place from here, the probe and the start in one ssh session.
+// ProbeScript (with the directories made: the caller placed the files, LocalPath), then where the
+// probe found the supervise mode and `restart` is set or herdlet does not run, what StartScript
+// does there, ending "started N" instead of "pid N" (ParseStarted): for a node whose files were
+// put in place from here, the probe and the start in one ssh session.
 std::string ProbeAndStartScript(const std::string& remote_dir,
                                 const std::vector<std::string>& hashed, bool restart);
 // The pid of a "started N" line; none when the script started nothing.
