@@ -158,7 +158,8 @@ class LocalShellRunner : public SshRunner {
   std::string path_prefix;                   // shims put before $PATH
   std::size_t stdin_bytes = 0;               // sent on the sessions' stdin, in all
   // Runs the commands in a mount namespace whose /run has systemd/system, as a machine booted
-  // with systemd has (needs root: unshare --mount).
+  // with systemd has (needs root: unshare --mount). Its /etc/systemd/system is a tmpfs too: a
+  // script that wrongly chose the system unit (as root) must not leave one on this machine.
   bool systemd_booted = false;
 
   Result<ProcResult> Run(const SshTarget& t, const std::string& remote_command,
@@ -171,6 +172,8 @@ class LocalShellRunner : public SshRunner {
     if (systemd_booted) {
       return RunProcess({"unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
                          "mount -t tmpfs herd-test-run /run && mkdir -p /run/systemd/system && "
+                         "{ [ ! -d /etc/systemd/system ] || "
+                         "mount -t tmpfs herd-test-units /etc/systemd/system; } && "
                          "exec /bin/sh -c \"$0\"",
                          remote_command},
                         stdin_data, timeout, env);
