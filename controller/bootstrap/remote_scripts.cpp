@@ -59,7 +59,9 @@ pid_in() {
 # systemd runs this machine and can be reached (sd_booted()'s test). Not "PID 1 is systemd": a
 # local provider's node shares this machine's PID 1 but has a /run of its own.
 systemd_booted() { [ -d /run/systemd/system ]; }
-ME=$(id -u)
+# The uid picks the unit (system or user); without systemd no unit is used, and `id` would be one
+# more program start per node and script.
+if systemd_booted; then ME=$(id -u); else ME=unused; fi
 if [ "$ME" = 0 ]; then
   UNIT=/etc/systemd/system/herdlet.service
   sctl() { systemctl "$@"; }
