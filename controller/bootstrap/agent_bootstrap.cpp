@@ -225,8 +225,7 @@ Result<NodeOutcome> InstallOne(SshRunner& ssh, const SshTarget& t, const AgentIn
   if (local) {
     want(std::string(kRemoteSupervise), std::string(kRemoteSupervise), SuperviseScript(), "0755");
     // The agent's state directory too: the probe then makes no directory (ProbeAndStartScript).
-    HERD_ASSIGN_OR_RETURN(const std::string state_dir, LocalPath(node, o, "state/."));
-    (void)state_dir;
+    HERD_RETURN_IF_ERROR(LocalPath(node, o, "state/.").status());
     HERD_ASSIGN_OR_RETURN(placed, PlaceBinary(node, herdlet, cached, o));
     for (const auto& f : files) {
       if (f.key == kRemoteHerdlet) continue;

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "shared/common/file_util.hpp"
+
 namespace herd::controller {
 namespace {
 
@@ -30,8 +32,7 @@ std::string Base64(std::string_view bytes) {
 
 }  // namespace
 
-Status MakeEd25519KeyPair(const std::string& path, const std::string& comment,
-                          Durability durability) {
+Status MakeEd25519KeyPair(const std::string& path, const std::string& comment) {
   std::unique_ptr<EVP_PKEY, decltype(&EVP_PKEY_free)> key(
       EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519"), &EVP_PKEY_free);
   if (!key) return Internal("cannot make an Ed25519 key (OpenSSL)");
@@ -60,7 +61,9 @@ Status MakeEd25519KeyPair(const std::string& path, const std::string& comment,
   PutU32(secret, check);
   PutString(secret, "ssh-ed25519");
   PutString(secret, pub);
-  PutString(secret, seed + pub);
+  std::string secret_half = seed + pub;
+  PutString(secret, secret_half);
+  OPENSSL_cleanse(secret_half.data(), secret_half.size());
   PutString(secret, comment);
   for (char pad = 1; secret.size() % 8 != 0; ++pad) secret.push_back(pad);
 
@@ -81,11 +84,11 @@ Status MakeEd25519KeyPair(const std::string& path, const std::string& comment,
   OPENSSL_cleanse(blob.data(), blob.size());
 
   // The public half after the private one: a reader that finds path.pub finds its key too.
-  Status s = WriteFileAtomic(path, pem, 0600, durability);
+  Status s = WriteFileAtomic(path, pem, 0600);
   OPENSSL_cleanse(pem.data(), pem.size());
   HERD_RETURN_IF_ERROR(s);
   return WriteFileAtomic(path + ".pub", "ssh-ed25519 " + Base64(public_blob) + " " + comment + "\n",
-                         0644, durability);
+                         0644);
 }
 
 }  // namespace herd::controller
