@@ -262,6 +262,9 @@ class TaskParser {
     struct Starts : YAML::EventHandler {
       YAML::Mark last;
       bool stuck = false;
+      // The first scalar that is not UTF-8 after yaml-cpp decoded its escapes, and the bad byte.
+      YAML::Mark bad_text = YAML::Mark::null_mark();
+      unsigned char bad_byte = 0;
       void OnDocumentStart(const YAML::Mark& mark) override {
         stuck = stuck || (mark.pos == last.pos && mark.line == last.line);
         last = mark;
@@ -269,8 +272,22 @@ class TaskParser {
       void OnDocumentEnd() override {}
       void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
       void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-      void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                    const std::string&) override {}
+      // yaml-cpp 0.7 decodes the escapes \N and \_ of a double-quoted string to the single bytes
+      // 0x85 and 0xA0, not to UTF-8: the checked text then holds a value that is not text, and
+      // its JSON form (`herd check -o json`) is not JSON (found by tests/fuzz/task_fuzz).
+      void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                    const std::string& value) override {
+        if (!bad_text.is_null()) return;
+        for (std::size_t i = 0; i < value.size();) {
+          CodePoint cp = DecodeUtf8(value, i);
+          if (cp.length == 0) {
+            bad_text = mark;
+            bad_byte = static_cast<unsigned char>(value[i]);
+            return;
+          }
+          i += cp.length;
+        }
+      }
       void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
                            YAML::EmitterStyle::value) override {}
       void OnSequenceEnd() override {}
@@ -286,6 +303,14 @@ class TaskParser {
         return InvalidArgument(Where(starts.last) +
                                "invalid YAML: cannot parse past this point (a stray ',' or "
                                "another character that starts nothing here?)");
+      }
+      if (!starts.bad_text.is_null()) {
+        char byte[8];
+        std::snprintf(byte, sizeof byte, "0x%02X", starts.bad_byte);
+        return InvalidArgument(Where(starts.bad_text) + "a string that is not UTF-8 once its " +
+                               "escapes are decoded (byte " + byte +
+                               "); for U+0085 or U+00A0 write \\u0085 or \\u00A0 (or the "
+                               "character itself), not \\N or \\_");
       }
     }
     return Status::Ok();

@@ -82,6 +82,24 @@ TEST_CASE("a task that is not UTF-8 text is refused at the first bad byte, by li
   CHECK(Parse("name: t\r\nrun: echo\ta\r\n").run == "echo\ta");
 }
 
+TEST_CASE("an escape yaml-cpp decodes to a byte that is not UTF-8 is refused at its string") {
+  // Found by tests/fuzz/task_fuzz (`herd check -o json` printed invalid JSON): yaml-cpp 0.7 turns
+  // "\_" and "\N" into the single bytes 0xA0 and 0x85.
+  CHECK(ErrorOf("name: t\nrun: \"a\\_b\"\n") ==
+        "t.yaml:2:6: a string that is not UTF-8 once its escapes are decoded (byte 0xA0); for "
+        "U+0085 or U+00A0 write \\u0085 or \\u00A0 (or the character itself), not \\N or \\_");
+  CHECK(ErrorOf("envs:\n  A: ok\n  \"B\\N\": 1\n")
+            .rfind("t.yaml:3:3: a string that is not UTF-8", 0) == 0);  // a key
+  CHECK(ErrorOf("resources:\n  any_of:\n    - infra: \" t\\_x/y\n")
+            .rfind("t.yaml:3:14: a string that is not UTF-8", 0) == 0);  // the fuzzer's case
+  // The escapes that give UTF-8 are fine.
+  CHECK(Parse("name: t\nrun: \"a\\u00A0b\\x85c\\Ld\"\n").run ==
+        "a\xc2\xa0"
+        "b\xc2\x85"
+        "c\xe2\x80\xa8"
+        "d");
+}
+
 TEST_CASE("malformed YAML that makes yaml-cpp 0.7 loop is refused at its place, quickly") {
   // Found by tests/fuzz/task_fuzz: YAML::LoadAll ran out of memory on these (yaml-cpp#1040).
   CHECK(ErrorOf("- a\n, b\n").rfind("t.yaml:2:1: invalid YAML: cannot parse past", 0) == 0);
