@@ -220,7 +220,7 @@ inline constexpr Duration kAgentRestartBackoffMax = 30s;
 inline constexpr Duration kAgentStableAfter = 60s;
 
 // ---- Local provider (network namespaces as nodes) ----------------------------------------------
-// A local `ip`/`ssh-keygen` helper command must finish within this.
+// A local helper command (`ip`) must finish within this.
 inline constexpr Duration kLocalCommandTimeout = 30s;
 // A node's freshly started sshd must be listening within this (well under kSshWaitTotal) ...
 inline constexpr Duration kLocalNodeStartTimeout = 15s;

@@ -224,7 +224,7 @@ class TaskParser {
   Result<Task> Parse(std::string_view yaml) {
     std::vector<YAML::Node> docs;
     try {
-      HERD_RETURN_IF_ERROR(CheckDocumentsEnd(yaml));
+      HERD_RETURN_IF_ERROR(CheckEvents(yaml));
       docs = YAML::LoadAll(std::string(yaml));
     } catch (const YAML::Exception& e) {
       return InvalidArgument(Where(e.mark) + "invalid YAML: " + e.msg);
@@ -258,7 +258,8 @@ class TaskParser {
   // by tests/fuzz/task_fuzz). Walk the documents with the event parser first: a document that
   // starts where the previous one started means the parser is stuck there, which is a syntax
   // error at that place. The walk ends because every further document must start past the last.
-  Status CheckDocumentsEnd(std::string_view yaml) const {
+  // The same walk sees every scalar as yaml-cpp decoded it, and refuses one that is not UTF-8.
+  Status CheckEvents(std::string_view yaml) const {
     struct Starts : YAML::EventHandler {
       YAML::Mark last;
       bool stuck = false;
