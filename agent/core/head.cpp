@@ -539,6 +539,10 @@ void Head::Submit(const ConnPtr& conn, uint64_t request_id, const SubmitJob& sub
   if (spec.num_nodes() < 1) {
     return ReplyError(conn, request_id, InvalidArgument("num_nodes must be at least 1"));
   }
+  if (auto why = WhyNeverFits(spec)) {
+    return ReplyError(conn, request_id,
+                      FailedPrecondition("the task cannot run on this cluster: " + *why));
+  }
   JobRecord rec;
   rec.spec = spec;
   rec.info.set_name(spec.name());
@@ -580,6 +584,25 @@ void Head::Submit(const ConnPtr& conn, uint64_t request_id, const SubmitJob& sub
   reply.mutable_submit_reply()->set_job_id(*id);
   SendToClient(conn, request_id, std::move(reply));
   Schedule();
+}
+
+std::optional<std::string> Head::WhyNeverFits(const TaskSpec& spec) {
+  // Until every node registered, a node still to come may hold it: the job waits (Schedule).
+  if (static_cast<int>(nodes_.size()) < options_.expected_nodes) return std::nullopt;
+  const JobDemand d = DemandOf(0, spec);
+  int capable =
+      0;  // counted in place; the copies WhyInfeasible words its reason from only if short
+  for (const auto& [id, node] : nodes_) {
+    if (sched::RankFits(d, node.info, node.info.cpus(), node.info.gpu_count())) ++capable;
+  }
+  if (capable >= d.num_nodes) return std::nullopt;
+  std::vector<NodeInfo> infos;
+  std::vector<bool> lost;
+  for (const NodeEntry* node : NodeOrder()) {
+    infos.push_back(node->info);
+    lost.push_back(!node->alive || node->conn == nullptr);
+  }
+  return sched::WhyInfeasible(d, infos, lost);
 }
 
 Status Head::ReplayLog(const ConnPtr& conn, uint64_t request_id, int64_t job_id,

@@ -16,6 +16,7 @@
 #include <list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -179,6 +180,9 @@ class Head {
   // only when a node is added or its info changes (NodeEntry addresses in nodes_ are stable):
   // each pass used to copy and sort every NodeInfo, the head's main cost in a burst of small jobs.
   const std::vector<NodeEntry*>& NodeOrder();
+  // Why no set of the cluster's nodes, alive or not, could ever hold `spec` (a Submit is refused
+  // then, before it is queued); nullopt when some could, or while nodes are still to register.
+  std::optional<std::string> WhyNeverFits(const herd::v1::TaskSpec& spec);
   // Serves lagging subscribers of every job and every Replay from run.log as far as their queues
   // allow; rearms catch_up_timer_ while any is left.
   void CatchUp();

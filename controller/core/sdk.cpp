@@ -33,7 +33,6 @@
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
-#include "shared/sched/feasibility.hpp"
 #include "shared/tls/certs.hpp"
 
 namespace herd::sdk {
@@ -327,15 +326,6 @@ herd::Status SyncFiles(SshRunner& ssh, const ClusterRecord& c, const Task& task,
   return herd::Status::Ok();
 }
 
-// Fails before anything runs when no set of the cluster's nodes could ever hold the task.
-herd::Status CheckFeasible(const herd::v1::NodesReply& nodes, const herd::v1::TaskSpec& spec) {
-  std::vector<herd::v1::NodeInfo> idle(nodes.nodes().begin(), nodes.nodes().end());
-  if (auto why = sched::WhyInfeasible(sched::DemandOf(1, spec), idle)) {
-    return FailedPrecondition("the task cannot run on this cluster: " + *why);
-  }
-  return herd::Status::Ok();
-}
-
 std::string AnchorPidFile(const ClusterRecord& c) { return c.state_dir + "/ns-anchor.pid"; }
 
 bool AnchorAlive(int pid) {
@@ -374,8 +364,8 @@ herd::Status Submit(const ClusterRecord& c, herd::v1::TaskSpec spec, LaunchResul
   if (!client) {
     HERD_ASSIGN_OR_RETURN(client, ConnectHead(c));
   }
-  HERD_ASSIGN_OR_RETURN(auto nodes, client->Nodes());
-  HERD_RETURN_IF_ERROR(CheckFeasible(nodes, spec));
+  // A task no set of the cluster's nodes could hold is refused by the head, before it is queued
+  // (Head::WhyNeverFits): no round trip for the nodes first.
   HERD_ASSIGN_OR_RETURN(result.job_id, client->Submit(spec, CurrentUser(), task_id, attempt));
   result.head = std::move(client);
   return herd::Status::Ok();

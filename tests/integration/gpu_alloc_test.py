@@ -2,7 +2,8 @@
 (the head's found through NVML, the fake libnvidia-ml.so.1 on the agent's library path; the
 worker's declared with `gpus: 8`), jobs submitted with the real `herd --endpoint` CLI. Two 4-GPU
 jobs run at once on disjoint CUDA_VISIBLE_DEVICES; an 8-GPU job waits PENDING until both ended,
-then gets all 8; SKYPILOT_NUM_GPUS_PER_NODE says each job's count."""
+then gets all 8; SKYPILOT_NUM_GPUS_PER_NODE says each job's count. A job no node could ever hold
+(9 GPUs, or a type no node has) is refused at submit, and nothing is queued."""
 
 import os
 import re
@@ -89,6 +90,21 @@ class GpuAllocTest(unittest.TestCase):
         big = self.submit("eight", 8)
         time.sleep(1.5)  # several scheduling rounds: it must still wait
         self.assertEqual(self.cluster.queue()[big]["status"], "PENDING")
+
+        # More GPUs than any node has, or a type no node has, can never run: refused by the head
+        # at submit with the reason, and nothing queued (an 8-GPU job, above, waits instead).
+        before = set(self.cluster.queue())
+        for gpus, why in (("H200:9", "9"), ("A100:1", "A100")):
+            task = os.path.join(self.tmp, "never.yaml")
+            with open(task, "w") as f:
+                f.write(f"name: never\nresources:\n  accelerators: {gpus}\nrun: echo ran\n")
+            p = run([HERD, "exec", *self.cluster.target(), "-d", task], check=False)
+            err = p.stderr.decode()
+            self.assertNotEqual(p.returncode, 0, err)
+            self.assertIn("the task cannot run on this cluster", err)
+            self.assertIn(why, err.split("cannot run on this cluster", 1)[1])
+            self.assertNotIn("Job submitted", err)
+        self.assertEqual(set(self.cluster.queue()), before)
 
         self.release("four-a")
         self.assertEqual(self.cluster.wait_state(a, {"SUCCEEDED", "FAILED"})["status"],
