@@ -67,6 +67,9 @@ Status ValidateClusterName(std::string_view name) {
 
 Status EnsureDir(const std::string& path, unsigned mode) {
   if (path.empty()) return InvalidArgument("empty directory path");
+  // Every command starts here: a directory that is there is seen with one stat, without the
+  // mkdir per level that takes each parent's lock (a burst of commands queued on it).
+  if (struct stat st{}; stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return Status::Ok();
   // Walk down from the root so each missing level is made with `mode` (create_directories would
   // use the umask's default).
   std::string partial;
