@@ -3,7 +3,9 @@
 // (so that a StartProcess sent again after a reconnect is answered with the exit, not run twice).
 //
 //   processes.pb     the live entries (starting or running), a ProcessTable rewritten atomically
-//                    on every change; a few entries, whatever the node's history.
+//                    on every change; a few entries, whatever the node's history. Written into
+//                    processes.pb.next and swapped with it (WriteFileSwapped): no inode freed
+//                    per write. Load never reads .next (a write torn by a crash stays there).
 //   processes.exits  the exited entries, one record each, appended when a process ends: a 4-byte
 //                    little-endian length, then a SupervisedProcess. Rewritten (atomically) from
 //                    the worker's memory once it holds more than twice

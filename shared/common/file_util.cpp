@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
@@ -57,6 +58,30 @@ Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mo
     ::close(dfd);
   }
   return Status::Ok();
+}
+
+Status WriteFileSwapped(const std::string& path, std::string_view data, mode_t mode) {
+  const std::string next = path + ".next";
+  int fd = ::open(next.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode);
+  if (fd < 0) return ErrnoError("open " + next, errno);
+  bool ok = ::fchmod(fd, mode) == 0;
+  std::size_t done = 0;
+  while (ok && done < data.size()) {
+    ssize_t n = ::pwrite(fd, data.data() + done, data.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += static_cast<std::size_t>(n);
+  }
+  ok = ok && ::ftruncate(fd, static_cast<off_t>(data.size())) == 0;
+  const int err = errno;
+  if (::close(fd) != 0 || !ok) return ErrnoError("write " + next, ok ? errno : err);
+  if (::renameat2(AT_FDCWD, next.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) == 0) {
+    return Status::Ok();
+  }
+  // The first write (nothing to exchange with yet), or a file system without the exchange.
+  if (errno == ENOENT && ::rename(next.c_str(), path.c_str()) == 0) return Status::Ok();
+  ::unlink(next.c_str());
+  return WriteFileAtomic(path, data, mode, Durability::kProcessCrash);
 }
 
 Result<std::string> ReadFile(const std::string& path) {

@@ -146,6 +146,29 @@ TEST_CASE("WriteFileAtomic sets the mode, replaces whole files and leaves no tem
   CHECK_FALSE(WriteFileAtomic(dir / "no/such/dir/file", "x", 0600).ok());
 }
 
+TEST_CASE("WriteFileSwapped replaces whole files between two inodes, never a third") {
+  TempDir dir{"herd-certs-test"};
+  std::string path = dir / "table";
+  REQUIRE(WriteFileSwapped(path, "first, the longest of them", 0600).ok());
+  CHECK(ReadFile(path).value() == "first, the longest of them");
+  CHECK(ModeOf(path) == 0600);
+  std::set<ino_t> inodes;
+  for (const char* content : {"second", "third!", "", "fifth"}) {
+    REQUIRE(WriteFileSwapped(path, content, 0640).ok());
+    CHECK(ReadFile(path).value() == content);  // shorter than the file it went over: cut
+    CHECK(ModeOf(path) == 0640);
+    struct stat st {};
+    REQUIRE(::stat(path.c_str(), &st) == 0);
+    inodes.insert(st.st_ino);
+  }
+  CHECK(inodes.size() == 2);  // path and its .next, exchanged: no inode made or freed per write
+  CHECK(ReadFile(path + ".next").value() == "");  // the write before the last
+  int entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir.path())) ++entries;
+  CHECK(entries == 2);
+  CHECK_FALSE(WriteFileSwapped(dir / "no/such/dir/file", "x", 0600).ok());
+}
+
 TEST_CASE("cluster and agent directory layout") {
   TempDir root{"herd-certs-test"};
   std::string cluster = root / "cluster";
