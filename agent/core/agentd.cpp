@@ -17,6 +17,7 @@
 #include "agent/gpu/system_gpu_probe.hpp"
 #include "agent/process/step_program.hpp"
 #include "agent/process/uv_process_launcher.hpp"
+#include "shared/common/agent_files.hpp"
 #include "shared/common/file_util.hpp"
 #include "shared/common/heap.hpp"
 #include "shared/common/limits.hpp"
@@ -65,6 +66,16 @@ int RunAgent(const AgentConfig& config, int ready_fd) {
   UvProcessLauncher launcher(
       [&io](std::function<void()> fn) { boost::asio::post(io, std::move(fn)); },
       "herd/" + config.node_id + "-" + *instance, SupervisorCommand(config.state_dir));
+  // Where this agent's cgroups are, for whoever removes the node without it: the local provider's
+  // stop and down remove them once no process of the node is left (an agent killed before its
+  // launcher removed them, or stopped while a job's cgroup was still being emptied, leaves them).
+  if (std::string scope = launcher.CgroupScopeDir(); !scope.empty()) {
+    if (auto s = WriteFileAtomic(config.state_dir + "/" + kCgroupScopeFile, scope + "\n", 0644,
+                                 Durability::kProcessCrash);
+        !s.ok()) {
+      HERD_LOG(kWarn) << "cannot record the cgroup scope: " << s.message();
+    }
+  }
   SystemGpuProbe gpus;
 
   AgentConfig worker_config = config;

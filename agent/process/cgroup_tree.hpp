@@ -30,6 +30,8 @@ class CgroupTree {
   bool enabled() const { return hierarchy_.has_value(); }
   // The directory of the group's cgroup ("" when disabled); it need not exist.
   std::string GroupDir(const std::string& group) const;
+  // The directory that holds the groups' cgroups ("" when disabled); it need not exist.
+  std::string ScopeDir() const { return hierarchy_ ? scope_dirs_.back() : std::string(); }
   // Creates the group's cgroup if needed and returns the cgroup.procs file a new process writes
   // its pid to.
   Result<std::string> Prepare(const std::string& group);

@@ -982,4 +982,6 @@ std::string UvProcessLauncher::CgroupDir(const std::string& group) const {
   return impl_->cgroups.GroupDir(group);
 }
 
+std::string UvProcessLauncher::CgroupScopeDir() const { return impl_->cgroups.ScopeDir(); }
+
 }  // namespace herd::agent

@@ -57,6 +57,8 @@ class UvProcessLauncher : public ProcessLauncher {
   static std::string DescribeIsolation();
   // The cgroup directory a group's processes are put in; "" where cgroups are not available.
   std::string CgroupDir(const std::string& group) const;
+  // The directory holding every group's cgroup (the scope); "" where cgroups are not available.
+  std::string CgroupScopeDir() const;
 
   // Flow control for output (the node-local log is the buffer): the loop reads a log further
   // only while the bytes it has posted to on_output and not yet delivered, plus

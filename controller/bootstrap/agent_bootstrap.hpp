@@ -16,6 +16,7 @@
 
 #include "controller/ssh/ssh_runner.hpp"
 #include "controller/ssh/ssh_target.hpp"
+#include "shared/common/agent_files.hpp"
 #include "shared/common/status.hpp"
 
 namespace herd::controller {
@@ -42,7 +43,7 @@ struct BootstrapOptions {
   // behind a shared 100 Mbit/s link re-bootstrap in 7.1 s instead of 11.1 s (bench/README.md,
   // seventh round). Nodes with a host_home get a copy instead (AgentInstall).
   std::string herdlet_path;
-  std::string remote_dir = ".herd/agent";  // relative to the node user's home, or absolute
+  std::string remote_dir = kDefaultAgentDir;  // relative to the node user's home, or absolute
   // Where the binary for nodes with a host_home is kept once (herdlet-<hash>), each node getting a
   // hard link to it; "" (or a directory on another file system) copies it to every node.
   std::string host_cache_dir{};

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -25,6 +26,7 @@
 #include "controller/ssh/ssh_command.hpp"
 #include "controller/ssh/ssh_key.hpp"
 #include "controller/ssh/subprocess.hpp"
+#include "shared/common/agent_files.hpp"
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
@@ -481,6 +483,23 @@ NodeSpec Spec(const Record& r, const std::string& state_dir, int i) {
           NodeIp(r.subnet, i)};
 }
 
+// The cgroups the node's agent made (it records their directory, kCgroupScopeFile): removed once
+// no process of the node is left, as the namespace is. Only empty cgroups can be removed, so a
+// stray path could not take anything else with it; one outside /sys/fs/cgroup is not touched.
+void RemoveAgentCgroups(const std::string& node_dir) {
+  auto text = ReadFile(node_dir + "/home/" + kDefaultAgentDir + "/state/" + kCgroupScopeFile);
+  if (!text.ok()) return;  // no agent started there, or a machine without cgroups
+  std::string scope = text->substr(0, text->find('\n'));
+  if (!scope.starts_with("/sys/fs/cgroup/") || scope.find("/..") != std::string::npos) return;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(scope, ec)) {
+    if (entry.is_directory(ec)) ::rmdir(entry.path().c_str());  // a job's cgroup
+  }
+  if (::rmdir(scope.c_str()) != 0 && errno != ENOENT) {
+    HERD_LOG(kWarn) << "cannot remove the cgroup " << scope << ": " << std::strerror(errno);
+  }
+}
+
 // Files of one node; the host key is made once and kept (so known_hosts stays valid).
 Status EnsureNodeFiles(const Record& r, const NodeSpec& n, const std::string* public_key) {
   HERD_RETURN_IF_ERROR(MakeDir(n.dir, 0700));
@@ -710,6 +729,7 @@ Status LocalProvider::Stop(const std::string& cluster, const std::string& state_
         NodeSpec n = Spec(record, state_dir, static_cast<int>(i));
         HERD_RETURN_IF_ERROR(
             netns::KillAll(n.ns, limits::kKillGracePeriod, limits::kKillSweepTimeout));
+        RemoveAgentCgroups(n.dir);
         std::error_code ec;
         fs::remove(n.dir + "/sshd.pid", ec);
         return Status::Ok();
@@ -737,6 +757,10 @@ Status LocalProvider::Teardown(const std::string& cluster, const std::string& st
           return netns::KillAll(namespaces[i], limits::kKillGracePeriod, limits::kKillSweepTimeout);
         },
         [&](size_t i) { return namespaces[i]; }));
+    std::error_code ec;
+    for (const auto& node : fs::directory_iterator(state_dir + "/nodes", ec)) {
+      RemoveAgentCgroups(node.path().string());
+    }
     // The root namespace's end of the uplink, found by its peer (works without a record, too).
     // Deleting it now matters: a namespace is destroyed asynchronously, and its links with it.
     const std::string br = BridgeNetns(cluster);

@@ -56,6 +56,13 @@ class ClusterTest(unittest.TestCase):
         cls.h.close()
         # `down` left nothing of the cluster behind.
         assert namespaces_of(CLUSTER) == [], namespaces_of(CLUSTER)
+        left = [d for d in getattr(cls, "scopes_after_start", {}).values() if os.path.exists(d)]
+        for d in left:  # removed here too: a failing run must not leave them on the machine
+            for sub in os.scandir(d):
+                if sub.is_dir():
+                    os.rmdir(sub.path)
+            os.rmdir(d)
+        assert left == [], f"cgroups left after down: {left}"
 
     def agent_pids(self):
         pids = {}
@@ -141,8 +148,27 @@ class ClusterTest(unittest.TestCase):
             time.sleep(0.2)
         self.assertEqual(st.returncode, 103, st.stdout)
 
+    def cgroup_scopes(self):
+        """{alias: the cgroup directory its agent put jobs' cgroups in}, for agents that use them."""
+        scopes = {}
+        for alias in (CLUSTER, f"{CLUSTER}-worker1", f"{CLUSTER}-worker2"):
+            p = self.h.ssh(alias, "cat .herd/agent/state/cgroup.scope")
+            if p.returncode == 0:
+                scopes[alias] = p.stdout.decode().strip()
+        return scopes
+
     def test_d_stop_then_start(self):
+        # Jobs ran on every node (test_a): each agent's cgroup scope exists, and stop removes it
+        # with the node's processes (an agent ended before it removed them left them for good).
+        scopes = self.cgroup_scopes()
+        if os.path.isdir("/sys/fs/cgroup/unified") or os.path.exists(
+                "/sys/fs/cgroup/cgroup.controllers"):
+            self.assertEqual(len(scopes), 3, scopes)
+        for alias, scope in scopes.items():
+            self.assertTrue(os.path.isdir(scope), (alias, scope))
         self.h.herd("stop", CLUSTER, "-y")
+        for alias, scope in scopes.items():
+            self.assertFalse(os.path.exists(scope), (alias, scope))
         self.assertEqual(self.h.clusters()[CLUSTER]["status"], "STOPPED")
         p = self.h.herd("exec", CLUSTER, "--", "true", check=False)
         self.assertNotEqual(p.returncode, 0)
@@ -151,6 +177,7 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(self.h.clusters()[CLUSTER]["status"], "UP")
         p = self.h.herd("exec", CLUSTER, "--num-nodes", "3", "--", "cat", "~/data/data.txt")
         self.assertEqual(p.stdout.count(b"mounted data"), 3)  # node files survived the stop
+        type(self).scopes_after_start = self.cgroup_scopes()  # tearDownClass: gone after down
 
     def test_e_bad_input(self):
         p = self.h.herd("exec", "nosuch", "--", "true", check=False)
