@@ -1334,8 +1334,13 @@ void Head::Finalize(int64_t job_id, JobState state, const std::string& error_lin
   PersistAndNotify(run, true);
   if (run.fd >= 0) ::close(run.fd);
   if (run.journal_fd >= 0) {
+    // Emptied, not removed: only a job still active at a restart is restored from it, and an inode
+    // freed per job is stepped over by every file creation for a minute (WriteFileSwapped).
+    if (::ftruncate(run.journal_fd, 0) != 0) {
+      HERD_LOG(kWarn) << "cannot empty the journal of job " << job_id << ": "
+                      << std::strerror(errno);
+    }
     ::close(run.journal_fd);
-    ::unlink((fs::path(run.rec.info.log_path()).parent_path() / "run.journal").c_str());
   }
   jobs_.erase(it);
   // Freed resources may let the next job start; defer to keep this call's callers simple.
