@@ -590,8 +590,8 @@ std::optional<std::string> Head::WhyNeverFits(const TaskSpec& spec) {
   // Until every node registered, a node still to come may hold it: the job waits (Schedule).
   if (static_cast<int>(nodes_.size()) < options_.expected_nodes) return std::nullopt;
   const JobDemand d = DemandOf(0, spec);
-  int capable =
-      0;  // counted in place; the copies WhyInfeasible words its reason from only if short
+  // Counted in place; the copies WhyInfeasible words its reason from are made only if short.
+  int capable = 0;
   for (const auto& [id, node] : nodes_) {
     if (sched::RankFits(d, node.info, node.info.cpus(), node.info.gpu_count())) ++capable;
   }
