@@ -30,6 +30,7 @@
 #include "controller/state/cluster_store.hpp"
 #include "controller/state/herd_home.hpp"
 #include "controller/state/ssh_config.hpp"
+#include "shared/common/agent_files.hpp"
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
@@ -658,8 +659,18 @@ herd::Status Down(const std::string& cluster, ProgressFn progress) {
     if (auto client = ConnectHead(c, false); client.ok()) (void)(*client)->Cancel({}, true);
     BootstrapOptions bo;
     HERD_RETURN_IF_ERROR(StopAgents(ssh, TargetsOf(c), bo));
+    // The agent's cgroups go too (it records where, kCgroupScopeFile): an agent stopped while a
+    // job's cgroup was still being emptied left them. Only empty cgroups can be removed.
+    const std::string scope_file = bo.remote_dir + "/state/" + kCgroupScopeFile;
     for (const auto& t : TargetsOf(c)) {
-      (void)ssh.Run(t, "rm -rf '" + bo.remote_dir + "'", limits::kSshConnectTimeout);
+      (void)ssh.Run(
+          t,
+          "S=$(cat '" + scope_file +
+              "' 2>/dev/null); case \"$S\" in /sys/fs/cgroup/*) "
+              "for g in \"$S\"/*/; do rmdir \"$g\" 2>/dev/null; done; rmdir \"$S\" 2>/dev/null;; "
+              "esac; rm -rf '" +
+              bo.remote_dir + "'",
+          limits::kSshConnectTimeout);
     }
   }
   StopMux(MuxSocketPath(c.state_dir));

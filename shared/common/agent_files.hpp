@@ -9,8 +9,8 @@ namespace herd {
 inline constexpr char kDefaultAgentDir[] = ".herd/agent";
 
 // One line: the directory holding the agent's per-job cgroups (agent/core/agentd.cpp writes it at
-// start where cgroups are used). The local provider's stop and down remove that directory and the
-// empty cgroups in it once no process of the node is left.
+// start where cgroups are used). The local provider's stop and down, and down of an SSH pool's
+// nodes, remove that directory and the empty cgroups in it once no process of the node is left.
 inline constexpr char kCgroupScopeFile[] = "cgroup.scope";
 
 }  // namespace herd

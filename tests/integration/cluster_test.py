@@ -14,7 +14,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from herd_env import HerdEnv, namespaces_of, netns_available  # noqa: E402
+from herd_env import HerdEnv, namespaces_of, netns_available, remove_cgroups  # noqa: E402
 
 CLUSTER = "ctest"
 
@@ -56,12 +56,8 @@ class ClusterTest(unittest.TestCase):
         cls.h.close()
         # `down` left nothing of the cluster behind.
         assert namespaces_of(CLUSTER) == [], namespaces_of(CLUSTER)
-        left = [d for d in getattr(cls, "scopes_after_start", {}).values() if os.path.exists(d)]
-        for d in left:  # removed here too: a failing run must not leave them on the machine
-            for sub in os.scandir(d):
-                if sub.is_dir():
-                    os.rmdir(sub.path)
-            os.rmdir(d)
+        # Removed here too: a failing run must not leave them on the machine.
+        left = remove_cgroups(getattr(cls, "scopes_after_start", {}).values())
         assert left == [], f"cgroups left after down: {left}"
 
     def agent_pids(self):
@@ -164,8 +160,12 @@ class ClusterTest(unittest.TestCase):
         if os.path.isdir("/sys/fs/cgroup/unified") or os.path.exists(
                 "/sys/fs/cgroup/cgroup.controllers"):
             self.assertEqual(len(scopes), 3, scopes)
+        self.addCleanup(remove_cgroups, scopes.values())  # whatever the assertions say
         for alias, scope in scopes.items():
             self.assertTrue(os.path.isdir(scope), (alias, scope))
+            # A job's cgroup its agent did not get to remove (it was stopped while the cgroup was
+            # being emptied): the agent's own cleanup stops at it, the provider's must not.
+            os.mkdir(os.path.join(scope, "job-left-a1"))
         self.h.herd("stop", CLUSTER, "-y")
         for alias, scope in scopes.items():
             self.assertFalse(os.path.exists(scope), (alias, scope))
@@ -178,6 +178,8 @@ class ClusterTest(unittest.TestCase):
         p = self.h.herd("exec", CLUSTER, "--num-nodes", "3", "--", "cat", "~/data/data.txt")
         self.assertEqual(p.stdout.count(b"mounted data"), 3)  # node files survived the stop
         type(self).scopes_after_start = self.cgroup_scopes()  # tearDownClass: gone after down
+        for scope in self.scopes_after_start.values():
+            os.mkdir(os.path.join(scope, "job-left-a1"))  # as before the stop above
 
     def test_e_bad_input(self):
         p = self.h.herd("exec", "nosuch", "--", "true", check=False)

@@ -58,6 +58,17 @@ def netns_available():
     return subprocess.run(["ip", "netns", "list"], capture_output=True).returncode == 0
 
 
+def remove_cgroups(scopes):
+    """Removes what of these cgroup scopes (and the cgroups in them) is left: returns those."""
+    left = [d for d in scopes if os.path.exists(d)]
+    for d in left:
+        for sub in os.scandir(d):
+            if sub.is_dir():
+                os.rmdir(sub.path)
+        os.rmdir(d)
+    return left
+
+
 def namespaces_of(cluster):
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return [line.split()[0] for line in out.splitlines()
