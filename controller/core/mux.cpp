@@ -15,6 +15,7 @@
 
 #include "controller/ssh/subprocess.hpp"
 #include "herd/v1/mux.pb.h"
+#include "shared/common/file_util.hpp"
 #include "shared/common/host_port.hpp"
 #include "shared/common/log.hpp"
 #include "shared/proto/frame.hpp"
@@ -73,7 +74,12 @@ Status Mux::Start() {
   ::umask(old);
   if (!ec) acceptor_.listen(net::socket_base::max_listen_connections, ec);
   if (ec) return IoError("mux socket " + path + ": " + ec.message());
-  std::ofstream(PidPath(path)) << ::getpid() << "\n";
+  // Whole or not at all: a reader (StopMux, a test) must never see the file empty or half written.
+  if (Status s = WriteFileAtomic(PidPath(path), std::to_string(::getpid()) + "\n", 0644,
+                                 Durability::kProcessCrash);
+      !s.ok()) {
+    HERD_LOG(kWarn) << "mux pid file: " << s.message() << " (`herd down` will not find this mux)";
+  }
   started_ = true;
   last_activity_ = std::chrono::steady_clock::now();
   DoAccept();
