@@ -18,7 +18,7 @@ import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from herd_env import HerdEnv, netns_available  # noqa: E402
+from herd_env import HerdEnv, cgroup_scopes_of, netns_available, remove_cgroups  # noqa: E402
 import fake_ec2  # noqa: E402
 
 HOSTS = os.environ.get("TEST_HOSTS", "herd_test_hosts")
@@ -76,6 +76,9 @@ class AwsTest(unittest.TestCase):
     def setUpClass(cls):
         cls.h = HerdEnv("aws")
         cls.fake = None
+        # An earlier run's are not this one's.
+        cls.cgroups_before = {d for c in ("haws3", "haws4", "haws5", "haws6")
+                              for d in cgroup_scopes_of(c)}
         cls.hosts_state = os.path.join(cls.h.dir, "hosts")
         try:
             cls._start()
@@ -180,11 +183,14 @@ class AwsTest(unittest.TestCase):
         st = st or self.state()
         return {k: v for k, v in st["instances"].items() if v["state"] != "terminated"}
 
-    def assert_nothing_left(self):
+    def assert_nothing_left(self, cluster=None):
         st = self.state()
         self.assertEqual(self.live(st), {})
         self.assertEqual(st["groups"], {})
         self.assertEqual(st["keys"], {})
+        if cluster:  # the instances' agents' cgroups went with them (fake_ec2 stops hosts so)
+            made = [d for d in cgroup_scopes_of(cluster) if d not in self.cgroups_before]
+            self.assertEqual(remove_cgroups(made), [])
 
     def refused(self, cluster, env, code, text):
         before = len(self.state()["calls"])
@@ -239,7 +245,7 @@ class AwsTest(unittest.TestCase):
         live = self.live()
         self.assertEqual([v["zone"] for v in live.values()], ["us-east-1b"])
         self.herd("down", "haws3", "-y", env=TEMP)
-        self.assert_nothing_left()
+        self.assert_nothing_left("haws3")
 
     def test_4_instance_limit_is_clear_and_down_cleans_up(self):
         p = self.herd("launch", "-c", "haws4", "--infra", f"aws/{REGION}/us-east-1c",
@@ -251,7 +257,7 @@ class AwsTest(unittest.TestCase):
         self.assertNotIn("us-east-1a", err)  # a quota is the region's: no zone failover
         self.assertEqual(self.live(), {})
         self.herd("down", "haws4", "-y")
-        self.assert_nothing_left()
+        self.assert_nothing_left("haws4")
 
     def test_6_spot_instance_type_as_is_cannot_be_stopped(self):
         task = os.path.join(self.h.dir, "spot.yaml")
@@ -272,7 +278,7 @@ class AwsTest(unittest.TestCase):
         p = self.herd("exec", "haws6", "--", "echo", "still", "up")
         self.assertIn("still up", p.stdout.decode())
         self.herd("down", "haws6", "-y")
-        self.assert_nothing_left()
+        self.assert_nothing_left("haws6")
 
     @unittest.skipUnless(has_torch(), "needs python3-torch")
     def test_5_two_node_torchrun_exec_stop_start_down(self):
@@ -330,7 +336,7 @@ class AwsTest(unittest.TestCase):
         self.assertIn("back rank=1", p.stdout.decode())
 
         self.herd("down", "haws5", "-y")
-        self.assert_nothing_left()
+        self.assert_nothing_left("haws5")
         self.assertNotIn("haws5", self.h.clusters())
 
 

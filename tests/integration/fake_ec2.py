@@ -11,7 +11,8 @@ TerminateInstances ends the processes, wipes the home and frees the host.
 
 Beside the EC2 API (POST /): GET /checkip (the caller's address, as checkip.amazonaws.com),
 GET /_fake/state (instances, groups, key pairs as JSON) and POST /_fake/config (JSON merged into
-the config: e.g. {"no_capacity_zones": [...]}) for the test. Standard library only."""
+the config: e.g. {"no_capacity_zones": [...]}) for the test. Standard library only, and herd_env's
+cgroup helper: a stopped or terminated host's agent cgroups are removed as a real machine's go."""
 
 import base64
 import datetime
@@ -28,6 +29,9 @@ import urllib.parse
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from xml.sax.saxutils import escape
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from herd_env import remove_cgroups  # noqa: E402
 
 NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
 MAX_SKEW = datetime.timedelta(minutes=15)
@@ -186,8 +190,22 @@ class Ec2:
             raise Ec2Error("InternalError", f"test host command failed: {p.stderr.strip()}", 500)
 
     def _stop_host(self, index):
+        # A machine that stops takes its cgroups with it: those its agent made (the agent records
+        # where) go once its processes have ended, or they would outlive the test on this machine.
+        scope_file = os.path.join(self.config["hosts"][index]["dir"], "home", ".herd", "agent",
+                                  "state", "cgroup.scope")
+        try:
+            with open(scope_file) as f:
+                scope = f.read().strip()
+        except OSError:
+            scope = ""
         self._host_cmd("stop-host", self.config["hosts_name"], self.config["hosts_state"],
                        str(index))
+        if scope.startswith("/sys/fs/cgroup/"):
+            try:
+                remove_cgroups([scope])
+            except OSError as e:  # a process of the host still in it: the test will say so
+                print(f"fake_ec2: cannot remove {scope}: {e}", file=sys.stderr)
 
     def _start_hosts(self):
         self._host_cmd("start", self.config["hosts_name"], self.config["hosts_state"])

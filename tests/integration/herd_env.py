@@ -69,6 +69,20 @@ def remove_cgroups(scopes):
     return left
 
 
+def cgroup_scopes_of(cluster):
+    """The agent cgroup scopes (<...>/herd/<cluster>-<node>-<instance>) of a cluster's nodes on
+    this machine, looked for in the first levels of /sys/fs/cgroup."""
+    found = []
+    for root, dirs, _ in os.walk("/sys/fs/cgroup"):
+        if root.count("/") > 6:
+            dirs[:] = []
+            continue
+        if os.path.basename(root) == "herd":
+            found += [os.path.join(root, d) for d in dirs if d.startswith(cluster + "-")]
+            dirs[:] = []
+    return found
+
+
 def namespaces_of(cluster):
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return [line.split()[0] for line in out.splitlines()
