@@ -94,7 +94,7 @@ class GpuAllocTest(unittest.TestCase):
         # More GPUs than any node has, or a type no node has, can never run: refused by the head
         # at submit with the reason, and nothing queued (an 8-GPU job, above, waits instead).
         before = set(self.cluster.queue())
-        for gpus, why in (("H200:9", "9"), ("A100:1", "A100")):
+        for gpus, why in (("H200:9", "9 GPU(s) of type H200"), ("A100:1", "1 GPU(s) of type A100")):
             task = os.path.join(self.tmp, "never.yaml")
             with open(task, "w") as f:
                 f.write(f"name: never\nresources:\n  accelerators: {gpus}\nrun: echo ran\n")
@@ -102,7 +102,8 @@ class GpuAllocTest(unittest.TestCase):
             err = p.stderr.decode()
             self.assertNotEqual(p.returncode, 0, err)
             self.assertIn("the task cannot run on this cluster", err)
-            self.assertIn(why, err.split("cannot run on this cluster", 1)[1])
+            self.assertIn("cannot run on this cluster: task needs 1 node(s) with " + why, err)
+            self.assertIn("gpus=8 x NVIDIA H200", err)  # the nodes it has, in the same words
             self.assertNotIn("Job submitted", err)
         self.assertEqual(set(self.cluster.queue()), before)
 
