@@ -14,7 +14,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from herd_env import HerdEnv, namespaces_of, netns_available, remove_cgroups  # noqa: E402
+from herd_env import (AGENT_CGROUP_SCOPE_FILE, HerdEnv, namespaces_of,  # noqa: E402
+                      netns_available, remove_cgroups)
 
 CLUSTER = "ctest"
 
@@ -145,10 +146,10 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(st.returncode, 103, st.stdout)
 
     def cgroup_scopes(self):
-        """{alias: the cgroup directory its agent put jobs' cgroups in}, for agents that use them."""
+        """{alias: the cgroup directory its agent puts jobs' cgroups in}, where cgroups are used."""
         scopes = {}
         for alias in (CLUSTER, f"{CLUSTER}-worker1", f"{CLUSTER}-worker2"):
-            p = self.h.ssh(alias, "cat .herd/agent/state/cgroup.scope")
+            p = self.h.ssh(alias, "cat " + AGENT_CGROUP_SCOPE_FILE)
             if p.returncode == 0:
                 scopes[alias] = p.stdout.decode().strip()
         return scopes

@@ -31,7 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from xml.sax.saxutils import escape
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from herd_env import remove_cgroups  # noqa: E402
+from herd_env import AGENT_CGROUP_SCOPE_FILE, remove_cgroups  # noqa: E402
 
 NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
 MAX_SKEW = datetime.timedelta(minutes=15)
@@ -192,8 +192,8 @@ class Ec2:
     def _stop_host(self, index):
         # A machine that stops takes its cgroups with it: those its agent made (the agent records
         # where) go once its processes have ended, or they would outlive the test on this machine.
-        scope_file = os.path.join(self.config["hosts"][index]["dir"], "home", ".herd", "agent",
-                                  "state", "cgroup.scope")
+        scope_file = os.path.join(self.config["hosts"][index]["dir"], "home",
+                                  AGENT_CGROUP_SCOPE_FILE)
         try:
             with open(scope_file) as f:
                 scope = f.read().strip()

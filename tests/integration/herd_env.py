@@ -58,6 +58,11 @@ def netns_available():
     return subprocess.run(["ip", "netns", "list"], capture_output=True).returncode == 0
 
 
+# Where an agent records its cgroup scope, relative to its user's home
+# (shared/common/agent_files.hpp).
+AGENT_CGROUP_SCOPE_FILE = ".herd/agent/state/cgroup.scope"
+
+
 def remove_cgroups(scopes):
     """Removes what of these cgroup scopes (and the cgroups in them) is left: returns those."""
     left = [d for d in scopes if os.path.exists(d)]

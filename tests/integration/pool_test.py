@@ -8,7 +8,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from herd_env import HerdEnv, netns_available, remove_cgroups  # noqa: E402
+from herd_env import AGENT_CGROUP_SCOPE_FILE, HerdEnv, netns_available, remove_cgroups  # noqa: E402
 
 HOSTS = os.environ.get("TEST_HOSTS", "herd_test_hosts")
 
@@ -62,7 +62,7 @@ class PoolTest(unittest.TestCase):
         self.assertEqual([n["ip"] for n in c["nodes"]], self.ips)
         p = self.h.herd("exec", "onpool", "--num-nodes", "2", "--", "echo", "again")
         self.assertEqual(p.stdout.count(b"again\n"), 2)
-        scopes = [self.host_ssh(ip, "cat .herd/agent/state/cgroup.scope").stdout.strip()
+        scopes = [self.host_ssh(ip, "cat " + AGENT_CGROUP_SCOPE_FILE).stdout.strip()
                   for ip in self.ips]
         scopes = [d for d in scopes if d]  # where cgroups are used
         self.addCleanup(remove_cgroups, scopes)  # a failing run leaves none on the machine
