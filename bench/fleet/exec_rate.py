@@ -9,6 +9,12 @@ LoopbackCluster, real certificates), then runs JOBS times `herd exec --endpoint 
 The worker declares enough CPUs for every job to be placed at once (the rate of the head, not of
 the node's capacity). Usage: exec_rate.py [--jobs N] [--parallel P]; HERD/HERDLET name the binaries.
 
+The anchor, measured in the same run (--floor-jobs, 0 to skip): the same number of jobs made of
+nothing but the programs every `herd exec -d -- true` job starts, driven the same way: `herd
+--version` (the CLI's start and exit) and herd-step, the job-process supervisor, with its pty,
+log and exit record, running the job's `/bin/bash`, which starts the CLI. No agent, message or mux: what is left of
+the machine for everything else. Both print the machine's busy CPU per job (/proc/stat).
+
 --cluster NAME instead runs `herd exec NAME -d -- true` against an UP cluster of the caller's
 HERD_HOME (made with `herd launch`): the path a user's commands take, through the cluster's kept
 forward and its mux (docs/ARCHITECTURE.md). Its nodes have the CPUs they have, so jobs may wait for
@@ -17,8 +23,11 @@ earlier ones to end: "scheduled" is then the node's rate, not the head's.
 import argparse
 import json
 import os
+import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +40,65 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from suite import program_start_cost  # noqa: E402
 
 
+def busy_cpu_s():
+    """Seconds of CPU the whole machine has been busy (user, nice, system, irq, softirq)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (v[0] + v[1] + v[2] + v[5] + v[6]) / os.sysconf("SC_CLK_TCK")
+
+
+def run_exact(cmd, **kw):
+    """Runs CMD to its end, seen when it happens (no timeout polling: bench/suite.py wait_exact);
+    a timer kills a command that hangs. Returns (returncode, stderr)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
+    timer = threading.Timer(120, p.kill)
+    timer.start()
+    try:
+        _, err = p.communicate()
+    finally:
+        timer.cancel()
+    return p.returncode, err.decode(errors="replace")
+
+
+def step_program():
+    """herd-step of the build HERDLET comes from ($HERD_STEP overrides)."""
+    path = os.environ.get("HERD_STEP") or os.path.join(
+        os.path.dirname(shutil.which(loopback_cluster.HERDLET) or loopback_cluster.HERDLET),
+        "process", "herd-step")
+    if not os.access(path, os.X_OK):
+        raise SystemExit(f"exec_rate.py: no herd-step at {path} (set HERD_STEP)")
+    return path
+
+
+def floor(jobs, parallel):
+    """JOBS jobs of program starts alone (see the module's doc): (jobs/s, busy CPU ms per job)."""
+    step = step_program()
+    d = tempfile.mkdtemp(prefix="herd-p7-floor-")
+    try:
+        # One process started by the driver per job, as for herd's own run: the job's bash starts
+        # the CLI (not as its last command, so bash forks it as the user's `herd` is forked).
+        herd = shlex.quote(shutil.which(loopback_cluster.HERD) or loopback_cluster.HERD)
+
+        def one(i):
+            cmd = [step, "--log", f"{d}/{i}.log", "--exit", f"{d}/{i}.exit", "--marker",
+                   "HERD_P7_FLOOR=1", "--cwd", d, "--", "/bin/bash", "-c",
+                   f"{herd} --version >/dev/null; true"]
+            rc, err = run_exact(cmd)
+            if rc != 0:
+                raise AssertionError(f"herd-step exited {rc}: {err}")
+            with open(f"{d}/{i}.exit") as f:
+                if "exit_code=0" not in f.read():
+                    raise AssertionError(f"job {i} of the anchor did not exit 0")
+
+        b0, t0 = busy_cpu_s(), time.monotonic()
+        with ThreadPoolExecutor(parallel) as ex:
+            list(ex.map(one, range(jobs)))
+        wall, busy = time.monotonic() - t0, busy_cpu_s() - b0
+        return jobs / wall, busy * 1000 / jobs
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=1000)
@@ -38,6 +106,8 @@ def main():
     ap.add_argument("--goal", type=float, default=100.0)
     ap.add_argument("--net", default="127.0.60", help="loopback A.B.C: head .11, worker .12")
     ap.add_argument("--cluster", help="an UP cluster of HERD_HOME to submit to instead")
+    ap.add_argument("--floor-jobs", type=int, default=None,
+                    help="jobs of the anchor (default: --jobs; 0: no anchor)")
     a = ap.parse_args()
     print("load average:", open("/proc/loadavg").read().split()[:3])
     print("program start:", program_start_cost())  # the machine's speed today (bench/suite.py)
@@ -58,25 +128,17 @@ def main():
         before = {j["id"] for j in json.loads(queue().stdout)}
 
         def one(_):
-            # communicate() and wait() without a timeout: the end is seen when it happens (with a
-            # timeout, Popen polls with doubling sleeps, bench/suite.py wait_exact); a timer kills
-            # a command that hangs.
             t = time.monotonic()
-            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            timer = threading.Timer(120, p.kill)
-            timer.start()
-            try:
-                _, err = p.communicate()
-            finally:
-                timer.cancel()
-            if p.returncode != 0:
-                raise AssertionError(err.decode(errors="replace"))
+            rc, err = run_exact(cmd)
+            if rc != 0:
+                raise AssertionError(err)
             return time.monotonic() - t
 
-        t0 = time.monotonic()
+        b0, t0 = busy_cpu_s(), time.monotonic()
         with ThreadPoolExecutor(a.parallel) as ex:
             lat = sorted(ex.map(one, range(a.jobs)))
         wall = time.monotonic() - t0
+        busy_ms = (busy_cpu_s() - b0) * 1000 / a.jobs  # also the jobs that started meanwhile
         accepted = a.jobs / wall
         deadline = time.time() + 120
         while True:
@@ -98,6 +160,15 @@ def main():
         print(f"head: {len(started)} jobs scheduled, first submit -> last start "
               f"{(last - first)/1000:.2f} s = {sched:.1f} jobs/s; submit -> start p50 "
               f"{waits[len(waits)//2]} ms, max {waits[-1]} ms; states {states}")
+        print(f"machine busy CPU during the submits: {busy_ms:.1f} ms per job")
+        floor_jobs = a.jobs if a.floor_jobs is None else a.floor_jobs
+        if floor_jobs > 0:
+            time.sleep(2)  # the last jobs end and their agent settles
+            f_rate, f_ms = floor(floor_jobs, a.parallel)
+            print(f"anchor: {floor_jobs} jobs of program starts alone (herd-step running bash "
+                  f"running herd --version), {a.parallel} in parallel: {f_rate:.1f} jobs/s, "
+                  f"{f_ms:.1f} ms machine CPU per job; herd accepted {accepted / f_rate:.2f}x of "
+                  f"it")
         print("load average:", open("/proc/loadavg").read().split()[:3])
         ok = accepted >= a.goal and sched >= a.goal and len(started) >= a.jobs
         print(("PASS" if accepted >= a.goal else "FAIL") + f" accepted {accepted:.1f} jobs/s "

@@ -327,6 +327,7 @@ int RunCli(int argc, char** argv) {
   CLI::App app{"herd: launch distributed jobs on clusters of machines"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every command");
+  app.set_version_flag("--version", HERD_VERSION, "print the version and exit");
   app.fallthrough();  // -q/-v also after the verb: `herd launch ... -q`
   bool quiet = false;
   app.add_flag("-q,--quiet", quiet, "no progress output");

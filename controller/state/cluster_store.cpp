@@ -82,6 +82,10 @@ Status ClusterStore::Init() {
   // jobs, whose secrets are scrubbed and must not linger in a WAL: job_store_test).
   int persist = 1;
   sqlite3_file_control(db_, "main", SQLITE_FCNTL_PERSIST_WAL, &persist);
+  // A kept WAL must be emptied when the last connection closes: SQLite then truncates it after
+  // its checkpoint. A WAL left full is read whole to rebuild the index by the next command that
+  // opens the file alone, and checkpointed (with fsyncs) again at its close, writing nothing new.
+  HERD_RETURN_IF_ERROR(Exec("PRAGMA journal_size_limit=0"));
   HERD_RETURN_IF_ERROR(Exec("PRAGMA synchronous=NORMAL"));
   HERD_RETURN_IF_ERROR(sqlite::CreateSchemaOnce(db_, LabelFor(path_), kSchema, kSchemaVersion));
   HERD_ASSIGN_OR_RETURN(get_, Prepare("SELECT name, record FROM clusters WHERE name = ?1"));

@@ -371,7 +371,10 @@ class DebPackageTest(unittest.TestCase):
         self.assertEqual(run([herdlet, "--version"]).stdout.strip(),
                          run([HERDLET, "--version"]).stdout.strip())
         self.assertNotIn(".debug_info", run(["objdump", "-h", herdlet]).stdout)
-        self.assertEqual(run([os.path.join(self.root, "usr/bin/herd"), "--help"]).returncode, 0)
+        herd = os.path.join(self.root, "usr/bin/herd")
+        self.assertEqual(run([herd, "--help"]).returncode, 0)
+        self.assertEqual(run([herd, "--version"]).stdout.strip(),
+                         VERSION or run([herdlet, "--version"]).stdout.strip())
 
     def test_packaged_unit(self):
         with open(os.path.join(self.root, "usr/lib/systemd/system/herdlet.service")) as f:

@@ -216,6 +216,33 @@ TEST_CASE("the state survives closing and reopening the file") {
   CHECK(MustGet(*store, "demo") == Sample("demo"));
 }
 
+TEST_CASE("the kept WAL is emptied when the last store closes, and kept") {
+  // A full WAL left behind would be read whole by every later command that opens the file alone,
+  // and checkpointed again (with fsyncs) at its close.
+  TempHome t;
+  const std::string path = herd::controller::StateDbPath();
+  {
+    auto store = MustOpen(path);
+    for (int i = 0; i < 20; ++i) REQUIRE(store->Put(Sample("c" + std::to_string(i))).ok());
+    struct stat open_wal {};
+    REQUIRE(::stat((path + "-wal").c_str(), &open_wal) == 0);
+    CHECK(open_wal.st_size > 0);
+  }
+  struct stat wal {};
+  REQUIRE(::stat((path + "-wal").c_str(), &wal) == 0);
+  CHECK(wal.st_size == 0);
+  {
+    auto store = MustOpen(path);
+    CHECK(MustGet(*store, "c19") == Sample("c19"));
+    REQUIRE(store->Remove("c0").ok());
+  }
+  struct stat again {};
+  REQUIRE(::stat((path + "-wal").c_str(), &again) == 0);
+  CHECK(again.st_size == 0);
+  CHECK(again.st_ino == wal.st_ino);  // the same file: emptied, not removed and made again
+  CHECK(Names(*MustOpen(path)).size() == 19);
+}
+
 TEST_CASE("two stores on one file see each other's writes") {
   TempHome t;
   const std::string path = herd::controller::StateDbPath();
