@@ -25,7 +25,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from suite import Env, BenchError, log, load, ms  # noqa: E402
 
-TRACE = re.compile(r"herd trace:\s+([0-9.]+) ms \(\+\s*([0-9.]+)\) (.*)")
+TRACE = re.compile(r"herd trace:\s+([0-9.]+) ms \(\+\s*([0-9.]+)\) (.*?)(?: \[cpu [0-9.]+ ms\])?$")
 
 
 def launch_ab(args, env):

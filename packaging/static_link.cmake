@@ -10,7 +10,7 @@
 set(HERD_STATIC_ARCHIVES
     "ssl=libssl.a"
     "crypto=libcrypto.a"
-    "protobuf=libprotobuf.a"
+    "protobuf-lite=libprotobuf-lite.a"
     "boost_json=libboost_json.a"
     "boost_container=libboost_container.a"
     "boost_system=libboost_system.a"

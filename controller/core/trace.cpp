@@ -56,8 +56,10 @@ void TraceMark(std::string_view stage) {
   static Tracer t;
   if (!t.on) return;
   double now = NowMs(CLOCK_BOOTTIME);
-  std::fprintf(stderr, "herd trace: %7.1f ms (+%6.1f) %.*s\n", now - t.start, now - t.last,
-               static_cast<int>(stage.size()), stage.data());
+  // The process's own CPU time so far (user and system, all threads) at the end of the line.
+  std::fprintf(stderr, "herd trace: %7.1f ms (+%6.1f) %.*s [cpu %.1f ms]\n", now - t.start,
+               now - t.last, static_cast<int>(stage.size()), stage.data(),
+               NowMs(CLOCK_PROCESS_CPUTIME_ID));
   t.last = now;
 }
 

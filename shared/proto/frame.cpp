@@ -28,6 +28,13 @@ void InstallLogHandlerOnce() {
   (void)installed;
 }
 
+// "AgentToHead" of herd.v1.AgentToHead (the lite runtime has no descriptors, only the full name).
+template <typename Envelope>
+std::string ShortName() {
+  const std::string full = Envelope::default_instance().GetTypeName();
+  return full.substr(full.rfind('.') + 1);
+}
+
 }  // namespace
 
 template <typename Envelope>
@@ -43,16 +50,16 @@ Result<Envelope> Decode(std::string_view frame) {
   bool parsed = msg.ParseFromArray(frame.data(), static_cast<int>(frame.size()));
   parse_notes = nullptr;
   if (!parsed) {
-    return InvalidArgument("malformed " + Envelope::descriptor()->name() + " frame of " +
+    return InvalidArgument("malformed " + ShortName<Envelope>() + " frame of " +
                            std::to_string(frame.size()) + " bytes" +
                            (notes.empty() ? std::string() : ": " + notes));
   }
   if (msg.version() != herd::v1::PROTOCOL_VERSION_1) {
-    return InvalidArgument(Envelope::descriptor()->name() + " frame has protocol version " +
+    return InvalidArgument(ShortName<Envelope>() + " frame has protocol version " +
                            std::to_string(msg.version()) + ", want 1");
   }
   if (msg.msg_case() == 0) {
-    return InvalidArgument(Envelope::descriptor()->name() + " frame carries no message");
+    return InvalidArgument(ShortName<Envelope>() + " frame carries no message");
   }
   return msg;
 }

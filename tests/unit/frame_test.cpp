@@ -58,7 +58,7 @@ TEST_CASE("garbage, truncated, empty, versionless and oversized frames are rejec
     auto r = Decode<AgentToHead>(wire);
     REQUIRE_FALSE(r.ok());
     CHECK(r.status().message().find("malformed AgentToHead") != std::string::npos);
-    CHECK(r.status().message().find("node_id") != std::string::npos);
+    // The lite runtime (no descriptors) does not name the field.
     CHECK(r.status().message().find("UTF-8") != std::string::npos);
   }
   SUBCASE("random garbage never crashes and never yields a message without a version") {
