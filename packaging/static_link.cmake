@@ -17,9 +17,10 @@ set(HERD_STATIC_ARCHIVES
     "yaml-cpp=libyaml-cpp.a"
     "uv=libuv_a.a,libuv.a"  # Debian names libuv's archive libuv_a.a
     "sqlite3=libsqlite3.a")
-# Archives appended to the group: dependencies that came in through a shared object's DT_NEEDED
-# rather than through CMake (libprotobuf.so needs libz.so).
-set(HERD_STATIC_EXTRA_ARCHIVES "z=libz.a")
+# Archives appended to the group: dependencies that come in through a shared object's DT_NEEDED
+# rather than through CMake, as NAME=archive. None today: libprotobuf.so needed libz.so, the lite
+# runtime (shared/proto) needs nothing.
+set(HERD_STATIC_EXTRA_ARCHIVES "")
 
 function(_herd_find_static_archive var entry)
   string(FIND "${entry}" "=" eq)
