@@ -12,8 +12,8 @@ the node's capacity). Usage: exec_rate.py [--jobs N] [--parallel P]; HERD/HERDLE
 The anchor, measured in the same run (--floor-jobs, 0 to skip): the same number of jobs made of
 nothing but the programs every `herd exec -d -- true` job starts, driven the same way: `herd
 --version` (the CLI's start and exit) and herd-step, the job-process supervisor, with its pty,
-log and exit record, running the job's `/bin/bash`, which starts the CLI. No agent, message or mux: what is left of
-the machine for everything else. Both print the machine's busy CPU per job (/proc/stat).
+log and exit record, running the job's `/bin/bash`, which starts the CLI. No agent, message or
+mux. Both print the machine's busy CPU per job (/proc/stat).
 
 --cluster NAME instead runs `herd exec NAME -d -- true` against an UP cluster of the caller's
 HERD_HOME (made with `herd launch`): the path a user's commands take, through the cluster's kept
@@ -37,14 +37,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import loopback_cluster  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from suite import program_start_cost  # noqa: E402
-
-
-def busy_cpu_s():
-    """Seconds of CPU the whole machine has been busy (user, nice, system, irq, softirq)."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    return (v[0] + v[1] + v[2] + v[5] + v[6]) / os.sysconf("SC_CLK_TCK")
+from suite import busy_cpu_seconds, program_start_cost  # noqa: E402
 
 
 def run_exact(cmd, **kw):
@@ -90,10 +83,10 @@ def floor(jobs, parallel):
                 if "exit_code=0" not in f.read():
                     raise AssertionError(f"job {i} of the anchor did not exit 0")
 
-        b0, t0 = busy_cpu_s(), time.monotonic()
+        b0, t0 = busy_cpu_seconds(), time.monotonic()
         with ThreadPoolExecutor(parallel) as ex:
             list(ex.map(one, range(jobs)))
-        wall, busy = time.monotonic() - t0, busy_cpu_s() - b0
+        wall, busy = time.monotonic() - t0, busy_cpu_seconds() - b0
         return jobs / wall, busy * 1000 / jobs
     finally:
         shutil.rmtree(d, ignore_errors=True)
@@ -134,11 +127,11 @@ def main():
                 raise AssertionError(err)
             return time.monotonic() - t
 
-        b0, t0 = busy_cpu_s(), time.monotonic()
+        b0, t0 = busy_cpu_seconds(), time.monotonic()
         with ThreadPoolExecutor(a.parallel) as ex:
             lat = sorted(ex.map(one, range(a.jobs)))
         wall = time.monotonic() - t0
-        busy_ms = (busy_cpu_s() - b0) * 1000 / a.jobs  # also the jobs that started meanwhile
+        busy_ms = (busy_cpu_seconds() - b0) * 1000 / a.jobs  # also the jobs that started meanwhile
         accepted = a.jobs / wall
         deadline = time.time() + 120
         while True:
