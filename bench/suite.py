@@ -11,6 +11,11 @@
   logs   every rank of an 8-node job prints --log-mb MiB of 100-byte lines; `herd exec` streams
          them to a file vs the same command through 8 warm-ControlMaster `ssh` at once (issue 8
          P4: >= 200 MB/s and >= 0.8x ssh); both outputs are checked line by line (lossless).
+  scale  issue 8 P5-P7 by their own programs (bench/SCALE.md), once the figures above are done and
+         their clusters and Slurm are gone: bench/fleet/exec_rate.py on a fresh 1-node cluster
+         (1000 `herd exec -d`, with its anchor: the same jobs made of their program starts
+         alone), fleet_sim (1000 simulated agents against the real head) and agent_footprint.sh
+         (an idle worker's RSS and wakeups); their figures and PASS/FAIL lines, as printed.
 
 Writes bench/results/<stamp>.md (table, machine, load average per figure) and PNG plots (latency vs
 N, launch time vs N) when matplotlib is installed; prints the table. Needs root. See
@@ -406,6 +411,50 @@ def log_throughput(env, ssh, herd, cluster, ips, mb, reps):
     return herd_rates, ssh_rates, ssh_pty_rates, lines, failures, l0, load(), cpu
 
 
+# Lines of the scale programs' output that the report keeps (their figures and verdicts).
+SCALE_KEEP = ("PASS", "FAIL", "idle:", "head RSS", "gang of", "burst of", "head: ", "anchor:",
+              "machine busy", "expected at most")
+
+
+def scale_figures(env, herd, args):
+    """P7, P5, P6 (bench/SCALE.md) by their own programs: {figure: (command, rc, kept lines,
+    seconds)}. A program that fails keeps its last lines instead, and the suite goes on."""
+    build = os.path.dirname(os.path.dirname(herd))
+    herdlet = os.path.join(build, "agent", "herdlet")
+    fleet = os.path.join(build, "bench", "fleet", "fleet_sim")
+    runs = []
+    if args.p7_jobs > 0:
+        runs.append(("P7", [sys.executable, os.path.join(REPO, "bench", "fleet", "exec_rate.py"),
+                            "--cluster", None, "--jobs", str(args.p7_jobs)]))
+    if args.fleet_agents > 0:
+        if os.access(fleet, os.X_OK):
+            runs.append(("P5", [fleet, "--herdlet", herdlet, "--agents", str(args.fleet_agents)]))
+        else:
+            log(f"no {fleet} (ninja -C {build} fleet_sim): P5 skipped")
+    if args.footprint_seconds > 0:
+        runs.append(("P6", ["bash", os.path.join(REPO, "bench", "fleet", "agent_footprint.sh"),
+                            build, str(args.footprint_seconds)]))
+    out = {}
+    for figure, argv in runs:
+        name = None
+        if None in argv:  # P7 submits to a fresh 1-node cluster of the suite's HERD_HOME
+            name = f"hb{secrets.token_hex(2)}"
+            env.launch(name, 1)
+            argv = [name if a is None else a for a in argv]
+        secs, rc, text = env.run(argv, timeout=LAUNCH_TIMEOUT_S + 300, check=False,
+                                 env=dict(env.env, HERD=herd, HERDLET=herdlet))
+        if name:
+            env.down(name)
+        lines = [ln.strip() for ln in text.splitlines()
+                 if (ln.strip().startswith(SCALE_KEEP) or " x `herd exec" in ln) and
+                 not ln.startswith("head: pid")]
+        if rc not in (0, 1) or not lines:  # 1: a goal not met, still a measurement
+            lines = text.strip().splitlines()[-15:]
+        out[figure] = (" ".join(argv), rc, lines, secs)
+        log(f"{figure}: rc={rc}, {secs:.0f} s")
+    return out
+
+
 def program_start_cost(runs=200):
     """Wall and CPU milliseconds per start of /bin/true, RUNS in a row. This VM's speed changes
     from day to day (the same build's cold 8-node launch took 5.7-8.6 s on different days), and
@@ -447,6 +496,12 @@ def main():
     ap.add_argument("--log-mb", type=int, default=32,
                     help="MiB each of the 8 ranks prints in the log throughput figure (0: skip)")
     ap.add_argument("--log-reps", type=int, default=3)
+    ap.add_argument("--p7-jobs", type=int, default=1000,
+                    help="`herd exec -d` jobs of the P7 figure, exec_rate.py (0: skip)")
+    ap.add_argument("--fleet-agents", type=int, default=1000,
+                    help="simulated agents of the P5 figure, fleet_sim (0: skip)")
+    ap.add_argument("--footprint-seconds", type=int, default=30,
+                    help="seconds the P6 figure watches an idle agent (0: skip)")
     ap.add_argument("--out", default=os.path.join(REPO, "bench", "results"))
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes.split(",") if x]
@@ -533,6 +588,14 @@ def main():
         if args.log_mb > 0:
             results["logs"] = log_throughput(env, ssh, herds["herd"], cluster, ips, args.log_mb,
                                              args.log_reps)
+        # ---- scale (P5-P7), on a machine without the figures' clusters and Slurm ----
+        slurm.stop()
+        slurm = None
+        ssh.close(ips)
+        ssh = None
+        env.down_all()
+        l0 = load()
+        results["scale"] = (scale_figures(env, herds["herd"], args), l0, load())
         report += table(results, herds, bashrc_absent, args.reps)
     except BenchError as e:
         log(f"FAILED: {e}")
@@ -620,6 +683,12 @@ def table(results, herds, bashrc_absent, reps):
                 f", ssh -T {statistics.median(cpu['-T']):.1f}, ssh -tt "
                 f"{statistics.median(cpu['-tt']):.1f}", ""]
         out += [f"herd run FAILED: {f}" for f in failures] + ([""] if failures else [])
+    scale, l0, l1 = results.get("scale", ({}, 0, 0))
+    if scale:
+        out += ["## scale: P7 `herd exec -d` rate (with its anchor), P5 simulated agents against "
+                "the head, P6 an idle agent (bench/SCALE.md)", "", f"load {l0:.1f}-{l1:.1f}", ""]
+        for figure, (argv, rc, lines, secs) in scale.items():
+            out += [f"{figure}: `{argv}` (rc {rc}, {secs:.0f} s)", "", "```", *lines, "```", ""]
     return out
 
 
