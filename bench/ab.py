@@ -17,6 +17,7 @@ Needs root (the local provider makes network namespaces). Clusters are named wit
 import argparse
 import os
 import re
+import shutil
 import signal
 import statistics
 import sys
@@ -126,16 +127,19 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     env = Env(args.a, tempfile.mkdtemp(prefix="herd-ab-"))
     log(f"load at start {load():.2f}")
+    code = 1
     try:
         {"launch": launch_ab, "exec": exec_ab, "agent": agent_ab}[args.mode](args, env)
+        code = 0
     except (BenchError, KeyboardInterrupt) as e:
         log(f"failed: {e}; commands in {env.log_path}")
-        return 1
     finally:
         env.herd = args.a
         env.down_all()
         log(f"load at end {load():.2f}")
-    return 0
+        if code == 0:  # a failed run keeps its command log (named above)
+            shutil.rmtree(env.workdir, ignore_errors=True)
+    return code
 
 
 if __name__ == "__main__":
