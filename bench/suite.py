@@ -422,31 +422,31 @@ def scale_figures(env, herd, args):
     build = os.path.dirname(os.path.dirname(herd))
     herdlet = os.path.join(build, "agent", "herdlet")
     fleet = os.path.join(build, "bench", "fleet", "fleet_sim")
-    runs = []
+    runs = []  # (figure, argv, the 1-node cluster of the suite's HERD_HOME it submits to)
     if args.p7_jobs > 0:
+        name = f"hb{secrets.token_hex(2)}"
         runs.append(("P7", [sys.executable, os.path.join(REPO, "bench", "fleet", "exec_rate.py"),
-                            "--cluster", None, "--jobs", str(args.p7_jobs)]))
+                            "--cluster", name, "--jobs", str(args.p7_jobs)], name))
     if args.fleet_agents > 0:
         if os.access(fleet, os.X_OK):
-            runs.append(("P5", [fleet, "--herdlet", herdlet, "--agents", str(args.fleet_agents)]))
+            runs.append(("P5", [fleet, "--herdlet", herdlet, "--agents", str(args.fleet_agents)],
+                         None))
         else:
             log(f"no {fleet} (ninja -C {build} fleet_sim): P5 skipped")
     if args.footprint_seconds > 0:
         runs.append(("P6", ["bash", os.path.join(REPO, "bench", "fleet", "agent_footprint.sh"),
-                            build, str(args.footprint_seconds)]))
+                            build, str(args.footprint_seconds)], None))
     out = {}
-    for figure, argv in runs:
-        name = None
-        if None in argv:  # P7 submits to a fresh 1-node cluster of the suite's HERD_HOME
-            name = f"hb{secrets.token_hex(2)}"
-            env.launch(name, 1)
-            argv = [name if a is None else a for a in argv]
+    for figure, argv, cluster in runs:
+        if cluster:
+            env.launch(cluster, 1)
         secs, rc, text = env.run(argv, timeout=LAUNCH_TIMEOUT_S + 300, check=False,
                                  env=dict(env.env, HERD=herd, HERDLET=herdlet))
-        if name:
-            env.down(name)
-        lines = [ln.strip() for ln in text.splitlines()
-                 if (ln.strip().startswith(SCALE_KEEP) or " x `herd exec" in ln) and
+        if cluster:
+            env.down(cluster)
+        stripped = (ln.strip() for ln in text.splitlines())
+        lines = [ln for ln in stripped
+                 if (ln.startswith(SCALE_KEEP) or " x `herd exec" in ln) and
                  not ln.startswith("head: pid")]
         if rc not in (0, 1) or not lines:  # 1: a goal not met, still a measurement
             lines = text.strip().splitlines()[-15:]

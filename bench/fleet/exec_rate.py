@@ -28,7 +28,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -37,20 +36,17 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import loopback_cluster  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from suite import busy_cpu_seconds, program_start_cost  # noqa: E402
+from suite import busy_cpu_seconds, program_start_cost, wait_exact  # noqa: E402
 
 
-def run_exact(cmd, **kw):
-    """Runs CMD to its end, seen when it happens (no timeout polling: bench/suite.py wait_exact);
-    a timer kills a command that hangs. Returns (returncode, stderr)."""
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, **kw)
-    timer = threading.Timer(120, p.kill)
-    timer.start()
-    try:
-        _, err = p.communicate()
-    finally:
-        timer.cancel()
-    return p.returncode, err.decode(errors="replace")
+def run_exact(cmd):
+    """Runs CMD to its end, seen when it happens (bench/suite.py wait_exact, which also kills a
+    command that hangs). Returns (returncode, stderr)."""
+    with tempfile.TemporaryFile() as err:
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
+        rc = wait_exact([p], 120)[0]
+        err.seek(0)
+        return rc, err.read().decode(errors="replace")
 
 
 def step_program():
