@@ -218,17 +218,40 @@ void Head::HandleAgent(const ConnPtr& conn, const AgentToHead& msg) {
     case AgentToHead::kHeartbeat:
       break;
     case AgentToHead::kStarted:
-      HandleStarted(msg.started());
+      if (RunsOn(it->second, msg.started().key())) HandleStarted(msg.started());
       break;
     case AgentToHead::kOutput:
-      HandleOutput(msg.output());
+      if (RunsOn(it->second, msg.output().key())) HandleOutput(msg.output());
       break;
     case AgentToHead::kExited:
-      HandleExited(msg.exited());
+      if (RunsOn(it->second, msg.exited().key())) HandleExited(msg.exited());
       break;
     default:
       HERD_LOG(kWarn) << "ignoring unknown agent message";
   }
+}
+
+bool Head::RunsOn(const std::string& node_id, const ProcessKey& key) {
+  JobRun* run;
+  ProcEntry* proc;
+  if (!FindJobOfProcess(key, &run, &proc) || proc->node_id == node_id) return true;
+  HERD_LOG(kError) << "ignoring a report of node " << node_id << " about " << ProcessKeyString(key)
+                   << ", which runs on node " << proc->node_id;
+  return false;
+}
+
+Status Head::ProvesNode(const transport::PeerIdentity& peer, const std::string& node_id) const {
+  if (peer.node_name.empty()) {
+    return PermissionDenied("its certificate (" + peer.common_name +
+                            ") proves no node: issued by an older herd; `herd launch -c " +
+                            options_.cluster + "` issues the node a new one");
+  }
+  if (peer.node_cluster != options_.cluster || peer.node_name != node_id) {
+    return PermissionDenied("its certificate proves node " + peer.node_name + " of cluster " +
+                            peer.node_cluster + ", not node " + node_id + " of cluster " +
+                            options_.cluster);
+  }
+  return Status::Ok();
 }
 
 void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
@@ -242,6 +265,13 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
     conn->Close();
   };
   if (id.empty() || reg.node().addresses_size() == 0) return reject("node_id and address required");
+  // Only the holder of node id's certificate may register as id: nothing of a refused registration
+  // (no node entry, no incarnation, no dropped connection of the real agent) is kept.
+  if (Status proven = ProvesNode(conn->peer(), id); !proven.ok()) {
+    HERD_LOG(kError) << "refusing registration as node " << id << " from "
+                     << conn->peer().remote_address << ": " << proven.message();
+    return reject(proven.message());
+  }
   NodeEntry& node = nodes_[id];
   if (reg.incarnation() < node.incarnation) {
     return reject("stale agent: incarnation " + std::to_string(reg.incarnation()) + " < " +
@@ -480,6 +510,17 @@ void Head::NodeLost(const std::string& node_id) {
   }
   for (int64_t id : failed) {
     auto& run = jobs_.at(id);
+    if (run.cancel_requested) {
+      // Cancelled before its node was lost: it ends CANCELLED, as the user asked.
+      for (auto& [name, proc] : run.procs) {
+        if (proc.node_id == node_id && !proc.exited) {
+          proc.exited = true;
+          proc.exit_code = limits::kKilledRankExitCode;
+        }
+      }
+      MaybeAdvance(run);
+      continue;
+    }
     std::string ranks;
     for (auto& [name, proc] : run.procs) {
       if (proc.node_id == node_id && !proc.exited) {
@@ -745,6 +786,18 @@ void Head::Cancel(const ConnPtr& conn, uint64_t request_id, const CancelRequest&
     }
     run.cancel_requested = true;
     KillJobProcesses(run);
+    // A cancel is the user's decision: a rank whose agent is away does not hold the job open.
+    // It counts as killed now; the job is over by the time its agent returns, and the agent is
+    // then told to kill what it still runs of it (HandleRegister).
+    for (auto& [name, proc] : run.procs) {
+      auto node = nodes_.find(proc.node_id);
+      if (proc.exited || (node != nodes_.end() && node->second.conn)) continue;
+      HERD_LOG(kWarn) << "job " << id << ": " << (proc.label.setup ? "setup rank " : "rank ")
+                      << proc.label.rank << " on " << proc.node_id
+                      << ", whose agent is away, is killed when the agent returns";
+      proc.exited = true;
+      proc.exit_code = limits::kKilledRankExitCode;
+    }
     MaybeAdvance(run);
   }
   SendToClient(conn, request_id, std::move(reply));

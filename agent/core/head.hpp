@@ -140,6 +140,11 @@ class Head {
   // Agents.
   void HandleAgent(const ConnPtr& conn, const herd::v1::AgentToHead& msg);
   void HandleRegister(const ConnPtr& conn, const herd::v1::Register& reg);
+  // OK when the peer's certificate proves node node_id of this head's cluster; why not otherwise.
+  Status ProvesNode(const transport::PeerIdentity& peer, const std::string& node_id) const;
+  // False (and logged) when key names a process of this head that runs on another node than
+  // node_id: an agent reports only its own processes. True for keys this head does not know.
+  bool RunsOn(const std::string& node_id, const herd::v1::ProcessKey& key);
   void HandleStarted(const herd::v1::ProcessStarted& started);
   void HandleOutput(const herd::v1::ProcessOutput& out);
   void HandleExited(const herd::v1::ProcessExited& exited);

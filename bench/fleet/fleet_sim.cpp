@@ -425,8 +425,11 @@ int Run(Options opt) {
     a->node_id = name;
     a->address = opt.net + "." + std::to_string(2 + i % 250);
     a->certs = dir + "/sim/" + std::to_string(i);
-    auto pem = herd::tls::IssueCertificate(ca, herd::transport::Role::kAgent, a->node_id,
-                                           {a->address}, {a->node_id});
+    herd::tls::IssueOptions issue;
+    issue.ip_sans = {a->address};
+    issue.dns_sans = {a->node_id};
+    issue.node = herd::tls::NodeIdentity{cluster, a->node_id};
+    auto pem = herd::tls::IssueCertificate(ca, herd::transport::Role::kAgent, a->node_id, issue);
     if (!pem.ok()) {
       std::cerr << "fleet_sim: " << pem.status().message() << "\n";
       cleanup();

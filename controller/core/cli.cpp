@@ -355,6 +355,15 @@ int RunCli(int argc, char** argv) {
   certs_issue->add_option("--node", certs_node, "node name")->required();
   certs_issue->add_option("--ip", certs_ips, "node address (repeatable)")->allow_extra_args(false);
   certs_issue->add_option("--out", certs_out, "output directory")->required();
+  int certs_days = tls::IssueOptions{}.valid_days;
+  double certs_starts_in_days = 0;
+  certs_issue->add_option("--days", certs_days, "days the certificate is valid")
+      ->check(CLI::Range(1, 36500));
+  certs_issue
+      ->add_option("--starts-in-days", certs_starts_in_days,
+                   "days from now when it becomes valid (negative: in the past; default an hour "
+                   "ago)")
+      ->check(CLI::Range(-36500.0, 36500.0));
 
   // herd launch
   auto* launch = app.add_subcommand("launch", "provision a cluster (or reuse it) and run a task");
@@ -543,7 +552,11 @@ int RunCli(int argc, char** argv) {
     return 0;
   }
   if (*certs_issue) {
-    if (auto s = tls::IssueAgentCerts(certs_dir, certs_node, certs_ips, certs_out); !s.ok()) {
+    long not_before = certs_starts_in_days == 0 ? tls::IssueOptions{}.not_before_seconds
+                                                : static_cast<long>(certs_starts_in_days * 86400);
+    if (auto s = tls::IssueAgentCerts(certs_dir, certs_node, certs_ips, certs_out, certs_days,
+                                      not_before);
+        !s.ok()) {
       return Fail(s);
     }
     std::cout << "agent certificate for " << certs_node << " written to " << certs_out << "\n";

@@ -172,7 +172,9 @@ Result<BootstrapResult> BootstrapCluster(SshRunner& ssh, const ClusterRecord& c,
   for (std::size_t i = 0; i < c.nodes.size(); ++i) {
     const NodeRecord& n = c.nodes[i];
     std::string dir = c.state_dir + "/nodes/" + n.name + "/certs";
-    if (!fs::exists(dir + "/agent.crt")) {
+    // A missing certificate, or one that does not prove this node (an older herd's): its head
+    // would refuse the agent.
+    if (!tls::AgentCertsProve(c.certs_dir, n.name, dir)) {
       HERD_RETURN_IF_ERROR(tls::IssueAgentCerts(c.certs_dir, n.name, {InternalIp(n)}, dir));
     }
     AgentInstall a;

@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 namespace herd::tls {
 namespace {
@@ -101,7 +102,7 @@ Result<Owned<EVP_PKEY>> NewKey() {
 
 // Fills version, a random positive 128-bit serial, validity and subject of a new certificate.
 Status InitCert(X509* cert, const std::vector<std::pair<std::string, std::string>>& subject,
-                int valid_days) {
+                int valid_days, long not_before_seconds = IssueOptions{}.not_before_seconds) {
   if (valid_days <= 0) return InvalidArgument("valid_days must be positive");
   if (X509_set_version(cert, X509_VERSION_3) != 1) return SslError("X509_set_version");
   unsigned char serial[16];
@@ -112,9 +113,9 @@ Status InitCert(X509* cert, const std::vector<std::pair<std::string, std::string
   if (!bn || !BN_to_ASN1_INTEGER(bn.get(), X509_get_serialNumber(cert))) {
     return SslError("serial number");
   }
-  // Valid from an hour ago: machines of a cluster do not agree on the time to the second.
-  if (!X509_gmtime_adj(X509_getm_notBefore(cert), -3600) ||
-      !X509_time_adj_ex(X509_getm_notAfter(cert), valid_days, 0, nullptr)) {
+  // Valid for valid_days from notBefore.
+  if (!X509_gmtime_adj(X509_getm_notBefore(cert), not_before_seconds) ||
+      !X509_time_adj_ex(X509_getm_notAfter(cert), valid_days, not_before_seconds, nullptr)) {
     return SslError("validity");
   }
   X509_NAME* name = X509_get_subject_name(cert);
@@ -140,10 +141,24 @@ Status AddExt(X509* cert, X509* issuer, int nid, const char* value) {
   return Status::Ok();
 }
 
+// A GENERAL_NAME of an IA5String type (DNS, URI) pushed onto names.
+Status PushIa5Name(GENERAL_NAMES* names, int type, std::string_view value) {
+  Owned<GENERAL_NAME> gen(GENERAL_NAME_new());
+  ASN1_IA5STRING* ia5 = ASN1_IA5STRING_new();
+  if (!gen || !ia5 || ASN1_STRING_set(ia5, value.data(), static_cast<int>(value.size())) != 1) {
+    ASN1_IA5STRING_free(ia5);
+    return SslError("subjectAltName entry");
+  }
+  GENERAL_NAME_set0_value(gen.get(), type, ia5);
+  if (!sk_GENERAL_NAME_push(names, gen.get())) return SslError("sk_GENERAL_NAME_push");
+  gen.release();
+  return Status::Ok();
+}
+
 // subjectAltName built from GENERAL_NAMEs, so that names are never parsed as config syntax.
-Status AddSans(X509* cert, const std::vector<std::string>& ips,
-               const std::vector<std::string>& dns) {
-  if (ips.empty() && dns.empty()) return Status::Ok();
+Status AddSans(X509* cert, const std::vector<std::string>& ips, const std::vector<std::string>& dns,
+               const std::vector<std::string>& uris) {
+  if (ips.empty() && dns.empty() && uris.empty()) return Status::Ok();
   Owned<GENERAL_NAMES> names(sk_GENERAL_NAME_new_null());
   if (!names) return SslError("sk_GENERAL_NAME_new_null");
   for (const std::string& ip : ips) {
@@ -160,16 +175,9 @@ Status AddSans(X509* cert, const std::vector<std::string>& ips,
   }
   for (const std::string& name : dns) {
     if (name.empty()) return InvalidArgument("empty DNS name");
-    Owned<GENERAL_NAME> gen(GENERAL_NAME_new());
-    ASN1_IA5STRING* ia5 = ASN1_IA5STRING_new();
-    if (!gen || !ia5 || ASN1_STRING_set(ia5, name.data(), static_cast<int>(name.size())) != 1) {
-      ASN1_IA5STRING_free(ia5);
-      return SslError("DNS name");
-    }
-    GENERAL_NAME_set0_value(gen.get(), GEN_DNS, ia5);
-    if (!sk_GENERAL_NAME_push(names.get(), gen.get())) return SslError("sk_GENERAL_NAME_push");
-    gen.release();
+    HERD_RETURN_IF_ERROR(PushIa5Name(names.get(), GEN_DNS, name));
   }
+  for (const std::string& uri : uris) HERD_RETURN_IF_ERROR(PushIa5Name(names.get(), GEN_URI, uri));
   if (X509_add1_ext_i2d(cert, NID_subject_alt_name, names.get(), 0, X509V3_ADD_DEFAULT) != 1) {
     return SslError("subjectAltName");
   }
@@ -198,6 +206,47 @@ bool IsHostName(std::string_view s) {
     if (!ok) return false;
   }
   return true;
+}
+
+// RFC 3986 percent-encoding of everything but the unreserved characters, so that a name can hold
+// no '/' (the separator of the node URI) and no byte a URI may not carry.
+std::string PercentEncode(std::string_view s) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    bool unreserved = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '-' || c == '.' || c == '_' || c == '~';
+    if (unreserved) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 0xF];
+    }
+  }
+  return out;
+}
+
+std::optional<std::string> PercentDecode(std::string_view s) {
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  std::string out;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out += s[i];
+      continue;
+    }
+    if (i + 2 >= s.size()) return std::nullopt;
+    int hi = hex(s[i + 1]), lo = hex(s[i + 2]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out += static_cast<char>(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
 }
 
 Status MakeDir(const std::string& dir) {
@@ -239,7 +288,24 @@ Result<Pem> CreateCa(std::string_view cluster_name, int valid_days) {
 Result<Pem> IssueCertificate(const Pem& ca, Role role, std::string_view common_name,
                              const std::vector<std::string>& ip_sans,
                              const std::vector<std::string>& dns_sans, int valid_days) {
+  IssueOptions options;
+  options.ip_sans = ip_sans;
+  options.dns_sans = dns_sans;
+  options.valid_days = valid_days;
+  return IssueCertificate(ca, role, common_name, options);
+}
+
+Result<Pem> IssueCertificate(const Pem& ca, Role role, std::string_view common_name,
+                             const IssueOptions& options) {
   if (common_name.empty()) return InvalidArgument("common name is empty");
+  std::vector<std::string> uris;
+  if (options.node) {
+    if (role != Role::kAgent) return InvalidArgument("only an agent certificate proves a node");
+    if (options.node->cluster.empty() || options.node->node.empty()) {
+      return InvalidArgument("a node identity needs a cluster and a node name");
+    }
+    uris.push_back(NodeUri(*options.node));
+  }
   std::string_view ou;
   const char* eku = nullptr;
   switch (role) {
@@ -265,7 +331,7 @@ Result<Pem> IssueCertificate(const Pem& ca, Role role, std::string_view common_n
   if (!cert) return SslError("X509_new");
   HERD_RETURN_IF_ERROR(InitCert(
       cert.get(), {{"O", "herd"}, {"OU", std::string(ou)}, {"CN", std::string(common_name)}},
-      valid_days));
+      options.valid_days, options.not_before_seconds));
   if (X509_set_issuer_name(cert.get(), X509_get_subject_name(ca_cert.get())) != 1 ||
       X509_set_pubkey(cert.get(), key.get()) != 1) {
     return SslError("issuer/key");
@@ -278,9 +344,58 @@ Result<Pem> IssueCertificate(const Pem& ca, Role role, std::string_view common_n
   HERD_RETURN_IF_ERROR(AddExt(cert.get(), ca_cert.get(), NID_subject_key_identifier, "hash"));
   HERD_RETURN_IF_ERROR(
       AddExt(cert.get(), ca_cert.get(), NID_authority_key_identifier, "keyid:always"));
-  HERD_RETURN_IF_ERROR(AddSans(cert.get(), ip_sans, dns_sans));
+  HERD_RETURN_IF_ERROR(AddSans(cert.get(), options.ip_sans, options.dns_sans, uris));
   if (X509_sign(cert.get(), ca_key.get(), EVP_sha256()) == 0) return SslError("X509_sign");
   return ToPem(cert.get(), key.get());
+}
+
+Result<std::string> ClusterOfCa(std::string_view ca_cert_pem) {
+  Result<std::string> cn = CommonNameOf(ca_cert_pem);
+  if (!cn.ok()) return cn.status();
+  constexpr std::string_view kPrefix = "herd-ca ";
+  const std::string_view name = *cn;
+  if (name.size() <= kPrefix.size() || !name.starts_with(kPrefix)) {
+    return InvalidArgument("not a herd cluster CA (CN '" + *cn + "')");
+  }
+  return std::string(name.substr(kPrefix.size()));
+}
+
+std::string NodeUri(const NodeIdentity& id) {
+  return std::string(kNodeUriScheme) + PercentEncode(id.cluster) + "/" + PercentEncode(id.node);
+}
+
+Result<NodeIdentity> NodeIdentityOf(const X509* cert) {
+  Owned<GENERAL_NAMES> names(
+      static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr)));
+  std::optional<NodeIdentity> found;
+  for (int i = 0; names && i < sk_GENERAL_NAME_num(names.get()); ++i) {
+    const GENERAL_NAME* gen = sk_GENERAL_NAME_value(names.get(), i);
+    if (gen->type != GEN_URI) continue;
+    const ASN1_IA5STRING* ia5 = gen->d.uniformResourceIdentifier;
+    std::string_view uri(reinterpret_cast<const char*>(ASN1_STRING_get0_data(ia5)),
+                         static_cast<std::size_t>(ASN1_STRING_length(ia5)));
+    if (uri.substr(0, kNodeUriScheme.size()) != kNodeUriScheme) continue;
+    if (found) return InvalidArgument("certificate names more than one node");
+    std::string_view rest = uri.substr(kNodeUriScheme.size());
+    std::size_t slash = rest.find('/');
+    std::optional<std::string> cluster, node;
+    if (slash != std::string_view::npos) {
+      cluster = PercentDecode(rest.substr(0, slash));
+      node = PercentDecode(rest.substr(slash + 1));
+    }
+    if (!cluster || !node || cluster->empty() || node->empty()) {
+      return InvalidArgument("malformed node identity '" + std::string(uri) + "'");
+    }
+    found = NodeIdentity{std::move(*cluster), std::move(*node)};
+  }
+  ERR_clear_error();
+  if (!found) return NotFound("certificate proves no node (no herd-node URI)");
+  return std::move(*found);
+}
+
+Result<NodeIdentity> NodeIdentityOf(std::string_view cert_pem) {
+  HERD_ASSIGN_OR_RETURN(Owned<X509> cert, ParseCert(cert_pem));
+  return NodeIdentityOf(cert.get());
 }
 
 Result<Role> RoleOf(std::string_view cert_pem) {
@@ -324,18 +439,40 @@ Status InitClusterCerts(const std::string& dir, std::string_view cluster) {
 }
 
 Status IssueAgentCerts(const std::string& ca_dir, std::string_view node_name,
-                       const std::vector<std::string>& ips, const std::string& out_dir) {
+                       const std::vector<std::string>& ips, const std::string& out_dir,
+                       int valid_days, long not_before_seconds) {
   Pem ca;
   HERD_ASSIGN_OR_RETURN(ca.cert, ReadFile(Join(ca_dir, kCaCertFile)));
   HERD_ASSIGN_OR_RETURN(ca.key, ReadFile(Join(ca_dir, kCaKeyFile)));
-  std::vector<std::string> dns;
-  if (IsHostName(node_name)) dns.emplace_back(node_name);
-  HERD_ASSIGN_OR_RETURN(Pem agent, IssueCertificate(ca, Role::kAgent, node_name, ips, dns));
+  IssueOptions options;
+  options.ip_sans = ips;
+  if (IsHostName(node_name)) options.dns_sans.emplace_back(node_name);
+  HERD_ASSIGN_OR_RETURN(std::string cluster, ClusterOfCa(ca.cert));
+  options.node = NodeIdentity{std::move(cluster), std::string(node_name)};
+  options.valid_days = valid_days;
+  options.not_before_seconds = not_before_seconds;
+  HERD_ASSIGN_OR_RETURN(Pem agent, IssueCertificate(ca, Role::kAgent, node_name, options));
   HERD_RETURN_IF_ERROR(MakeDir(out_dir));
   HERD_RETURN_IF_ERROR(WriteFileAtomic(Join(out_dir, kAgentKeyFile), agent.key, 0600));
   HERD_RETURN_IF_ERROR(WriteFileAtomic(Join(out_dir, kAgentCertFile), agent.cert, 0644));
   HERD_RETURN_IF_ERROR(WriteFileAtomic(Join(out_dir, kCaCertFile), ca.cert, 0644));
   return Status::Ok();
+}
+
+bool AgentCertsProve(const std::string& ca_dir, std::string_view node_name,
+                     const std::string& out_dir) {
+  auto ca_pem = ReadFile(Join(ca_dir, kCaCertFile));
+  auto cert_pem = ReadFile(Join(out_dir, kAgentCertFile));
+  if (!ca_pem.ok() || !cert_pem.ok()) return false;
+  auto ca = ParseCert(*ca_pem);
+  auto cert = ParseCert(*cert_pem);
+  auto cluster = ClusterOfCa(*ca_pem);
+  if (!ca.ok() || !cert.ok() || !cluster.ok()) return false;
+  EVP_PKEY* ca_key = X509_get0_pubkey(ca->get());
+  bool signed_by_ca = ca_key != nullptr && X509_verify(cert->get(), ca_key) == 1;
+  ERR_clear_error();
+  auto id = NodeIdentityOf(cert->get());
+  return signed_by_ca && id.ok() && id->cluster == *cluster && id->node == node_name;
 }
 
 }  // namespace herd::tls

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +30,34 @@ inline constexpr std::string_view kClientOu = "herd-client";
 
 // A self-signed CA for one cluster (CN "herd-ca <cluster>").
 Result<Pem> CreateCa(std::string_view cluster_name, int valid_days = 3650);
+// The cluster a CA made by CreateCa is for (its CN without "herd-ca ").
+Result<std::string> ClusterOfCa(std::string_view ca_cert_pem);
+
+// The node an agent certificate proves: its subjectAltName holds the URI
+// "herd-node://<cluster>/<node>" (both percent-encoded). The head accepts an agent's registration
+// as node N of cluster C only over a connection whose certificate proves exactly (C, N).
+struct NodeIdentity {
+  std::string cluster;
+  std::string node;
+  bool operator==(const NodeIdentity&) const = default;
+};
+inline constexpr std::string_view kNodeUriScheme = "herd-node://";
+std::string NodeUri(const NodeIdentity& id);
+// The identity in a certificate's URI SANs: NotFound when it has none (a certificate issued
+// before identities were bound, or a client's), InvalidArgument when it has two or a bad one.
+Result<NodeIdentity> NodeIdentityOf(const ::x509_st* cert);
+Result<NodeIdentity> NodeIdentityOf(std::string_view cert_pem);
+
+// What IssueCertificate puts into a leaf certificate besides its role and common name.
+struct IssueOptions {
+  std::vector<std::string> ip_sans;
+  std::vector<std::string> dns_sans;
+  std::optional<NodeIdentity> node;  // agents: the node the certificate proves
+  int valid_days = 825;
+  // notBefore, relative to now: an hour back by default, since the machines of a cluster do not
+  // agree on the time to the second. A positive value issues a certificate valid only later.
+  long not_before_seconds = -3600;
+};
 
 // A leaf certificate signed by `ca`. Agent certificates may serve and dial (serverAuth and
 // clientAuth); client certificates may only dial (clientAuth). ip_sans and dns_sans go into the
@@ -37,6 +66,8 @@ Result<Pem> IssueCertificate(const Pem& ca, herd::transport::Role role,
                              std::string_view common_name,
                              const std::vector<std::string>& ip_sans = {},
                              const std::vector<std::string>& dns_sans = {}, int valid_days = 825);
+Result<Pem> IssueCertificate(const Pem& ca, herd::transport::Role role,
+                             std::string_view common_name, const IssueOptions& options);
 
 // The role from the subject OU; kUnknown for a certificate without a herd role (e.g. the CA).
 Result<herd::transport::Role> RoleOf(std::string_view cert_pem);
@@ -62,10 +93,20 @@ inline constexpr std::string_view kAgentKeyFile = "agent.key";
 // (AlreadyExists) when dir/ca.key exists: replacing a CA would lock out every agent.
 Status InitClusterCerts(const std::string& dir, std::string_view cluster);
 
-// Issues an agent certificate for `node_name` (CN, and DNS SAN when it is a valid host name) with
-// `ips` as IP SANs from the CA in `ca_dir`, and writes out_dir/ca.crt, out_dir/agent.crt and
-// out_dir/agent.key (0600). The CA key never goes to out_dir.
+// Issues an agent certificate for `node_name` (CN, DNS SAN when it is a valid host name, and the
+// node identity of the CA's cluster) with `ips` as IP SANs from the CA in `ca_dir`, and writes
+// out_dir/ca.crt, out_dir/agent.crt and out_dir/agent.key (0600). The CA key never goes to out_dir.
+// `valid_days` and `not_before_seconds` as in IssueOptions.
 Status IssueAgentCerts(const std::string& ca_dir, std::string_view node_name,
-                       const std::vector<std::string>& ips, const std::string& out_dir);
+                       const std::vector<std::string>& ips, const std::string& out_dir,
+                       int valid_days = IssueOptions{}.valid_days,
+                       long not_before_seconds = IssueOptions{}.not_before_seconds);
+
+// Whether out_dir/agent.crt proves node `node_name` of the cluster of the CA in `ca_dir` and was
+// signed by that CA: false for a certificate of an older herd (no identity), of another node or
+// of another CA, or a missing one. An agent with such a certificate is refused by its head, so a
+// launch issues it a new one.
+bool AgentCertsProve(const std::string& ca_dir, std::string_view node_name,
+                     const std::string& out_dir);
 
 }  // namespace herd::tls

@@ -34,6 +34,10 @@ struct TlsFiles {
 struct PeerIdentity {
   Role role = Role::kUnknown;
   std::string common_name;
+  // The node an agent's certificate proves (shared/tls/certs.hpp NodeIdentity); both empty for a
+  // certificate that proves none (a client's, or an agent's issued by an older herd).
+  std::string node_cluster;
+  std::string node_name;
   std::string remote_address;  // IP of the peer's socket
   uint16_t remote_port = 0;
 };

@@ -128,6 +128,16 @@ Status ReadPeerCertificate(SSL* ssl, PeerIdentity& peer) {
   if (cert == nullptr) return PermissionDenied("the peer presented no certificate");
   HERD_ASSIGN_OR_RETURN(peer.role, tls::RoleOf(cert));
   HERD_ASSIGN_OR_RETURN(peer.common_name, tls::CommonNameOf(cert));
+  if (peer.role == Role::kAgent) {
+    Result<tls::NodeIdentity> node = tls::NodeIdentityOf(cert);
+    if (node.ok()) {
+      peer.node_cluster = std::move(node->cluster);
+      peer.node_name = std::move(node->node);
+    } else if (node.status().code() != Code::kNotFound) {
+      return PermissionDenied("agent certificate of " + peer.common_name + ": " +
+                              node.status().message());
+    }
+  }
   return Status::Ok();
 }
 
@@ -215,7 +225,7 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
 
   void on_tls_accept(beast::error_code ec) {
     if (finished_) return;
-    if (ec) return fail(ec, "TLS handshake with " + target_);
+    if (ec) return fail(ec, "TLS handshake with " + target_ + VerifyFailure());
     Status identity = ReadPeerCertificate(ws_.next_layer().native_handle(), peer_);
     if (!identity.ok()) return refuse(identity.WithContext("client " + target_));
     do_read_request();
@@ -351,13 +361,7 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
 
   void on_tls_handshake(beast::error_code ec) {
     if (finished_) return;
-    if (ec) {
-      std::string what = "TLS handshake with " + target_;
-      long verify = SSL_get_verify_result(ws_.next_layer().native_handle());
-      if (verify != X509_V_OK)
-        what += std::string(" (") + X509_verify_cert_error_string(verify) + ")";
-      return fail(ec, what);
-    }
+    if (ec) return fail(ec, "TLS handshake with " + target_ + VerifyFailure());
     Status identity = ReadPeerCertificate(ws_.next_layer().native_handle(), peer_);
     if (!identity.ok()) return refuse(identity.WithContext("server " + target_));
     if (peer_.role != Role::kAgent) {
@@ -388,6 +392,15 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
     dial_done_ = nullptr;
     done(std::shared_ptr<Connection>(shared_from_this()));
     start_io();
+  }
+
+  // Why the peer's certificate was not accepted ("certificate has expired", "certificate is not
+  // yet valid", "unable to get local issuer certificate" for another cluster's CA), as " (...)";
+  // empty when verification was not what failed.
+  std::string VerifyFailure() {
+    long verify = SSL_get_verify_result(ws_.next_layer().native_handle());
+    if (verify == X509_V_OK) return "";
+    return std::string(" (peer certificate: ") + X509_verify_cert_error_string(verify) + ")";
   }
 
   void configure_websocket(beast::role_type role) {

@@ -4,10 +4,12 @@
 // connections; the target checks that
 //   - the head never crashes (run under ASan/UBSan in the fuzzing build);
 //   - a frame that does not decode closes its connection and changes no node;
-//   - a Register without node id or address is refused (RegisterAck{accepted=false}), its
-//     connection closed, and the head's node list is unchanged;
+//   - a Register without node id or address, or as another node than the one the connection's
+//     certificate proves, is refused (RegisterAck{accepted=false}), its connection closed, and the
+//     head's node list is unchanged;
 //   - a refused or closed connection gets no further messages delivered (as a real websocket).
-// Input format: records of [selector byte][length: 2 bytes, little endian][frame bytes].
+// Input format: records of [selector byte: connection % 3][length: 2 bytes, little endian][frame
+// bytes].
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
@@ -39,8 +41,13 @@ constexpr int kInputsPerHead = 500;
 
 class FakeConn : public herd::transport::Connection {
  public:
+  // An agent's connection proves node `name` of cluster "fuzz", as its certificate would.
   FakeConn(herd::transport::Role role, std::string name) {
     peer_.role = role;
+    if (role == herd::transport::Role::kAgent) {
+      peer_.node_cluster = "fuzz";
+      peer_.node_name = name;
+    }
     peer_.common_name = std::move(name);
     peer_.remote_address = "127.0.0.1";
   }
@@ -134,13 +141,16 @@ bool RefusedRegister(const FakeConn& conn, std::size_t sent_before) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Harness& h = TheHarness();
   if (++h.inputs % kInputsPerHead == 0) h.NewHead();
-  std::shared_ptr<FakeConn> agents[2] = {
+  // Two connections of node fuzz-worker1 (an agent and its restarted successor) and one of
+  // fuzz-worker2 (another node's certificate, which must not register as fuzz-worker1).
+  std::shared_ptr<FakeConn> agents[3] = {
+      std::make_shared<FakeConn>(herd::transport::Role::kAgent, "fuzz-worker1"),
       std::make_shared<FakeConn>(herd::transport::Role::kAgent, "fuzz-worker1"),
       std::make_shared<FakeConn>(herd::transport::Role::kAgent, "fuzz-worker2")};
 
   std::size_t pos = 0;
   while (pos + 3 <= size) {
-    const std::shared_ptr<FakeConn>& target = agents[data[pos] & 1];
+    const std::shared_ptr<FakeConn>& target = agents[data[pos] % 3];
     FakeConn& conn = *target;
     std::size_t len = data[pos + 1] | (static_cast<std::size_t>(data[pos + 2]) << 8);
     pos += 3;
@@ -152,7 +162,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto decoded = herd::proto::Decode<AgentToHead>(frame);
     bool bad_register = decoded.ok() && decoded->has_register_() &&
                         (decoded->register_().node().node_id().empty() ||
-                         decoded->register_().node().addresses_size() == 0);
+                         decoded->register_().node().addresses_size() == 0 ||
+                         decoded->register_().node().node_id() != conn.peer().node_name);
     bool must_not_change = !decoded.ok() || bad_register;
     std::string nodes_before = must_not_change ? h.NodeList() : std::string();
     std::size_t sent_before = conn.sent.size();

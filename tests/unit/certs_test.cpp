@@ -208,3 +208,65 @@ TEST_CASE("cluster and agent directory layout") {
 
 }  // namespace
 }  // namespace herd::tls
+
+namespace herd::tls {
+namespace {
+
+TEST_CASE("an agent certificate proves its node of its CA's cluster, and nothing else does") {
+  TempDir root("herd-certs-identity");
+  std::string cluster = root / "cluster", other = root / "other";
+  REQUIRE(InitClusterCerts(cluster, "prod").ok());
+  REQUIRE(InitClusterCerts(other, "staging").ok());
+  CHECK(ClusterOfCa(ReadFile(cluster + "/ca.crt").value()).value() == "prod");
+  CHECK(ClusterOfCa(ReadFile(cluster + "/client.crt").value()).status().code() ==
+        Code::kInvalidArgument);
+
+  REQUIRE(IssueAgentCerts(cluster, "prod-worker1", {"10.0.0.2"}, root / "w1").ok());
+  std::string w1 = ReadFile(root / "w1/agent.crt").value();
+  CHECK(NodeIdentityOf(w1).value() == NodeIdentity{"prod", "prod-worker1"});
+  CHECK(AgentCertsProve(cluster, "prod-worker1", root / "w1"));
+  CHECK_FALSE(AgentCertsProve(cluster, "prod-head", root / "w1"));   // another node
+  CHECK_FALSE(AgentCertsProve(other, "prod-worker1", root / "w1"));  // another CA
+  CHECK_FALSE(AgentCertsProve(cluster, "prod-worker1", root / "missing"));
+
+  // A certificate without an identity (as an older herd issued them) proves nothing.
+  Pem ca{ReadFile(cluster + "/ca.crt").value(), ReadFile(cluster + "/ca.key").value()};
+  Pem legacy = IssueCertificate(ca, Role::kAgent, "prod-worker1", {"10.0.0.2"}).value();
+  CHECK(NodeIdentityOf(legacy.cert).status().code() == Code::kNotFound);
+  fs::create_directories(root / "legacy");
+  REQUIRE(WriteFileAtomic(root / "legacy/agent.crt", legacy.cert, 0644).ok());
+  CHECK_FALSE(AgentCertsProve(cluster, "prod-worker1", root / "legacy"));
+  CHECK(NodeIdentityOf(ReadFile(cluster + "/client.crt").value()).status().code() ==
+        Code::kNotFound);
+
+  // Names with the URI's separators and odd bytes round-trip; no name can pose as another.
+  IssueOptions odd;
+  odd.node = NodeIdentity{"a/b c", "n%2F/é"};
+  Pem odd_pem = IssueCertificate(ca, Role::kAgent, "odd", odd).value();
+  CHECK(NodeIdentityOf(odd_pem.cert).value() == NodeIdentity{"a/b c", "n%2F/é"});
+  CHECK(NodeUri({"a/b c", "n%2F/é"}) == "herd-node://a%2Fb%20c/n%252F%2F%C3%A9");
+
+  IssueOptions client_with_node;
+  client_with_node.node = NodeIdentity{"prod", "x"};
+  CHECK(IssueCertificate(ca, Role::kClient, "u", client_with_node).status().code() ==
+        Code::kInvalidArgument);
+}
+
+TEST_CASE("a certificate's validity window can start in the past or the future") {
+  TempDir root("herd-certs-validity");
+  REQUIRE(InitClusterCerts(root / "cluster", "prod").ok());
+  REQUIRE(IssueAgentCerts(root / "cluster", "n", {}, root / "expired", 1, -10 * 86400).ok());
+  REQUIRE(IssueAgentCerts(root / "cluster", "n", {}, root / "later", 30, 2 * 86400).ok());
+  X509Ptr expired = Parse(ReadFile(root / "expired/agent.crt").value());
+  X509Ptr later = Parse(ReadFile(root / "later/agent.crt").value());
+  // Against now: the first ended 9 days ago, the second starts in 2 days.
+  CHECK(X509_cmp_current_time(X509_get0_notAfter(expired.get())) < 0);
+  CHECK(X509_cmp_current_time(X509_get0_notBefore(later.get())) > 0);
+  CHECK(X509_cmp_current_time(X509_get0_notAfter(later.get())) > 0);
+  std::string ca = ReadFile(root / "cluster/ca.crt").value();
+  CHECK_FALSE(Verifies(ca, ReadFile(root / "expired/agent.crt").value(), X509_PURPOSE_SSL_CLIENT));
+  CHECK_FALSE(Verifies(ca, ReadFile(root / "later/agent.crt").value(), X509_PURPOSE_SSL_CLIENT));
+}
+
+}  // namespace
+}  // namespace herd::tls

@@ -714,5 +714,100 @@ TEST_CASE("a worker started before its head registers soon after the head listen
   fs::remove_all(dir);
 }
 
+// Waits until `pred` holds (checked on the io thread), for at most 10 s.
+bool WaitOnIo(Cluster& c, const std::function<bool()>& pred) {
+  for (int i = 0; i < 200; ++i) {
+    bool done = false;
+    c.OnIo([&] { done = pred(); });
+    if (done) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return false;
+}
+
+TEST_CASE("an agent registers only as the node its certificate proves") {
+  Cluster c;
+  auto client = c.Client();
+  // Worker 1's certificate (readable by anyone who holds that node) with a forged config: it
+  // claims to be the head node, or a node that does not exist, with an incarnation from the far
+  // future (which, if accepted, would lock the real agent out as stale).
+  std::string node_id;
+  SUBCASE("as the head node") { node_id = "unit-head"; }
+  SUBCASE("as a node that does not exist") { node_id = "unit-phantom"; }
+  AgentConfig forged = c.configs[1];
+  forged.node_id = node_id;
+  forged.address = "127.0.0.9";
+  forged.state_dir = (c.dir / "forged-state").string();
+  fs::create_directories(forged.state_dir);
+  std::ofstream(forged.state_dir + "/incarnation") << "9000000000000000000\n";
+  FakeLauncher forged_launcher(c.io);
+  std::unique_ptr<Worker> impostor;
+  c.OnIo([&] {
+    impostor = std::make_unique<Worker>(c.io, forged, forged_launcher, c.gpus, false);
+    REQUIRE(impostor->Start().ok());
+  });
+  // The head refuses it, and the refused agent stops.
+  CHECK(WaitOnIo(c, [&] { return impostor->state() == Worker::State::kTerminating; }));
+
+  auto nodes = client->Nodes();
+  REQUIRE(nodes.ok());
+  REQUIRE(nodes->nodes_size() == 2);
+  for (int i = 0; i < 2; ++i) {
+    CHECK(nodes->nodes(i).node_id() != "unit-phantom");
+    CHECK(nodes->nodes(i).addresses(0) == "127.0.0.1");
+    CHECK(nodes->alive(i));
+  }
+  // The real head-node agent restarts (a new incarnation, lower than the forged one) and is still
+  // accepted; jobs run on the real nodes, never on the impostor.
+  c.RestartWorker(0);
+  client = c.Client();
+  auto job = client->Submit(TwoNodes("", "echo run"), "alice");
+  REQUIRE(job.ok());
+  Follow follow(c, *job);
+  REQUIRE(c.launchers[0]->WaitSpawns(1));
+  REQUIRE(c.launchers[1]->WaitSpawns(1));
+  c.launchers[0]->Exit(0, 0);
+  c.launchers[1]->Exit(0, 0);
+  follow.Join();
+  CHECK(follow.last.state() == herd::v1::JOB_STATE_SUCCEEDED);
+  CHECK(forged_launcher.spawns() == 0);
+  c.OnIo([&] { impostor.reset(); });
+}
+
+TEST_CASE(
+    "a cancel while a node's agent is away ends CANCELLED; the agent kills the rank on return") {
+  Cluster c;
+  auto client = c.Client();
+  auto job = client->Submit(TwoNodes("", "sleep 600"), "dave");
+  REQUIRE(job.ok());
+  Follow follow(c, *job);
+  REQUIRE(c.launchers[0]->WaitSpawns(1));
+  REQUIRE(c.launchers[1]->WaitSpawns(1));
+  // Worker 1's agent goes away (its process keeps running, as a real agent's would).
+  c.OnIo([&] { c.workers[1]->Stop(); });
+  bool away = false;
+  for (int i = 0; i < 100 && !away; ++i) {
+    auto nodes = client->Nodes();
+    REQUIRE(nodes.ok());
+    away = !nodes->alive(1);
+    if (!away) std::this_thread::sleep_for(20ms);
+  }
+  REQUIRE(away);
+  const auto cancelled_at = std::chrono::steady_clock::now();
+  auto cancelled = client->Cancel({*job}, false);
+  REQUIRE(cancelled.ok());
+  CHECK(*cancelled == std::vector<int64_t>{*job});
+  follow.Join();
+  // CANCELLED at once, not FAILED once the node is declared lost.
+  CHECK(follow.last.state() == herd::v1::JOB_STATE_CANCELLED);
+  CHECK(std::chrono::steady_clock::now() - cancelled_at < limits::kNodeLostAfter);
+  CHECK(c.launchers[0]->kills() == std::vector<std::string>{JobGroupName(*job, 1)});
+  // The agent returns (a new incarnation adopting the running rank) and is told to kill it.
+  c.RestartWorker(1);
+  REQUIRE(c.launchers[1]->WaitSpawns(1));
+  CHECK(WaitOnIo(c, [&] { return !c.launchers[1]->kills().empty(); }));
+  CHECK(c.launchers[1]->kills() == std::vector<std::string>{JobGroupName(*job, 1)});
+}
+
 }  // namespace
 }  // namespace herd::agent

@@ -49,6 +49,12 @@ class Certs {
     return {dir_ / "cluster/ca.crt", dir_ / "other/client.crt", dir_ / "other/client.key"};
   }
   TlsFiles NoCertificate() const { return {dir_ / "cluster/ca.crt", "", ""}; }
+  // An agent certificate of our cluster for `node`, valid for `days` from `not_before_seconds`.
+  TlsFiles AgentValid(const std::string& node, int days, long not_before_seconds) const {
+    std::string out = dir_ / ("agent-" + node);
+    REQUIRE(tls::IssueAgentCerts(dir_ / "cluster", node, {}, out, days, not_before_seconds).ok());
+    return {out + "/ca.crt", out + "/agent.crt", out + "/agent.key"};
+  }
   std::string OtherCa() const { return dir_ / "other/ca.crt"; }
 
  private:
@@ -305,6 +311,33 @@ TEST_CASE("an agent certificate dials /v1/agent") {
   REQUIRE(server_side.WaitOpened(1));
   CHECK(server_side.opened(0)->peer().role == Role::kAgent);
   CHECK(server_side.opened(0)->peer().common_name == "head");
+  CHECK(server_side.opened(0)->peer().node_cluster == "test");
+  CHECK(server_side.opened(0)->peer().node_name == "head");
+}
+
+TEST_CASE("expired and not yet valid agent certificates are refused") {
+  Certs certs;
+  Recorder server_side;
+  IoThread io;
+  auto server = MustListen(io.io(), certs.Agent(), server_side);
+  SUBCASE("expired") {
+    auto conn =
+        DialSync(io.io(), ToServer(*server, certs.AgentValid("old", 1, -10 * 86400), Role::kAgent));
+    REQUIRE_FALSE(conn.ok());
+    CHECK_MESSAGE(conn.status().code() == Code::kPermissionDenied, conn.status().ToString());
+    CHECK_MESSAGE(conn.status().message().find("expired") != std::string::npos,
+                  conn.status().ToString());
+  }
+  SUBCASE("not yet valid") {
+    auto conn =
+        DialSync(io.io(), ToServer(*server, certs.AgentValid("new", 30, 2 * 86400), Role::kAgent));
+    REQUIRE_FALSE(conn.ok());
+    CHECK_MESSAGE(conn.status().code() == Code::kPermissionDenied, conn.status().ToString());
+  }
+  std::this_thread::sleep_for(100ms);
+  CHECK(server_side.opened_count() == 0);
+  auto good = DialSync(io.io(), ToServer(*server, certs.AgentValid("ok", 30, -3600), Role::kAgent));
+  CHECK_MESSAGE(good.ok(), good.status().ToString());
 }
 
 TEST_CASE("clients without a valid certificate of the cluster are refused") {
