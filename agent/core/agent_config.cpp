@@ -19,9 +19,9 @@ Result<AgentConfig> LoadAgentConfig(const std::string& path) {
   }
   if (!root.IsMap()) return InvalidArgument(path + ": expected a map of settings");
   static const std::set<std::string> kKnown = {
-      "role", "cluster", "node_id",   "address",   "listen",
-      "head", "certs",   "state_dir", "port_file", "ready_file",
-      "cpus", "gpus",    "gpu_name",  "cloud",     "expected_nodes"};
+      "role",     "cluster",   "node_id",        "address",    "listen", "head",
+      "certs",    "state_dir", "port_file",      "ready_file", "cpus",   "gpus",
+      "gpu_name", "cloud",     "expected_nodes", "head_node"};
   AgentConfig c;
   try {
     for (const auto& kv : root) {
@@ -55,8 +55,10 @@ Result<AgentConfig> LoadAgentConfig(const std::string& path) {
     if (root["expected_nodes"]) c.expected_nodes = root["expected_nodes"].as<int>();
     if (c.role == AgentConfig::Role::kHead) {
       HERD_ASSIGN_OR_RETURN(c.listen, ParseHostPort(str("listen"), path + ": listen"));
+      c.head_node = c.node_id;
     } else {
       HERD_ASSIGN_OR_RETURN(c.head, ParseHostPort(str("head"), path + ": head"));
+      c.head_node = str("head_node");
     }
   } catch (const YAML::Exception& e) {
     return InvalidArgument(path + ":" + std::to_string(e.mark.line + 1) + ":" +

@@ -36,6 +36,9 @@ struct AgentConfig {
   std::string address;
   HostPort listen;  // head
   HostPort head;    // worker (the head also dials itself here)
+  // The head's node id: the head's certificate must prove it (shared/tls/certs.hpp). The head's own
+  // node id on the head; empty in a worker config of an older herd (then not checked).
+  std::string head_node;
   std::string certs_dir;
   std::string state_dir;
   std::string port_file;

@@ -93,6 +93,8 @@ void Worker::Dial() {
   opts.tls = {config_.certs_dir + "/ca.crt", config_.certs_dir + "/agent.crt",
               config_.certs_dir + "/agent.key"};
   opts.role = transport::Role::kAgent;
+  opts.expect_node_cluster = config_.cluster;
+  opts.expect_node_name = config_.head_node;
   auto alive = alive_;
   opts.handlers.on_message = [this, alive](const auto& conn, std::string msg) {
     if (*alive) OnMessage(conn, std::move(msg));

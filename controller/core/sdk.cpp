@@ -158,6 +158,7 @@ std::string AgentConfigYaml(const ClusterRecord& c, std::size_t i) {
     y += "expected_nodes: " + std::to_string(c.nodes.size()) + "\n";
   } else {
     y += "head: " + InternalIp(*head) + ":" + std::to_string(c.head_port) + "\n";
+    y += "head_node: " + head->name + "\n";
   }
   y += "certs: certs\nstate_dir: state\nready_file: " + std::string(kRemoteReadyFile) +
        "\ncloud: " + c.provider + "\n";

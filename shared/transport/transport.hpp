@@ -103,6 +103,11 @@ struct DialOptions {
   std::shared_ptr<ClientTls> loaded_tls;  // when set, used instead of tls
   Role role = Role::kClient;              // the role of this side's certificate: selects the path
   Handlers handlers;
+  // When set, the server's certificate must prove this node of this cluster (PeerIdentity's
+  // node_cluster and node_name): an agent dials its cluster's head node, not any holder of an
+  // agent certificate of the cluster.
+  std::string expect_node_cluster;
+  std::string expect_node_name;
   // Tests only: dial this path instead of PathForRole(role) (to check that the server refuses a
   // mismatch). An empty tls.cert and tls.key dial without a client certificate (also refused).
   std::string path_override;

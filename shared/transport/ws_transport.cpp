@@ -193,6 +193,8 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
       self->path_ = options.path_override.empty() ? std::string(PathForRole(options.role))
                                                   : options.path_override;
       self->target_ = options.host + ":" + std::to_string(options.port);
+      self->expect_node_cluster_ = options.expect_node_cluster;
+      self->expect_node_name_ = options.expect_node_name;
       if (!options.bind_address.empty()) {
         beast::error_code ec;
         self->bind_address_ = net::ip::make_address(options.bind_address, ec);
@@ -367,6 +369,15 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
     if (peer_.role != Role::kAgent) {
       return refuse(
           PermissionDenied("server " + Describe(peer_) + " does not hold an agent certificate"));
+    }
+    if (!expect_node_name_.empty() &&
+        (peer_.node_cluster != expect_node_cluster_ || peer_.node_name != expect_node_name_)) {
+      return refuse(PermissionDenied("server " + Describe(peer_) + " is not node " +
+                                     expect_node_name_ + " of cluster " + expect_node_cluster_ +
+                                     (peer_.node_name.empty()
+                                          ? std::string(": its certificate proves no node")
+                                          : ": its certificate proves node " + peer_.node_name +
+                                                " of cluster " + peer_.node_cluster)));
     }
     beast::get_lowest_layer(ws_).expires_never();
     configure_websocket(beast::role_type::client);
@@ -572,6 +583,8 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
   std::string host_;
   uint16_t port_ = 0;
   std::string path_;
+  std::string expect_node_cluster_;
+  std::string expect_node_name_;
   std::optional<net::ip::address> bind_address_;
   std::vector<tcp::endpoint> endpoints_;
   std::size_t next_endpoint_ = 0;

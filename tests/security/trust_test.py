@@ -171,6 +171,45 @@ class TrustTest(unittest.TestCase):
                 self.assertNotIn("registered from " + ROGUE_ADDR, self.head_log()[before:])
         self.assert_cluster_intact()
 
+    def test_a_worker_dials_only_its_head_node(self):
+        """Worker 1's stolen certificate serving as a head (a machine that took the head's address
+        on the cluster network): a new node's agent, told its head is the head node, refuses it
+        and never registers there, so the impostor can start nothing on it."""
+        d = os.path.join(self.tmp, "fake-head")
+        os.makedirs(os.path.join(d, "state"))
+        cfg = {"role": "head", "cluster": NAME, "node_id": self.head_node, "address": ROGUE_ADDR,
+               "listen": f"{ROGUE_ADDR}:0", "port_file": os.path.join(d, "port"),
+               "certs": self.worker_certs, "state_dir": os.path.join(d, "state"), "cpus": 2}
+        with open(os.path.join(d, "herdlet.yaml"), "w") as f:
+            json.dump(cfg, f)
+        with open(os.path.join(d, "herdlet.log"), "wb") as log:
+            fake = subprocess.Popen([HERDLET, "--config", os.path.join(d, "herdlet.yaml")],
+                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                    env=dict(os.environ, HOME=d))
+        self.rogues.append(fake)
+        port = wait_for("the fake head's port", lambda: os.path.exists(os.path.join(d, "port"))
+                        and read(os.path.join(d, "port")).strip())
+        victim_node = f"{NAME}-worker2"
+        certs = self.issue("victim", self.cluster.certs, victim_node)
+        v = os.path.join(self.tmp, "victim")
+        os.makedirs(os.path.join(v, "state"))
+        cfg = {"role": "worker", "cluster": NAME, "node_id": victim_node, "address": ROGUE_ADDR,
+               "head": f"{ROGUE_ADDR}:{port}", "head_node": self.head_node, "certs": certs,
+               "state_dir": os.path.join(v, "state"), "cpus": 2}
+        with open(os.path.join(v, "herdlet.yaml"), "w") as f:
+            json.dump(cfg, f)
+        with open(os.path.join(v, "herdlet.log"), "wb") as log:
+            victim = subprocess.Popen([HERDLET, "--config", os.path.join(v, "herdlet.yaml")],
+                                      stdout=log, stderr=subprocess.STDOUT,
+                                      start_new_session=True, env=dict(os.environ, HOME=v))
+        self.rogues.append(victim)
+        wait_for("the victim's refusal of the fake head", lambda: (
+            f"is not node {self.head_node} of cluster {NAME}: its certificate proves node "
+            f"{self.worker_node} of cluster {NAME}") in read(os.path.join(v, "herdlet.log")))
+        self.assertNotIn("registered", read(os.path.join(d, "herdlet.log")).replace(
+            f"node {self.head_node} registered", ""))
+        self.assert_cluster_intact()
+
     def test_each_role_only_at_its_endpoint(self):
         ca = os.path.join(self.cluster.certs, "ca.crt")
         worker = (os.path.join(self.worker_certs, "agent.crt"),

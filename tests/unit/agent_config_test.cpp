@@ -34,6 +34,22 @@ TEST_CASE("a worker config loads") {
   CHECK(c->gpus == 2);
   CHECK(c->gpu_name == "L4");
   CHECK(c->certs_dir == "/x");
+  CHECK(c->head_node.empty());  // a config of an older herd: the head's identity is not checked
+}
+
+TEST_CASE("a worker names its head node; a head is its own") {
+  TempFile w(
+      "role: worker\ncluster: c\nnode_id: c-worker1\naddress: 127.0.0.3\n"
+      "head: 127.0.0.2:7443\nhead_node: c-head\ncerts: /x\nstate_dir: /y\n");
+  auto worker = LoadAgentConfig(w.path);
+  REQUIRE(worker.ok());
+  CHECK(worker->head_node == "c-head");
+  TempFile h(
+      "role: head\ncluster: c\nnode_id: c-head\naddress: 10.0.0.1\nlisten: 10.0.0.1:46590\n"
+      "certs: /x\nstate_dir: /y\n");
+  auto head = LoadAgentConfig(h.path);
+  REQUIRE(head.ok());
+  CHECK(head->head_node == "c-head");
 }
 
 TEST_CASE("relative paths are relative to the config file") {

@@ -214,6 +214,7 @@ struct Cluster {
       c.role = i == 0 ? AgentConfig::Role::kHead : AgentConfig::Role::kWorker;
       c.cluster = "unit";
       c.node_id = name;
+      c.head_node = "unit-head";
       c.address = "127.0.0.1";
       c.head = {"127.0.0.1", port};
       c.certs_dir = certs;

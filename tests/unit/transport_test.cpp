@@ -315,6 +315,31 @@ TEST_CASE("an agent certificate dials /v1/agent") {
   CHECK(server_side.opened(0)->peer().node_name == "head");
 }
 
+TEST_CASE("a dialer that expects a node refuses a server whose certificate proves another") {
+  Certs certs;
+  Recorder server_side;
+  IoThread io;
+  auto server = MustListen(io.io(), certs.Agent(), server_side);  // proves node "head" of "test"
+  DialOptions ok = ToServer(*server, certs.Client(), Role::kClient);
+  ok.expect_node_cluster = "test";
+  ok.expect_node_name = "head";
+  auto conn = DialSync(io.io(), ok);
+  CHECK_MESSAGE(conn.ok(), conn.status().ToString());
+  for (auto [cluster, node] : {std::pair{"test", "worker1"}, std::pair{"other", "head"}}) {
+    CAPTURE(cluster);
+    CAPTURE(node);
+    DialOptions wrong = ToServer(*server, certs.Client(), Role::kClient);
+    wrong.expect_node_cluster = cluster;
+    wrong.expect_node_name = node;
+    auto refused = DialSync(io.io(), wrong);
+    REQUIRE_FALSE(refused.ok());
+    CHECK(refused.status().code() == Code::kPermissionDenied);
+    CHECK_MESSAGE(refused.status().message().find("its certificate proves node head of cluster "
+                                                  "test") != std::string::npos,
+                  refused.status().ToString());
+  }
+}
+
 TEST_CASE("expired and not yet valid agent certificates are refused") {
   Certs certs;
   Recorder server_side;
