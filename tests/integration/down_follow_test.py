@@ -2,7 +2,8 @@
 a 1-node local cluster (name `hdn1`): both followers (one through the cluster's mux, one dialled
 directly) end within seconds of the down with exit 103 and a line that says the cluster was taken
 down; the down leaves no file of the cluster in /tmp or HERD_HOME and no process of it (mux,
-ssh ControlMaster with its forward); a new cluster of the same name launches and runs a job."""
+ssh ControlMaster with its forward); a new cluster of the same name launches and runs a job. A
+follower whose head agent is killed and restarted still redials and resumes, as before."""
 
 import json
 import os
@@ -160,6 +161,31 @@ class DownWhileFollowingTest(unittest.TestCase):
         self.h.herd("down", CLUSTER, "-y")
         self.assertFalse(os.path.exists(self.control_dir))
         self.assertFalse(os.path.exists(os.path.join(self.home, "locks", f"{CLUSTER}.lock")))
+
+    def test_a_follower_whose_head_restarts_still_resumes(self):
+        self.launch()
+        p = self.follow("exec", CLUSTER, "--", "echo started; sleep 5; echo done")
+        # The head's agent dies (its supervisor starts it again); the job's process lives on.
+        ns = f"herd-{CLUSTER}-0"
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+                              text=True).stdout.split()
+        heads = []
+        for pid in pids:
+            try:
+                with open(f"/proc/{pid}/comm") as f:
+                    if f.read().strip() == "herdlet":
+                        heads.append(int(pid))
+            except OSError:
+                pass
+        self.assertEqual(len(heads), 1, pids)
+        os.kill(heads[0], signal.SIGKILL)
+        out, err = p.communicate(timeout=60)
+        err = err.decode(errors="replace")
+        self.assertEqual(p.returncode, 0, err)
+        self.assertEqual([re.sub(r"^\([^)]*\) ", "", x) for x in out.decode().splitlines()],
+                         ["done"])
+        self.assertNotIn("taken down", err)
+        self.assertGreaterEqual(err.count("head connected"), 2, err)  # it redialed
 
 
 if __name__ == "__main__":
