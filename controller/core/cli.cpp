@@ -186,6 +186,11 @@ int FollowJob(HeadClient& client, int64_t job_id, uint64_t offset, bool follow, 
   cb.interrupted = [] { return g_interrupted.load(); };
   if (banner) std::cerr << "Waiting for task resources on " << num_nodes << " node(s).\n";
   auto last = client.Stream(job_id, offset, follow, cb);
+  // Cancelled: the cluster was taken down or stopped while the job ran (HeadClient::Stream); the
+  // job ended with it, by the user's decision, as a cancelled one does.
+  if (!last.ok() && last.status().code() == Code::kCancelled) {
+    return Fail(last.status(), kExitCancelled);
+  }
   if (!last.ok()) return FailForStatus(last.status());
   const JobInfo& j = *last;
   if (g_interrupted) {

@@ -241,6 +241,15 @@ Result<JobInfo> HeadClient::Stream(int64_t job_id, uint64_t offset, bool follow,
       }
       std::this_thread::sleep_for(backoff);
       backoff = std::min(backoff * 2, limits::kReconnectBackoffMax);
+      // Asked right before redialing: a redial renews the cluster's port-forward, which must not
+      // make files again for a cluster that `herd down` is removing.
+      if (gone_) {
+        if (Status gone = gone_(); !gone.ok()) {
+          const int64_t job = last.job_id() != 0 ? last.job_id() : job_id;
+          return Status(gone.code(),
+                        gone.message() + " while job " + std::to_string(job) + " was running");
+        }
+      }
       if (redial_) {
         auto where = redial_();
         if (!where.ok()) continue;

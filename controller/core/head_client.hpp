@@ -43,6 +43,11 @@ class HeadClient {
   // Where to redial after a dropped connection (Stream's reconnect); by default the endpoint it
   // connected to. A cluster's client renews its SSH port-forward here when the master died.
   void SetRedial(std::function<Result<HeadEndpoint>()> redial) { redial_ = std::move(redial); }
+  // Asked by a followed Stream that lost its connection, before each redial: a non-ok answer
+  // (the cluster is being taken down or is gone: redialing cannot bring the job back) ends the
+  // Stream at once with that status instead of retrying for limits::kClientReconnectWindow. An
+  // ok answer (a head restarting, a forward to renew) lets it redial as before.
+  void SetGoneCheck(std::function<Status()> gone) { gone_ = std::move(gone); }
   // The last (re)connection went through the cluster's mux.
   bool via_mux() const { return via_mux_; }
 
@@ -58,7 +63,8 @@ class HeadClient {
   // Streams the merged log of job_id (0: the latest job) from offset. With follow, returns when the
   // job ended (after its last byte) or interrupted() turned true; a dropped connection is redialed
   // and the stream resumed from the last byte received, for up to limits::kClientReconnectWindow
-  // (less when head_node_lost says so).
+  // (less when head_node_lost says so), unless the gone check (SetGoneCheck) says the cluster is
+  // being taken down: then Cancelled("cluster ... was taken down ... while job N was running").
   // Returns the last JobInfo seen.
   Result<herd::v1::JobInfo> Stream(int64_t job_id, uint64_t offset, bool follow,
                                    const StreamCallbacks& callbacks);
@@ -81,6 +87,7 @@ class HeadClient {
   bool via_mux_ = false;
   std::function<void()> cleanup_;
   std::function<Result<HeadEndpoint>()> redial_;
+  std::function<Status()> gone_;
 };
 
 // Exit codes of a followed job (REFERENCE.md): 0 succeeded, 100 failed, 101 not finished,

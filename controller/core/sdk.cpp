@@ -65,6 +65,32 @@ void Report(const ProgressFn& p, const std::string& stage, int done, int total) 
 
 Result<std::unique_ptr<ClusterStore>> OpenStore() { return ClusterStore::Open(StateDbPath()); }
 
+// What `herd down` and `herd stop` write into the cluster's lock while they hold it
+// (ClusterLock::HeldFor): a follower that lost its head reads it to stop redialing at once.
+constexpr char kDownLockWhat[] = "herd down";
+constexpr char kStopLockWhat[] = "herd stop";
+
+// Why a stream of cluster `c` that lost its head should not redial: a `herd down` or `herd stop`
+// of the cluster is running (both take the cluster's lock before they stop its mux, close its
+// ControlMasters or remove its nodes, and hold it until they are done), or has finished (the
+// record is gone, STOPPED, or another cluster of the same name was launched since). Ok when none
+// of these holds or cannot be read: a head that restarts is redialed as always.
+herd::Status WhyClusterGone(const ClusterRecord& c) {
+  const std::string down = "cluster " + c.name + " was taken down (`herd down`)";
+  const std::string stop = "cluster " + c.name + " was stopped (`herd stop`)";
+  if (auto what = ClusterLock::HeldFor(c.name)) {
+    if (*what == kDownLockWhat) return Cancelled(down);
+    if (*what == kStopLockWhat) return Cancelled(stop);
+  }
+  auto store = OpenStore();
+  if (!store.ok()) return herd::Status::Ok();
+  auto now = (*store)->Get(c.name);
+  if (!now.ok()) return herd::Status::Ok();
+  if (!now->has_value() || (*now)->launched_unix_ms != c.launched_unix_ms) return Cancelled(down);
+  if ((*now)->status == ClusterStatus::kStopped) return Cancelled(stop);
+  return herd::Status::Ok();
+}
+
 Result<ClusterRecord> Lookup(ClusterStore& store, const std::string& name) {
   HERD_RETURN_IF_ERROR(ValidateClusterName(name));
   HERD_ASSIGN_OR_RETURN(auto rec, store.Get(name));
@@ -428,6 +454,7 @@ Result<std::unique_ptr<HeadClient>> ConnectHead(const ClusterRecord& c, bool sta
       endpoint.port = static_cast<uint16_t>(p);
       return endpoint;
     });
+    client->SetGoneCheck([c] { return WhyClusterGone(c); });
     return client;
   };
   HERD_ASSIGN_OR_RETURN(int port, forward(-1));
@@ -618,7 +645,7 @@ Result<herd::v1::NodesReply> Nodes(const std::string& cluster) {
 
 herd::Status Stop(const std::string& cluster, ProgressFn progress) {
   HERD_ASSIGN_OR_RETURN(auto lock,
-                        ClusterLock::Acquire(cluster, limits::kClusterLockWait, "herd stop"));
+                        ClusterLock::Acquire(cluster, limits::kClusterLockWait, kStopLockWhat));
   HERD_ASSIGN_OR_RETURN(auto store, OpenStore());
   HERD_ASSIGN_OR_RETURN(ClusterRecord c, Lookup(*store, cluster));
   if (c.status == ClusterStatus::kStopped) return herd::Status::Ok();
@@ -650,7 +677,7 @@ Result<ClusterRecord> Start(const std::string& cluster, ProgressFn progress) {
 
 herd::Status Down(const std::string& cluster, ProgressFn progress) {
   HERD_ASSIGN_OR_RETURN(auto lock,
-                        ClusterLock::Acquire(cluster, limits::kClusterLockWait, "herd down"));
+                        ClusterLock::Acquire(cluster, limits::kClusterLockWait, kDownLockWhat));
   HERD_ASSIGN_OR_RETURN(auto store, OpenStore());
   HERD_ASSIGN_OR_RETURN(ClusterRecord c, Lookup(*store, cluster));
   OpenSshRunner ssh;
@@ -686,6 +713,7 @@ herd::Status Down(const std::string& cluster, ProgressFn progress) {
   std::error_code ec;
   fs::remove_all(c.state_dir, ec);
   fs::remove_all(c.control_dir, ec);
+  lock.ReleaseAndRemove();  // the last file of the cluster
   Report(progress, "Tearing down " + std::to_string(c.nodes.size()) + " node(s)",
          static_cast<int>(c.nodes.size()), static_cast<int>(c.nodes.size()));
   return herd::Status::Ok();

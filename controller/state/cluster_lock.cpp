@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -26,6 +27,14 @@ std::string ReadHolder(int fd) {
   return s;
 }
 
+// Whether `path` still names the file open at fd (`herd down` deletes a cluster's lock file).
+bool StillAtPath(int fd, const std::string& path) {
+  struct stat open_file {};
+  struct stat at_path {};
+  if (fstat(fd, &open_file) != 0 || stat(path.c_str(), &at_path) != 0) return false;
+  return open_file.st_dev == at_path.st_dev && open_file.st_ino == at_path.st_ino;
+}
+
 std::string FormatWait(std::chrono::milliseconds wait) {
   if (wait < std::chrono::seconds(1)) return std::to_string(wait.count()) + " ms";
   return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(wait).count()) + " s";
@@ -43,40 +52,59 @@ Result<ClusterLock> ClusterLock::Acquire(const std::string& cluster, std::chrono
   const std::string home = HerdHome();
   HERD_RETURN_IF_ERROR(EnsureDir(home + "/locks", 0700));
   const std::string path = home + "/locks/" + cluster + ".lock";
-  // The file is never deleted: unlinking a lock file lets a waiter lock the old inode while a
-  // newcomer locks a new one.
-  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoError("cluster " + cluster + ": open lock " + path, errno);
-
   const auto deadline = std::chrono::steady_clock::now() + wait;
   while (true) {
-    if (flock(fd, LOCK_EX | LOCK_NB) == 0) break;
-    const int err = errno;
-    if (err != EWOULDBLOCK && err != EINTR) {
-      close(fd);
-      return ErrnoError("cluster " + cluster + ": lock " + path, err);
+    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) return ErrnoError("cluster " + cluster + ": open lock " + path, errno);
+    while (true) {
+      if (flock(fd, LOCK_EX | LOCK_NB) == 0) break;
+      const int err = errno;
+      if (err != EWOULDBLOCK && err != EINTR) {
+        close(fd);
+        return ErrnoError("cluster " + cluster + ": lock " + path, err);
+      }
+      const std::string holder = ReadHolder(fd);
+      if (holder.rfind(HolderPrefix(), 0) == 0) {
+        close(fd);
+        return FailedPrecondition("cluster " + cluster + ": this process already holds its lock (" +
+                                  holder + ")");
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        close(fd);
+        const std::string who = holder.empty() ? "" : " (" + holder + ")";
+        return DeadlineExceeded("cluster " + cluster + " is busy: another herd command" + who +
+                                " holds its lock; gave up after " + FormatWait(wait));
+      }
+      std::this_thread::sleep_for(limits::kClusterLockPollInterval);
     }
-    const std::string holder = ReadHolder(fd);
-    if (holder.rfind(HolderPrefix(), 0) == 0) {
-      close(fd);
-      return FailedPrecondition("cluster " + cluster + ": this process already holds its lock (" +
-                                holder + ")");
+    if (!StillAtPath(fd, path)) {
+      close(fd);  // removed by the `herd down` we waited for: lock the file now at the path
+      continue;
     }
-    if (std::chrono::steady_clock::now() >= deadline) {
-      close(fd);
-      const std::string who = holder.empty() ? "" : " (" + holder + ")";
-      return DeadlineExceeded("cluster " + cluster + " is busy: another herd command" + who +
-                              " holds its lock; gave up after " + FormatWait(wait));
+    // Say who we are. Failing to write it only makes a waiter's message vaguer.
+    const std::string line = HolderPrefix() + " " + what + "\n";
+    if (ftruncate(fd, 0) == 0) {
+      [[maybe_unused]] ssize_t n = pwrite(fd, line.data(), line.size(), 0);
     }
-    std::this_thread::sleep_for(limits::kClusterLockPollInterval);
+    return ClusterLock(fd, cluster);
   }
+}
 
-  // Say who we are. Failing to write it only makes a waiter's message vaguer.
-  const std::string line = HolderPrefix() + " " + what + "\n";
-  if (ftruncate(fd, 0) == 0) {
-    [[maybe_unused]] ssize_t n = pwrite(fd, line.data(), line.size(), 0);
+std::optional<std::string> ClusterLock::HeldFor(const std::string& cluster) {
+  if (!ValidateClusterName(cluster).ok()) return std::nullopt;
+  const std::string path = PathFor(cluster);
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;  // never locked, or removed with its cluster
+  std::optional<std::string> what;
+  if (flock(fd, LOCK_SH | LOCK_NB) == 0) {
+    flock(fd, LOCK_UN);
+  } else if (errno == EWOULDBLOCK && StillAtPath(fd, path)) {
+    const std::string holder = ReadHolder(fd);  // "pid 123: herd down"
+    const auto colon = holder.find(": ");
+    what = colon == std::string::npos ? "" : holder.substr(colon + 2);
   }
-  return ClusterLock(fd, cluster);
+  close(fd);
+  return what;
 }
 
 ClusterLock::ClusterLock(ClusterLock&& other) noexcept
@@ -92,6 +120,14 @@ ClusterLock& ClusterLock::operator=(ClusterLock&& other) noexcept {
 }
 
 ClusterLock::~ClusterLock() { Release(); }
+
+void ClusterLock::ReleaseAndRemove() {
+  if (fd_ < 0) return;
+  const std::string path = PathFor(cluster_);
+  // Unlinked while still locked: a waiter that locks the old file next sees it gone and retries.
+  if (StillAtPath(fd_, path)) (void)unlink(path.c_str());
+  Release();
+}
 
 void ClusterLock::Release() {
   if (fd_ < 0) return;

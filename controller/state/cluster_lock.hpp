@@ -5,9 +5,15 @@
 // stale lock cannot outlive its command. The holder writes "pid <pid>: <what>" into the file so a
 // waiter that gives up can say who holds it. The descriptor is close-on-exec, so ssh children
 // (a ControlMaster that lingers for ControlPersist) never keep a cluster locked.
+//
+// `herd down` deletes the file with the cluster (ReleaseAndRemove). A waiter that had it open then
+// holds a lock on a file no longer at the path; Acquire checks, after locking, that the path still
+// names the file it locked and opens it again otherwise, so two commands never both hold a
+// cluster's lock.
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 
 #include "shared/common/status.hpp"
@@ -34,10 +40,16 @@ class ClusterLock {
 
   // Releases early (the destructor does it otherwise). Idempotent.
   void Release();
+  // Deletes the lock file, then releases: for `herd down`, which leaves no file of the cluster.
+  void ReleaseAndRemove();
   bool held() const { return fd_ >= 0; }
   const std::string& cluster() const { return cluster_; }
   // <home>/locks/<cluster>.lock
   static std::string PathFor(const std::string& cluster);
+  // What another command holding the cluster's lock said it does (`what` of its Acquire, e.g.
+  // "herd down"; "" when it has not written it yet), or nullopt when nobody holds it. Creates no
+  // file. Probing takes a shared lock for an instant: an Acquire polling then retries.
+  static std::optional<std::string> HeldFor(const std::string& cluster);
 
  private:
   ClusterLock(int fd, std::string cluster) : fd_(fd), cluster_(std::move(cluster)) {}

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "controller/state/cluster_lock.hpp"
 #include "controller/state/herd_home.hpp"
@@ -454,4 +455,87 @@ TEST_CASE("the lock is movable, not re-entrant, and checks the name") {
   REQUIRE_FALSE(bad.ok());
   CHECK(bad.status().code() == Code::kInvalidArgument);
   CHECK_FALSE(fs::exists(t.dir() + "/etc.lock"));
+}
+
+TEST_CASE("HeldFor says what another command holding the lock does, and creates nothing") {
+  TempHome t;
+  const std::string path = ClusterLock::PathFor("demo");
+  CHECK_FALSE(ClusterLock::HeldFor("demo").has_value());
+  CHECK_FALSE(fs::exists(path));
+  {
+    auto lock = ClusterLock::Acquire("demo", 0ms, "herd launch");
+    REQUIRE(lock.ok());
+  }
+  CHECK(fs::exists(path));
+  CHECK_FALSE(ClusterLock::HeldFor("demo").has_value());  // a file nobody locks
+
+  Pipe ready, release;
+  Child holder(ForkLockHolder("demo", "herd down", ready, release));
+  auto what = ClusterLock::HeldFor("demo");
+  REQUIRE(what.has_value());
+  CHECK(*what == "herd down");
+  CHECK_FALSE(ClusterLock::HeldFor("other").has_value());
+  CHECK_FALSE(ClusterLock::HeldFor("../x").has_value());
+  release.CloseWrite();
+  CHECK(WIFEXITED(holder.Wait()));
+  CHECK_FALSE(ClusterLock::HeldFor("demo").has_value());
+}
+
+TEST_CASE("a lock removed by its holder leaves one holder: the waiter locks the new file") {
+  TempHome t;
+  const std::string path = ClusterLock::PathFor("demo");
+  auto down = ClusterLock::Acquire("demo", 0ms, "herd down");
+  REQUIRE(down.ok());
+  // A waiter that has the lock file open and polls it.
+  Pipe ready, release;
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ready.CloseRead();
+    release.CloseWrite();
+    auto lock = ClusterLock::Acquire("demo", 30s, "herd launch");
+    if (!lock.ok()) _exit(1);
+    char c = 'x';
+    if (write(ready.w(), &c, 1) != 1) _exit(2);
+    while (read(release.r(), &c, 1) > 0) {
+    }
+    _exit(0);
+  }
+  Child waiter(pid);
+  ready.CloseWrite();
+  release.CloseRead();
+  auto has_lock_open = [&] {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+      if (fs::read_symlink(e.path(), ec) == path) return true;
+    }
+    return false;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!has_lock_open() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(10ms);
+  }
+  REQUIRE(has_lock_open());
+
+  down->ReleaseAndRemove();
+  CHECK_FALSE(down->held());
+  char c = 0;
+  REQUIRE(read(ready.r(), &c, 1) == 1);  // the waiter holds the lock now
+  // ... on the file at the path, so a newcomer sees it held instead of locking a new file.
+  CHECK(fs::exists(path));
+  auto what = ClusterLock::HeldFor("demo");
+  REQUIRE(what.has_value());
+  CHECK(*what == "herd launch");
+  auto newcomer = ClusterLock::Acquire("demo", 0ms, "herd exec");
+  REQUIRE_FALSE(newcomer.ok());
+  CHECK(newcomer.status().code() == Code::kDeadlineExceeded);
+  release.CloseWrite();
+  CHECK(WIFEXITED(waiter.Wait()));
+
+  // Removing it with nobody waiting leaves no file.
+  auto last = ClusterLock::Acquire("demo", 0ms, "herd down");
+  REQUIRE(last.ok());
+  last->ReleaseAndRemove();
+  CHECK_FALSE(fs::exists(path));
+  CHECK(ClusterLock::Acquire("demo", 0ms, "herd launch").ok());
 }
