@@ -249,7 +249,7 @@ Result<task::Task> BuildTask(const std::vector<std::string>& args, const TaskFla
   if (!f.memory.empty()) HERD_RETURN_IF_ERROR(task::ApplyMemoryFlag(f.memory, t.resources));
   if (!f.name.empty()) t.name = f.name;
   // The file's own spec was measured by the parser; a command or flags change it.
-  HERD_RETURN_IF_ERROR(task::CheckSpecSize(t, yaml ? first : "the command"));
+  HERD_RETURN_IF_ERROR(task::CheckSpecSize(t, yaml ? first : "<command>"));
   return t;
 }
 

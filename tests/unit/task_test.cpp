@@ -857,10 +857,11 @@ TEST_CASE("an alias bomb is refused at the alias that crosses the expansion limi
   const std::string yaml = AliasBomb(size, 5000);  // 50 KB that would expand to 50 MB
   std::string message;
   double seconds = SecondsOf([&] { message = ErrorOf(yaml); });
-  CHECK(message == "t.yaml:" + std::to_string(2 + crossing) + ":5: the task expands to more than " +
-                       std::to_string(limits::kMaxTaskExpandedBytes) +
-                       " bytes (2 MiB) here (scalars' bytes plus one per node, each alias counted "
-                       "as a copy of the node it names): repeat less");
+  CHECK(message ==
+        "t.yaml:" + std::to_string(2 + crossing) + ":5: the task expands to more than " +
+            std::to_string(limits::kMaxTaskExpandedBytes) +
+            " bytes (512 KiB) here (scalars' bytes plus one per node, each alias counted "
+            "as a copy of the node it names): repeat less");
   CHECK(seconds < 1.0);
   // One alias fewer than the crossing one is within the limit, and its setup is the copies.
   Task t = Parse(AliasBomb(size, static_cast<int>(crossing) - 1));
@@ -880,12 +881,12 @@ TEST_CASE("nested anchors count with everything they contain") {
   }
   std::string message;
   double seconds = SecondsOf([&] { message = ErrorOf(yaml); });
-  // Level 5 (10^5 copies of 11 units, about 1.3 MB in all) fits; level 6 crosses 2 MiB.
-  CHECK(message.rfind("t.yaml:8:", 0) == 0);
+  // Level 4 (10^4 copies of 11 units, about 120 KB in all) fits; level 5 crosses 512 KiB.
+  CHECK(message.rfind("t.yaml:7:", 0) == 0);
   CHECK(message.find("the task expands to more than") != std::string::npos);
   CHECK(seconds < 1.0);
-  // Five levels fit.
-  CHECK(Parse(yaml.substr(0, yaml.find("  l6:"))).notes.size() == 1);  // config: not acted on
+  // Four levels fit.
+  CHECK(Parse(yaml.substr(0, yaml.find("  l5:"))).notes.size() == 1);  // config: not acted on
 }
 
 TEST_CASE("a task with a few aliases is accepted with the values they stand for") {
@@ -966,7 +967,7 @@ TEST_CASE("a task file or env file over the size limit is refused before it is r
   });
   CHECK(message == big + ": the file is 8589934592 bytes; a task file may be at most " +
                        std::to_string(limits::kMaxTaskFileBytes) +
-                       " bytes (1 MiB): keep data in the files a task mounts (file_mounts, "
+                       " bytes (256 KiB): keep data in the files a task mounts (file_mounts, "
                        "workdir), not in the task file");
   CHECK(seconds < 1.0);
   // At the limit it is read and parsed.
@@ -980,7 +981,7 @@ TEST_CASE("a task file or env file over the size limit is refused before it is r
   CHECK(ErrorOf("run: x\n", options) ==
         options.env_files[0] + ": the file is " + std::to_string(limits::kMaxTaskFileBytes + 2) +
             " bytes; an --env-file may be at most " + std::to_string(limits::kMaxTaskFileBytes) +
-            " bytes (1 MiB)");
+            " bytes (256 KiB)");
 }
 
 TEST_CASE("overrides that make a task too large to submit are refused, naming the limit") {
