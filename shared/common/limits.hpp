@@ -159,7 +159,7 @@ inline constexpr int kMaxJobsListed = 1000;
 // A task file (or an --env-file) larger than this is refused before it is read. Real task files
 // are a few KB; data belongs in the files a task mounts (file_mounts, workdir). yaml-cpp holds
 // about 500 bytes per node written (its node graph; a flow collection's tokens until it closes):
-// a file of this size takes at most about 65 MB and 0.4 s to parse, whatever its shape.
+// a file of this size takes at most about 70 MB and 0.4 s to parse, whatever its shape.
 inline constexpr std::size_t kMaxTaskFileBytes = 256u << 10;
 // What a task file may expand to: the bytes of its scalars plus one per node, each alias counted
 // as the whole node it names (anchors inside that node included). yaml-cpp shares an aliased node,
