@@ -20,6 +20,7 @@
 #include "controller/core/trace.hpp"
 #include "shared/common/heap.hpp"
 #include "shared/common/host_port.hpp"
+#include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 #include "shared/proto/job_state.hpp"
 #include "shared/task/task.hpp"
@@ -221,7 +222,7 @@ void AddTaskFlags(CLI::App* cmd, TaskFlags& f) {
   cmd->add_option("--secret", f.secrets, "K=V, or K: like --env but never shown")
       ->allow_extra_args(false);
   cmd->add_option("--num-nodes", f.num_nodes, "number of nodes to run on")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, limits::kMaxTaskNodes));
   cmd->add_option("--gpus", f.gpus, "accelerators per node, e.g. L4:4 (overrides the task)");
   cmd->add_option("--cpus", f.cpus, "CPUs per node, e.g. 8 or 8+");
   cmd->add_option("--memory", f.memory, "memory per node in GB, e.g. 32+");
@@ -252,6 +253,8 @@ Result<task::Task> BuildTask(const std::vector<std::string>& args, const TaskFla
   if (!f.cpus.empty()) HERD_RETURN_IF_ERROR(task::ApplyCpusFlag(f.cpus, t.resources));
   if (!f.memory.empty()) HERD_RETURN_IF_ERROR(task::ApplyMemoryFlag(f.memory, t.resources));
   if (!f.name.empty()) t.name = f.name;
+  // The file's own spec was measured by the parser; a command or flags change it.
+  HERD_RETURN_IF_ERROR(task::CheckSpecSize(t, yaml ? first : "<command>"));
   return t;
 }
 
@@ -433,7 +436,12 @@ int RunCli(int argc, char** argv) {
   logs->add_option("args", logs_args, "CLUSTER [JOB]");
   logs->add_flag("--no-follow", logs_no_follow, "print what is there and exit");
   logs->add_flag("--status", logs_status, "print only the job's status; exit code tells it");
-  logs->add_option("--offset", logs_offset, "start at this byte of the merged log");
+  logs->add_option("--offset", logs_offset, "start at this byte of the merged log")
+      ->check([](const std::string& value) -> std::string {
+        // CLI11 would read "-5" into the unsigned offset as a huge number.
+        if (value.find_first_not_of("0123456789") == std::string::npos && !value.empty()) return "";
+        return "expected a byte offset (0 or more), got '" + value + "'";
+      });
 
   // herd cancel
   auto* cancel = app.add_subcommand("cancel", "cancel jobs");

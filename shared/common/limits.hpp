@@ -155,6 +155,36 @@ inline constexpr double kDefaultTaskCpus = 0.5;
 // Jobs the head keeps in memory per queue listing; older ones stay in SQLite.
 inline constexpr int kMaxJobsListed = 1000;
 
+// ---- Task files (shared/task: `herd check`, `launch`, `exec`, `jobs launch` alike) ------------
+// A task file (or an --env-file) larger than this is refused before it is read. Real task files
+// are a few KB; data belongs in the files a task mounts (file_mounts, workdir). yaml-cpp holds
+// about 500 bytes per node written (its node graph; a flow collection's tokens until it closes):
+// a file of this size takes at most about 70 MB and 0.4 s to parse, whatever its shape.
+inline constexpr std::size_t kMaxTaskFileBytes = 256u << 10;
+// What a task file may expand to: the bytes of its scalars plus one per node, each alias counted
+// as the whole node it names (anchors inside that node included). yaml-cpp shares an aliased node,
+// but everything built from the task (scripts joined from lists, the submitted spec, JSON) copies
+// it: a few KB of anchors and aliases would otherwise take gigabytes. Refused at the alias that
+// crosses it, during an event walk that holds no node. At least twice the file limit: a node takes
+// about a byte of the file at least and a scalar no more bytes than it is written with, so a file
+// without aliases is not refused for its expansion.
+inline constexpr std::size_t kMaxTaskExpandedBytes = 2 * kMaxTaskFileBytes;
+// Alias uses (*name) in one task file: far more than a hand-written task has.
+inline constexpr std::size_t kMaxTaskAliasUses = 10000;
+// Collections (mappings and lists) open inside one another. A task nests a dozen deep at most
+// (any_of candidates, a Kubernetes pod spec under config). Below yaml-cpp 0.7's own guard (a few
+// hundred levels, which it reports as "bad file").
+inline constexpr int kMaxTaskNestingDepth = 100;
+// num_nodes (and --num-nodes): far above any cluster herd has run (bench/fleet: 1000 agents).
+inline constexpr int kMaxTaskNodes = 10000;
+// What a submit leaves of a frame for the rest of its envelope (user, task id), and what the head
+// adds when it turns the spec into each node's StartProcess: SKYPILOT_NODE_IPS (an address and a
+// newline, at most 40 bytes, per node) and the other SKYPILOT_* variables.
+inline constexpr std::size_t kSubmitEnvelopeHeadroom = 512u << 10;
+// The largest task spec (setup, run, envs, secrets, name as sent) the CLI submits, measured after
+// --env, --env-file and --secret were applied: refused before anything is sent, by `check` too.
+inline constexpr std::size_t kMaxTaskSpecBytes = kMaxFrameBytes - kSubmitEnvelopeHeadroom;
+
 // ---- SQLite -------------------------------------------------------------------------------------
 // Wait for another process's write lock (two herd commands on one cluster) before failing.
 inline constexpr Duration kSqliteBusyTimeout = 5s;
@@ -276,6 +306,13 @@ static_assert(kAgentOutputBacklogBytes >= 4 * kMaxOutputChunkBytes &&
 static_assert(kHeapMmapThreshold > kMaxFrameBytes && kHeapTrimThreshold >= kSubscriberLagBytes,
               "every message buffer is reused from the heap");
 static_assert(kLogReplayChunkBytes + 4096 < kMaxFrameBytes, "a replay chunk fits a frame");
+static_assert(kMaxTaskSpecBytes + kSubmitEnvelopeHeadroom <= kMaxFrameBytes &&
+                  kMaxTaskNodes * 40 + (64u << 10) <= kSubmitEnvelopeHeadroom,
+              "an accepted task's submit, and each node's StartProcess of it, fit a frame");
+static_assert(kMaxTaskFileBytes * 2 <= kMaxTaskExpandedBytes &&
+                  kMaxTaskExpandedBytes <= kMaxTaskSpecBytes,
+              "a task file without aliases is never refused for its expansion, and a task is "
+              "not expanded much past what could be submitted");
 static_assert(kSubscriberLagBytes * 4 <= kMaxQueuedBytesPerPeer &&
                   kSubscriberLagBytes / 4 >= kLogReplayChunkBytes,
               "a lagging client is caught up long before it would be dropped, a chunk at a time");

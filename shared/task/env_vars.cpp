@@ -2,11 +2,14 @@
 
 #include <cctype>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "shared/common/limits.hpp"
 #include "shared/task/resource_values.hpp"
 
 namespace herd::task {
@@ -106,7 +109,9 @@ Result<EnvPairs> ParseEnvFileText(std::string_view text, std::string_view source
 }
 
 Result<EnvPairs> ReadEnvFile(const std::string& path) {
-  HERD_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  HERD_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path, limits::kMaxTaskFileBytes,
+                                                       "an --env-file may be at most " +
+                                                           BytesText(limits::kMaxTaskFileBytes)));
   return ParseEnvFileText(text, path);
 }
 
@@ -150,10 +155,30 @@ Result<std::string> SubstituteVars(std::string_view text, const EnvLookup& looku
   return out;
 }
 
-Result<std::string> ReadTextFile(const std::string& path) {
+std::string BytesText(std::size_t bytes) {
+  std::string text = std::to_string(bytes) + " bytes";
+  if (bytes >= (1u << 20) && bytes % (1u << 20) == 0) {
+    text += " (" + std::to_string(bytes >> 20) + " MiB)";
+  } else if (bytes >= (1u << 10) && bytes % (1u << 10) == 0) {
+    text += " (" + std::to_string(bytes >> 10) + " KiB)";
+  }
+  return text;
+}
+
+Result<std::string> ReadTextFile(const std::string& path, std::size_t max_bytes,
+                                 std::string_view limit_text) {
   // POSIX calls rather than ifstream, so that a directory or an unreadable file gives its errno.
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return IoError("cannot read " + path + ": " + std::strerror(errno));
+  auto too_big = [&](const std::string& size) {
+    ::close(fd);
+    return InvalidArgument(path + ": the file is " + size + "; " + std::string(limit_text));
+  };
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+      static_cast<std::uintmax_t>(st.st_size) > max_bytes) {
+    return too_big(std::to_string(st.st_size) + " bytes");
+  }
   std::string text;
   char buf[16384];
   while (true) {
@@ -166,6 +191,9 @@ Result<std::string> ReadTextFile(const std::string& path) {
     }
     if (n == 0) break;
     text.append(buf, static_cast<size_t>(n));
+    // A pipe or a file that grew since fstat: never hold more than the limit and a buffer.
+    if (text.size() > max_bytes)
+      return too_big("more than " + std::to_string(max_bytes) + " bytes");
   }
   ::close(fd);
   return text;

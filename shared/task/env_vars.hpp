@@ -2,6 +2,7 @@
 // substitution SkyPilot applies to file_mounts and workdir.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <optional>
 #include <string>
@@ -35,7 +36,12 @@ Result<EnvPairs> ReadEnvFile(const std::string& path);
 // An unset variable or an unterminated "${" is an error naming it.
 Result<std::string> SubstituteVars(std::string_view text, const EnvLookup& lookup);
 
-// The whole file; "cannot read PATH: reason" when it cannot be read.
-Result<std::string> ReadTextFile(const std::string& path);
+// The whole file; "cannot read PATH: reason" when it cannot be read. A file of more than
+// max_bytes is refused before it is read (its size from fstat; a pipe is read up to the limit):
+// "PATH: the file is N bytes; " + limit_text.
+Result<std::string> ReadTextFile(const std::string& path, std::size_t max_bytes,
+                                 std::string_view limit_text);
+// The text of limit_text for a limit: "1048576 bytes (1 MiB)".
+std::string BytesText(std::size_t bytes);
 
 }  // namespace herd::task

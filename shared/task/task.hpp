@@ -93,8 +93,16 @@ std::string ResourcesSummary(const Task& task);
 // workdir, else "".
 herd::v1::TaskSpec ToSpec(const Task& task);
 
+// OK when the task's spec (ToSpec: setup, run, envs and secrets as sent, after --env, --env-file
+// and --secret) is within limits::kMaxTaskSpecBytes, so that its submit fits a frame; else an
+// error naming source and both sizes. ParseTaskYaml checks it; a caller that changes the task
+// afterwards (a command instead of a file) checks again before submitting.
+Status CheckSpecSize(const Task& task, std::string_view source);
+
 // `herd check FILE [--env K=V]... [--env-file F]... [-o json]`: prints the normalised task (JSON
-// when json=true, else a readable summary) to out; errors and notes to err. Returns 0 valid, 2 not.
+// when json=true, else a readable summary) to out; errors and notes to err (a task with neither
+// setup nor run is valid, as in SkyPilot, with a note that nothing will run). Returns 0 valid, 2
+// not.
 int RunCheck(const std::string& path, const ParseOptions& options, bool json, std::ostream& out,
              std::ostream& err);
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "shared/common/limits.hpp"
+#include "shared/task/env_vars.hpp"
 #include "shared/task/resource_values.hpp"
 #include "shared/task/task.hpp"
 
@@ -183,6 +184,16 @@ herd::v1::TaskSpec ToSpec(const Task& task) {
   return spec;
 }
 
+Status CheckSpecSize(const Task& task, std::string_view source) {
+  std::size_t size = ToSpec(task).ByteSizeLong();
+  if (size <= limits::kMaxTaskSpecBytes) return Status::Ok();
+  return InvalidArgument(std::string(source) + ": the task is " + std::to_string(size) +
+                         " bytes as submitted (its setup, run, envs and secrets, with the values "
+                         "of --env, --env-file and --secret), over the limit of " +
+                         BytesText(limits::kMaxTaskSpecBytes) +
+                         ": keep data in files (file_mounts, workdir) and pass their paths");
+}
+
 int RunCheck(const std::string& path, const ParseOptions& options, bool json, std::ostream& out,
              std::ostream& err) {
   Result<Task> task = ParseTaskFile(path, options);
@@ -191,6 +202,10 @@ int RunCheck(const std::string& path, const ParseOptions& options, bool json, st
     return 2;
   }
   for (const std::string& note : task->notes) err << "note: " << note << "\n";
+  if (Trim(task->setup).empty() && Trim(task->run).empty()) {
+    err << "note: " << path
+        << ": nothing will run: the task has no setup and no run, so its job does nothing\n";
+  }
   if (json) {
     out << ToJson(*task) << "\n";
   } else {

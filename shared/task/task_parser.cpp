@@ -1,9 +1,11 @@
 // ParseTaskYaml: SkyPilot task YAML -> Task. yaml-cpp exceptions stop at this file's edge.
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -202,6 +204,10 @@ std::string Child(std::string_view path, std::string_view key) {
   return std::string(path) + "." + std::string(key);
 }
 
+// The expanded size the event walk (TaskParser::CheckEvents) keeps for an anchor whose node is
+// still being read: an alias to it is inside it.
+constexpr std::size_t kAnchorOpen = SIZE_MAX;
+
 // A variable marked required (null value) in the YAML, remembered until overrides are applied.
 struct RequiredVar {
   std::string name;
@@ -226,6 +232,8 @@ class TaskParser {
     try {
       HERD_RETURN_IF_ERROR(CheckEvents(yaml));
       docs = YAML::LoadAll(std::string(yaml));
+    } catch (const YAML::DeepRecursion& e) {  // CheckEvents refuses less deep nesting first
+      return InvalidArgument(Where(e.mark) + TooDeep());
     } catch (const YAML::Exception& e) {
       return InvalidArgument(Where(e.mark) + "invalid YAML: " + e.msg);
     }
@@ -241,13 +249,14 @@ class TaskParser {
     Task task;
     if (tasks.empty()) {  // An empty file is a valid task that does nothing, as in SkyPilot.
       HERD_RETURN_IF_ERROR(ApplyOverrides(task, {}, {}));
-      return task;
+    } else {
+      try {
+        HERD_RETURN_IF_ERROR(ParseTask(tasks[0], task));
+      } catch (const YAML::Exception& e) {
+        return InvalidArgument(Where(e.mark) + "invalid YAML: " + e.msg);
+      }
     }
-    try {
-      HERD_RETURN_IF_ERROR(ParseTask(tasks[0], task));
-    } catch (const YAML::Exception& e) {
-      return InvalidArgument(Where(e.mark) + "invalid YAML: " + e.msg);
-    }
+    HERD_RETURN_IF_ERROR(CheckSpecSize(task, source_));
     return task;
   }
 
@@ -259,25 +268,80 @@ class TaskParser {
   // starts where the previous one started means the parser is stuck there, which is a syntax
   // error at that place. The walk ends because every further document must start past the last.
   // The same walk sees every scalar as yaml-cpp decoded it, and refuses one that is not UTF-8.
+  // It also bounds what the task expands to (limits::kMaxTaskExpandedBytes, kMaxTaskAliasUses)
+  // and how deep it nests (kMaxTaskNestingDepth): it holds no node, only the size of each anchor
+  // and of each collection still open, and stops at the event that crosses a limit.
   Status CheckEvents(std::string_view yaml) const {
-    struct Starts : YAML::EventHandler {
+    // Thrown by the walk's handler to stop yaml-cpp's parser at once.
+    struct Refusal {
+      YAML::Mark mark;
+      std::string what;
+    };
+    struct Walk : YAML::EventHandler {
       YAML::Mark last;
       bool stuck = false;
       // The first scalar that is not UTF-8 after yaml-cpp decoded its escapes, and the bad byte.
       YAML::Mark bad_text = YAML::Mark::null_mark();
       unsigned char bad_byte = 0;
+      // Expanded size: bytes of scalars plus one per node, aliases counted as what they name.
+      std::size_t expanded = 0;
+      std::size_t aliases = 0;
+      // Each anchor's expanded size, by yaml-cpp's anchor id (1, 2, ... within a document);
+      // kAnchorOpen while its node is still being read.
+      std::vector<std::size_t> anchors;
+      // The collections open around the current event, outermost first.
+      struct Open {
+        YAML::anchor_t anchor;
+        std::size_t size;
+      };
+      std::vector<Open> open;
+
       void OnDocumentStart(const YAML::Mark& mark) override {
         stuck = stuck || (mark.pos == last.pos && mark.line == last.line);
         last = mark;
+        anchors.clear();
+        open.clear();
       }
       void OnDocumentEnd() override {}
-      void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
-      void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+      void Add(const YAML::Mark& mark, std::size_t size) {
+        expanded += size;
+        if (!open.empty()) open.back().size += size;
+        if (expanded > limits::kMaxTaskExpandedBytes) {
+          throw Refusal{mark, "the task expands to more than " +
+                                  BytesText(limits::kMaxTaskExpandedBytes) +
+                                  " here (scalars' bytes plus one per node, each alias counted "
+                                  "as a copy of the node it names): repeat less"};
+        }
+      }
+      void Anchor(YAML::anchor_t anchor, std::size_t size) {
+        if (anchor == YAML::NullAnchor) return;
+        if (anchors.size() <= anchor) anchors.resize(anchor + 1, 0);
+        anchors[anchor] = size;
+      }
+      void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+        Add(mark, 1);
+        Anchor(anchor, 1);
+      }
+      void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+        if (++aliases > limits::kMaxTaskAliasUses) {
+          throw Refusal{mark, "more than " + std::to_string(limits::kMaxTaskAliasUses) +
+                                  " aliases (*name) in one task file"};
+        }
+        std::size_t size = anchor < anchors.size() ? anchors[anchor] : 0;
+        if (size == kAnchorOpen) {
+          throw Refusal{mark,
+                        "an alias inside the node it names (a node that contains "
+                        "itself): a task cannot be recursive"};
+        }
+        Add(mark, size);
+      }
       // yaml-cpp 0.7 decodes the escapes \N and \_ of a double-quoted string to the single bytes
       // 0x85 and 0xA0, not to UTF-8: the checked text then holds a value that is not text, and
       // its JSON form (`herd check -o json`) is not JSON (found by tests/fuzz/task_fuzz).
-      void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+      void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
                     const std::string& value) override {
+        Add(mark, 1 + value.size());
+        Anchor(anchor, 1 + value.size());
         if (!bad_text.is_null()) return;
         for (std::size_t i = 0; i < value.size();) {
           CodePoint cp = DecodeUtf8(value, i);
@@ -289,32 +353,60 @@ class TaskParser {
           i += cp.length;
         }
       }
-      void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                           YAML::EmitterStyle::value) override {}
-      void OnSequenceEnd() override {}
-      void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
-                      YAML::EmitterStyle::value) override {}
-      void OnMapEnd() override {}
-    } starts;
-    starts.last = YAML::Mark::null_mark();
+      void Start(const YAML::Mark& mark, YAML::anchor_t anchor) {
+        if (open.size() >= static_cast<std::size_t>(limits::kMaxTaskNestingDepth)) {
+          throw Refusal{mark, TooDeep()};
+        }
+        Add(mark, 1);
+        Anchor(anchor, kAnchorOpen);
+        open.push_back({anchor, 1});
+      }
+      void End() {
+        if (open.empty()) return;
+        Open done = open.back();
+        open.pop_back();
+        Anchor(done.anchor, done.size);
+        if (!open.empty()) open.back().size += done.size;
+      }
+      void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                           YAML::EmitterStyle::value) override {
+        Start(mark, anchor);
+      }
+      void OnSequenceEnd() override { End(); }
+      void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
+                      YAML::EmitterStyle::value) override {
+        Start(mark, anchor);
+      }
+      void OnMapEnd() override { End(); }
+    } walk;
+    walk.last = YAML::Mark::null_mark();
     std::istringstream in{std::string(yaml)};
     YAML::Parser parser(in);
-    while (parser.HandleNextDocument(starts)) {
-      if (starts.stuck) {
-        return InvalidArgument(Where(starts.last) +
-                               "invalid YAML: cannot parse past this point (a stray ',' or "
-                               "another character that starts nothing here?)");
+    try {
+      while (parser.HandleNextDocument(walk)) {
+        if (walk.stuck) {
+          return InvalidArgument(Where(walk.last) +
+                                 "invalid YAML: cannot parse past this point (a stray ',' or "
+                                 "another character that starts nothing here?)");
+        }
+        if (!walk.bad_text.is_null()) {
+          char byte[8];
+          std::snprintf(byte, sizeof byte, "0x%02X", walk.bad_byte);
+          return InvalidArgument(Where(walk.bad_text) + "a string that is not UTF-8 once its " +
+                                 "escapes are decoded (byte " + byte +
+                                 "); for U+0085 or U+00A0 write \\u0085 or \\u00A0 (or the "
+                                 "character itself), not \\N or \\_");
+        }
       }
-      if (!starts.bad_text.is_null()) {
-        char byte[8];
-        std::snprintf(byte, sizeof byte, "0x%02X", starts.bad_byte);
-        return InvalidArgument(Where(starts.bad_text) + "a string that is not UTF-8 once its " +
-                               "escapes are decoded (byte " + byte +
-                               "); for U+0085 or U+00A0 write \\u0085 or \\u00A0 (or the "
-                               "character itself), not \\N or \\_");
-      }
+    } catch (const Refusal& r) {
+      return InvalidArgument(Where(r.mark) + r.what);
     }
     return Status::Ok();
+  }
+
+  static std::string TooDeep() {
+    return "the file nests lists and mappings more than " +
+           std::to_string(limits::kMaxTaskNestingDepth) + " levels deep here";
   }
 
   std::string Where(const YAML::Mark& mark) const {
@@ -398,9 +490,18 @@ class TaskParser {
     }
     if (const YAML::Node* n = field("num_nodes"); n && !n->IsNull()) {
       auto v = IsPlainScalar(*n) ? ParseInteger(n->Scalar()) : std::nullopt;
-      if (!v || *v < 1 || *v > 1000000) {
+      // Digits only but past long long: a positive number too, and far too large.
+      bool huge = !v && IsPlainScalar(*n) && !n->Scalar().empty() &&
+                  std::all_of(n->Scalar().begin(), n->Scalar().end(),
+                              [](char c) { return c >= '0' && c <= '9'; });
+      if (!huge && (!v || *v < 1)) {
         std::string hint = n->IsScalar() && !IsPlainScalar(*n) ? " (remove the quotes)" : "";
         return Error(*n, "num_nodes", "expected a positive integer, got " + Describe(*n) + hint);
+      }
+      if (huge || *v > limits::kMaxTaskNodes) {
+        return Error(
+            *n, "num_nodes",
+            "at most " + std::to_string(limits::kMaxTaskNodes) + " nodes, got " + n->Scalar());
       }
       task.num_nodes = static_cast<int>(*v);
     }
@@ -900,7 +1001,12 @@ Result<Task> ParseTaskYaml(std::string_view yaml, std::string_view source_name,
 }
 
 Result<Task> ParseTaskFile(const std::string& path, const ParseOptions& options) {
-  HERD_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  HERD_ASSIGN_OR_RETURN(
+      std::string text,
+      ReadTextFile(path, limits::kMaxTaskFileBytes,
+                   "a task file may be at most " + BytesText(limits::kMaxTaskFileBytes) +
+                       ": keep data in the files a task mounts (file_mounts, "
+                       "workdir), not in the task file"));
   return ParseTaskYaml(text, path, options);
 }
 

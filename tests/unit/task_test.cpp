@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include <boost/json.hpp>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "shared/common/limits.hpp"
 #include "shared/task/env_vars.hpp"
 #include "tests/unit/test_support.hpp"
 
@@ -753,7 +755,10 @@ TEST_CASE("RunCheck prints a summary, JSON or the error, and returns 0 or 2") {
   CHECK(sout.str().find("hf_abc") == std::string::npos);
   CHECK(serr.str() == "note: " + secret_task +
                           ":2:1: config: accepted for SkyPilot compatibility; herd does not act "
-                          "on it\n");
+                          "on it\nnote: " +
+                          secret_task +
+                          ": nothing will run: the task has no setup and no run, so its job does "
+                          "nothing\n");
 
   std::string bad = dir.Write("bad.yaml", "nun_nodes: 2\n");
   std::ostringstream bout, berr;
@@ -825,6 +830,193 @@ TEST_CASE("resources.job_recovery: bad values name file, line, column and field"
   CHECK(ErrorOf("resources:\n  job_recovery: [FAILOVER]\n") ==
         "t.yaml:2:17: resources.job_recovery: expected a strategy name or a mapping {strategy, "
         "max_restarts_on_errors}, got a list");
+}
+
+// The time one call takes, for the limits that must refuse hostile input quickly.
+template <typename F>
+double SecondsOf(F&& f) {
+  auto start = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// setup: a list whose first item anchors a string of `size` bytes and whose other `aliases`
+// items repeat it (the shape of a "billion laughs" that yaml-cpp shares but a task copies).
+std::string AliasBomb(std::size_t size, int aliases) {
+  std::string yaml = "setup:\n  - &big \"" + std::string(size, 'x') + "\"\n";
+  for (int i = 0; i < aliases; ++i) yaml += "  - *big\n";
+  return yaml;
+}
+
+TEST_CASE("an alias bomb is refused at the alias that crosses the expansion limit, fast") {
+  // Expanded size as the parser counts it: the root mapping, the key "setup", the list, then the
+  // anchored string and each alias, each its bytes plus one.
+  const std::size_t size = 10000;
+  const std::size_t before_aliases = 1 + (1 + 5) + 1 + (size + 1);
+  const std::size_t crossing = (limits::kMaxTaskExpandedBytes - before_aliases) / (size + 1) + 1;
+  const std::string yaml = AliasBomb(size, 5000);  // 50 KB that would expand to 50 MB
+  std::string message;
+  double seconds = SecondsOf([&] { message = ErrorOf(yaml); });
+  CHECK(message ==
+        "t.yaml:" + std::to_string(2 + crossing) + ":5: the task expands to more than " +
+            std::to_string(limits::kMaxTaskExpandedBytes) +
+            " bytes (512 KiB) here (scalars' bytes plus one per node, each alias counted "
+            "as a copy of the node it names): repeat less");
+  CHECK(seconds < 1.0);
+  // One alias fewer than the crossing one is within the limit, and its setup is the copies.
+  Task t = Parse(AliasBomb(size, static_cast<int>(crossing) - 1));
+  CHECK(t.setup.size() == crossing * size + (crossing - 1));
+}
+
+TEST_CASE("nested anchors count with everything they contain") {
+  // Each level is a list of ten aliases of the one before: 10^7 copies of a 10-byte string by
+  // the seventh level, which the expansion limit stops. Under an ignored field (config), so that
+  // nothing but the limit refuses it.
+  std::string yaml = "config:\n  l0: &l0 \"0123456789\"\n";
+  for (int level = 1; level <= 7; ++level) {
+    yaml += "  l" + std::to_string(level) + ": &l" + std::to_string(level) + " [";
+    for (int i = 0; i < 10; ++i)
+      yaml += std::string(i ? ", " : "") + "*l" + std::to_string(level - 1);
+    yaml += "]\n";
+  }
+  std::string message;
+  double seconds = SecondsOf([&] { message = ErrorOf(yaml); });
+  // Level 4 (10^4 copies of 11 units, about 120 KB in all) fits; level 5 crosses 512 KiB.
+  CHECK(message.rfind("t.yaml:7:", 0) == 0);
+  CHECK(message.find("the task expands to more than") != std::string::npos);
+  CHECK(seconds < 1.0);
+  // Four levels fit.
+  CHECK(Parse(yaml.substr(0, yaml.find("  l5:"))).notes.size() == 1);  // config: not acted on
+}
+
+TEST_CASE("a task with a few aliases is accepted with the values they stand for") {
+  Task t = Parse(
+      "envs: {DATA: &data /mnt/data, COPY: *data}\n"
+      "setup: &prep pip install -r requirements.txt\n"
+      "run:\n"
+      "  - *prep\n"
+      "  - python train.py\n"
+      "resources:\n"
+      "  any_of:\n"
+      "    - &gpu {accelerators: L4:1, cpus: 4}\n"
+      "    - *gpu\n");
+  CHECK(t.envs.at("COPY") == "/mnt/data");
+  CHECK(t.run == "pip install -r requirements.txt\npython train.py");
+  REQUIRE(t.resources.any_of.size() == 2);
+  CHECK(t.resources.any_of[1].accelerator == "L4");
+}
+
+TEST_CASE("alias uses, recursion and nesting depth have limits named at their place") {
+  std::string many = "config:\n  a: &a x\n  b: [";
+  for (std::size_t i = 0; i <= limits::kMaxTaskAliasUses; ++i) many += (i ? ",*a" : "*a");
+  many += "]\n";
+  std::string message = ErrorOf(many);
+  CHECK(message == "t.yaml:3:" + std::to_string(7 + 3 * limits::kMaxTaskAliasUses) +
+                       ": more than " + std::to_string(limits::kMaxTaskAliasUses) +
+                       " aliases (*name) in one task file");
+
+  CHECK(ErrorOf("config: &a [1, *a]\n") ==
+        "t.yaml:1:16: an alias inside the node it names (a node that contains itself): a task "
+        "cannot be recursive");
+
+  // yaml-cpp 0.7 itself stops a few hundred levels down and calls that "bad file".
+  const std::string deep = "run: " + std::string(100000, '[') + std::string(100000, ']');
+  double seconds = SecondsOf([&] { message = ErrorOf(deep); });
+  CHECK(message == "t.yaml:1:" + std::to_string(5 + limits::kMaxTaskNestingDepth) +
+                       ": the file nests lists and mappings more than " +
+                       std::to_string(limits::kMaxTaskNestingDepth) + " levels deep here");
+  CHECK(seconds < 1.0);
+  // Unclosed, yaml-cpp reads each '[' after the first two as a list in a mapping: the limit
+  // counts what yaml-cpp builds, so it is reached sooner.
+  message = ErrorOf("run: " + std::string(100000, '['));
+  CHECK(message.rfind("t.yaml:1:", 0) == 0);
+  CHECK(message.ends_with(": the file nests lists and mappings more than " +
+                          std::to_string(limits::kMaxTaskNestingDepth) + " levels deep here"));
+  // As deep as the limit (the root mapping is the first level) is fine.
+  const int inner = limits::kMaxTaskNestingDepth - 1;
+  Task t = Parse("config: " + std::string(inner, '[') + std::string(inner, ']') + "\n");
+  CHECK(t.notes.size() == 1);
+}
+
+TEST_CASE("num_nodes past the limit says what the limit is") {
+  const std::string limit = std::to_string(limits::kMaxTaskNodes);
+  CHECK(ErrorOf("num_nodes: 1000000000\n") ==
+        "t.yaml:1:12: num_nodes: at most " + limit + " nodes, got 1000000000");
+  CHECK(ErrorOf("num_nodes: 99999999999999999999999\n") ==
+        "t.yaml:1:12: num_nodes: at most " + limit + " nodes, got 99999999999999999999999");
+  CHECK(Parse("num_nodes: " + limit + "\n").num_nodes == limits::kMaxTaskNodes);
+  CHECK(ErrorOf("num_nodes: -3\n") ==
+        "t.yaml:1:12: num_nodes: expected a positive integer, got '-3'");
+}
+
+TEST_CASE("a task file or env file over the size limit is refused before it is read") {
+  TempDir dir{"herd-task-test"};
+  std::string big = dir / "big.yaml";
+  {
+    std::ofstream out(big, std::ios::binary);
+    out << "run: echo\n";
+  }
+  // Sparse past the limit: a reader that read the file first would spend the time and memory.
+  fs::resize_file(big, std::uintmax_t{8} << 30);
+  std::string message;
+  double seconds = SecondsOf([&] {
+    auto r = ParseTaskFile(big);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == Code::kInvalidArgument);
+    message = r.status().message();
+  });
+  CHECK(message == big + ": the file is 8589934592 bytes; a task file may be at most " +
+                       std::to_string(limits::kMaxTaskFileBytes) +
+                       " bytes (256 KiB): keep data in the files a task mounts (file_mounts, "
+                       "workdir), not in the task file");
+  CHECK(seconds < 1.0);
+  // At the limit it is read and parsed.
+  std::string at_limit = dir.Write(
+      "ok.yaml", "run: echo\n#" + std::string(limits::kMaxTaskFileBytes - 12, 'c') + "\n");
+  REQUIRE(fs::file_size(at_limit) == limits::kMaxTaskFileBytes);
+  CHECK(ParseTaskFile(at_limit).ok());
+
+  ParseOptions options = WithEnv();
+  options.env_files = {dir.Write("big.env", "A=" + std::string(limits::kMaxTaskFileBytes, 'a'))};
+  CHECK(ErrorOf("run: x\n", options) ==
+        options.env_files[0] + ": the file is " + std::to_string(limits::kMaxTaskFileBytes + 2) +
+            " bytes; an --env-file may be at most " + std::to_string(limits::kMaxTaskFileBytes) +
+            " bytes (256 KiB)");
+}
+
+TEST_CASE("overrides that make a task too large to submit are refused, naming the limit") {
+  ParseOptions options = WithEnv();
+  options.env_overrides = {"BIG=" + std::string(limits::kMaxTaskSpecBytes, 'v')};
+  std::string message = ErrorOf("run: echo\n", options);
+  CHECK(message.rfind("t.yaml: the task is ", 0) == 0);
+  CHECK(message.find(" bytes as submitted (its setup, run, envs and secrets, with the values of "
+                     "--env, --env-file and --secret), over the limit of " +
+                     std::to_string(limits::kMaxTaskSpecBytes) + " bytes") != std::string::npos);
+  // A little less fits.
+  options.env_overrides = {"BIG=" + std::string(limits::kMaxTaskSpecBytes - 100, 'v')};
+  CHECK(ParseTaskYaml("run: echo\n", "t.yaml", options).ok());
+  CHECK(CheckSpecSize(Parse("run: echo\n"), "x").ok());
+}
+
+TEST_CASE("check notes that a task without setup or run runs nothing, in both output forms") {
+  TempDir dir{"herd-task-test"};
+  const std::string note =
+      ": nothing will run: the task has no setup and no run, so its job does "
+      "nothing\n";
+  for (const char* text : {"", "# only a comment\n", "run: null\n", "name: x\nsetup: ''\nrun:\n"}) {
+    std::string path = dir.Write("empty.yaml", text);
+    for (bool json : {false, true}) {
+      INFO(text, " json=", json);
+      std::ostringstream out, err;
+      CHECK(RunCheck(path, WithEnv(), json, out, err) == 0);
+      CHECK(err.str() == "note: " + path + note);
+      if (json) CHECK(boost::json::parse(out.str()).at("run") == "");
+    }
+  }
+  std::string setup_only = dir.Write("setup.yaml", "setup: pip install x\n");
+  std::ostringstream out, err;
+  CHECK(RunCheck(setup_only, WithEnv(), false, out, err) == 0);
+  CHECK(err.str().empty());
 }
 
 }  // namespace
