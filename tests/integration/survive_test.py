@@ -210,6 +210,35 @@ class SurviveTest(ClusterTestCase):
 
         self._node_loss("killed9", inject, lambda: self.cluster.restart_agent(2))
 
+    def test_cancel_while_an_agent_is_away_ends_cancelled_and_its_rank_dies_on_return(self):
+        tag = "awaycancel"
+        job = self.submit(tag, "num_nodes: 3\nrun: |\n  echo up $SKYPILOT_NODE_RANK; sleep 1000\n")
+        for r in range(3):
+            self.wait_log(job, f"\\) up {r}\n")
+        # Worker 2's agent dies alone: its rank runs on under its supervisor, unreported.
+        os.kill(self.cluster.procs[2].pid, signal.SIGKILL)
+        self.cluster.procs[2].wait()
+        deadline = time.time() + 10
+        while time.time() < deadline and any(
+                n["alive"] for n in self.cluster.nodes() if n["node_id"] == "hadp-worker2"):
+            time.sleep(0.1)
+        t0 = time.time()
+        self.cluster.herd("cancel", str(job))
+        job_info = self.cluster.wait_state(job, {"CANCELLED", "FAILED", "FAILED_DRIVER"},
+                                           timeout=30)
+        # The user's decision stands: CANCELLED, at once, not FAILED once the node is lost.
+        self.assertEqual(job_info["status"], "CANCELLED", job_info)
+        self.assertLess(time.time() - t0, 5.0)
+        away = [p for p in self.cluster.leftovers(tag) if self._on_node(p, "hadp-worker2")]
+        self.assertNotEqual(away, [], "the away node's rank should still run until its agent "
+                            "returns")
+        self.cluster.restart_agent(2)
+        self.cluster.wait_nodes(3, timeout=30)
+        deadline = time.time() + 10
+        while self.cluster.leftovers(tag) and time.time() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(self.cluster.leftovers(tag), [])
+
     @staticmethod
     def _on_node(pid, node):
         try:
