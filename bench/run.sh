@@ -7,7 +7,7 @@ if [ "${1:-}" = "--help" ] || [ "${1:-}" = "-h" ]; then
   exec /usr/bin/python3 "$root/bench/suite.py" --help
 fi
 need=()
-for p in slurm-wlm munge pdsh python3-matplotlib; do
+for p in slurm-wlm munge pdsh; do
   dpkg -s "$p" >/dev/null 2>&1 || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -17,8 +17,8 @@
          alone), fleet_sim (1000 simulated agents against the real head) and agent_footprint.sh
          (an idle worker's RSS and wakeups); their figures and PASS/FAIL lines, as printed.
 
-Writes bench/results/<stamp>.md (table, machine, load average per figure) and PNG plots (latency vs
-N, launch time vs N) when matplotlib is installed; prints the table. Needs root. See
+Writes bench/results/<stamp>.md (table, machine, load average per figure) and SVG plots (latency vs
+N, launch time vs N, bench/svgplot.py); prints the table. Needs root. See
 bench/README.md; bench/run.sh installs the Debian packages this needs and runs it.
 """
 
@@ -36,6 +36,9 @@ import sys
 import tempfile
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import svgplot  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLUSTER_NODES = 8
@@ -693,34 +696,21 @@ def table(results, herds, bashrc_absent, reps):
 
 
 def plots(results, herds, prefix):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("matplotlib missing: no plots (bench/run.sh installs python3-matplotlib)")
-        return
+    """prefix-exec.svg (median warm latency vs N, one line per tool) and prefix-launch.svg."""
     sizes = list(results["exec"].keys())
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for k in next(iter(results["exec"].values()))[0].keys():
-        ax.plot(sizes, [ms(statistics.median(results["exec"][n][0][k])) for n in sizes],
-                marker="o", label=k)
-    ax.set_xlabel("nodes")
-    ax.set_ylabel("median latency, ms")
-    ax.set_title("`true` on N nodes (warm)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(prefix + "-exec.png", dpi=100)
+    tools = next(iter(results["exec"].values()))[0].keys()
+    series = [(k, [(n, ms(statistics.median(results["exec"][n][0][k]))) for n in sizes])
+              for k in tools]
+    with open(prefix + "-exec.svg", "w") as f:
+        f.write(svgplot.line_chart("`true` on N nodes (warm)", "nodes", "median latency, ms",
+                                   series))
     ls = list(results["launch"].keys())
     if ls:
-        fig, ax = plt.subplots(figsize=(6, 4))
-        ax.plot(ls, [results["launch"][n][0] for n in ls], marker="o", label="herd launch (cold)")
-        ax.set_xlabel("nodes")
-        ax.set_ylabel("seconds to the first job's end")
-        ax.set_title("cold launch vs N (local provider)")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(prefix + "-launch.png", dpi=100)
+        with open(prefix + "-launch.svg", "w") as f:
+            f.write(svgplot.line_chart("cold launch vs N (local provider)", "nodes",
+                                       "seconds to the first job's end",
+                                       [("herd launch (cold)",
+                                         [(n, results["launch"][n][0]) for n in ls])]))
 
 
 if __name__ == "__main__":
