@@ -17,7 +17,7 @@
 #include "agent/gpu/system_gpu_probe.hpp"
 #include "agent/process/step_program.hpp"
 #include "agent/process/uv_process_launcher.hpp"
-#include "shared/common/agent_files.hpp"
+#include "shared/common/agent_layout.hpp"
 #include "shared/common/file_util.hpp"
 #include "shared/common/heap.hpp"
 #include "shared/common/limits.hpp"

@@ -15,11 +15,11 @@
 #include <set>
 #include <sstream>
 
-#include "agent/core/worker.hpp"
-#include "agent/sched/job_env.hpp"
-#include "agent/sched/node_order.hpp"
+#include "agent/core/process_key.hpp"
+#include "agent/job/job_env.hpp"
+#include "agent/nodes/node_order.hpp"
 #include "agent/sched/scheduler.hpp"
-#include "shared/common/crash_point.hpp"
+#include "agent/process/crash_point.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 #include "shared/proto/frame.hpp"

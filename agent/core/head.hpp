@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "agent/sched/log_merger.hpp"
+#include "agent/logs/log_merger.hpp"
 #include "agent/sched/scheduler.hpp"
 #include "agent/store/job_store.hpp"
 #include "herd/v1/agent.pb.h"

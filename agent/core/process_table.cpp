@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <set>
 
-#include "agent/core/worker.hpp"
+#include "agent/core/process_key.hpp"
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"

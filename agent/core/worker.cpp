@@ -10,7 +10,7 @@
 
 #include "agent/core/node_probe.hpp"
 #include "agent/core/startup_pages.hpp"
-#include "shared/common/crash_point.hpp"
+#include "agent/process/crash_point.hpp"
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
@@ -21,16 +21,6 @@ namespace herd::agent {
 namespace fs = std::filesystem;
 using herd::v1::AgentToHead;
 using herd::v1::HeadToAgent;
-
-std::string ProcessKeyString(const herd::v1::ProcessKey& key) {
-  return "job" + std::to_string(key.job_id()) + ".a" + std::to_string(key.attempt()) +
-         (key.kind() == herd::v1::PROCESS_KIND_SETUP ? ".setup.r" : ".run.r") +
-         std::to_string(key.rank());
-}
-
-std::string JobGroupName(int64_t job_id, int32_t attempt) {
-  return "job" + std::to_string(job_id) + "-a" + std::to_string(attempt);
-}
 
 Worker::Worker(boost::asio::io_context& io, AgentConfig config, ProcessLauncher& launcher,
                GpuProbe& gpus, bool is_head)

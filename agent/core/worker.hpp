@@ -16,6 +16,7 @@
 #include <string>
 
 #include "agent/core/agent_config.hpp"
+#include "agent/core/process_key.hpp"
 #include "agent/core/process_table.hpp"
 #include "agent/gpu/gpu_probe.hpp"
 #include "agent/process/process_launcher.hpp"
@@ -100,10 +101,5 @@ class Worker {
   ProcessTableFile table_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
-
-// "job3.a1.run.r0": a stable name for a process key (map keys, log messages).
-std::string ProcessKeyString(const herd::v1::ProcessKey& key);
-// The kill group of every process of (job, attempt).
-std::string JobGroupName(int64_t job_id, int32_t attempt);
 
 }  // namespace herd::agent

@@ -4,7 +4,7 @@
 // Policy (SkyPilot's FIFO with head-of-line blocking):
 // - The queue is walked in FIFO order (job id ascending).
 // - A job is a gang of `num_nodes` ranks with strict spread: every rank on a DISTINCT alive node
-//   that can hold it (shared/sched/feasibility.hpp: CPUs, GPUs, accelerator name), with what
+//   that can hold it (agent/sched/feasibility.hpp: CPUs, GPUs, accelerator name), with what
 //   running jobs use subtracted.
 // - GPUs are assigned, not only counted: a node's GPUs are its indices 0..gpu_count-1 (NVML's
 //   order) and a rank gets concrete indices, which the head puts into CUDA_VISIBLE_DEVICES.
@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "herd/v1/common.pb.h"
-#include "shared/sched/feasibility.hpp"
+#include "agent/sched/feasibility.hpp"
 
 namespace herd::agent {
 

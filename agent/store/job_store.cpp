@@ -6,7 +6,7 @@
 #include <string_view>
 #include <utility>
 
-#include "agent/sched/node_order.hpp"
+#include "agent/nodes/node_order.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 

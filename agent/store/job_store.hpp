@@ -68,7 +68,7 @@ class JobStore {
   // incarnation: the node's last accepted agent incarnation, so that a restarted head still
   // refuses an older agent and knows a newer one restarted.
   Status UpsertNode(const herd::v1::NodeInfo& node, uint64_t incarnation = 0);
-  // In cluster order (agent/sched/node_order.hpp); incarnations (if given) by node id.
+  // In cluster order (agent/nodes/node_order.hpp); incarnations (if given) by node id.
   Result<std::vector<herd::v1::NodeInfo>> ListNodes(
       std::map<std::string, uint64_t>* incarnations = nullptr);
 

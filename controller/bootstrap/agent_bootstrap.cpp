@@ -10,7 +10,7 @@
 #include <optional>
 #include <string_view>
 
-#include "controller/bootstrap/agent_files.hpp"
+#include "controller/bootstrap/packaged_files.hpp"
 #include "controller/bootstrap/remote_scripts.hpp"
 #include "controller/bootstrap/sha256.hpp"
 #include "controller/ssh/parallel.hpp"

@@ -16,7 +16,7 @@
 
 #include "controller/ssh/ssh_runner.hpp"
 #include "controller/ssh/ssh_target.hpp"
-#include "shared/common/agent_files.hpp"
+#include "shared/common/agent_layout.hpp"
 #include "shared/common/status.hpp"
 
 namespace herd::controller {

@@ -23,7 +23,7 @@
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 #include "shared/proto/job_state.hpp"
-#include "shared/task/task.hpp"
+#include "controller/task/task.hpp"
 #include "shared/tls/certs.hpp"
 
 namespace herd::controller {

@@ -13,7 +13,7 @@
 
 #include "controller/jobs/managed_job_store.hpp"
 #include "shared/common/status.hpp"
-#include "shared/task/task.hpp"
+#include "controller/task/task.hpp"
 
 namespace herd::controller {
 

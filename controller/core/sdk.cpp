@@ -30,7 +30,7 @@
 #include "controller/state/cluster_store.hpp"
 #include "controller/state/herd_home.hpp"
 #include "controller/state/ssh_config.hpp"
-#include "shared/common/agent_files.hpp"
+#include "shared/common/agent_layout.hpp"
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"

@@ -1,7 +1,7 @@
 // The C++ SDK: clusters by name. The CLI (cli.cpp) is a thin layer over these calls, and the
 // Python SDK (python/herd) drives the CLI's JSON output.
 //
-//   herd::task::Task t = ...;                      // shared/task/task.hpp
+//   herd::task::Task t = ...;                      // controller/task/task.hpp
 //   auto r = herd::sdk::Launch(t, {.cluster = "demo"});
 //   int code = herd::sdk::TailLogs("demo", r->job_id, {.follow = true});
 //   herd::sdk::Down("demo");
@@ -16,7 +16,7 @@
 #include "controller/state/cluster_record.hpp"
 #include "herd/v1/common.pb.h"
 #include "shared/common/status.hpp"
-#include "shared/task/task.hpp"
+#include "controller/task/task.hpp"
 
 namespace herd::sdk {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "shared/task/task.hpp"
+#include "controller/task/task.hpp"
 
 namespace herd::jobs {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "shared/common/status.hpp"
-#include "shared/task/task.hpp"
+#include "controller/task/task.hpp"
 
 namespace herd::jobs {
 

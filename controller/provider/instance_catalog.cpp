@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "shared/task/resource_values.hpp"
+#include "controller/task/resource_values.hpp"
 
 namespace herd::controller {
 

@@ -26,7 +26,7 @@
 #include "controller/ssh/ssh_command.hpp"
 #include "controller/ssh/ssh_key.hpp"
 #include "controller/ssh/subprocess.hpp"
-#include "shared/common/agent_files.hpp"
+#include "shared/common/agent_layout.hpp"
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"

@@ -24,7 +24,7 @@ inline constexpr std::size_t kLogReplayChunkBytes = 256u << 10;
 // write_buffer_bytes, 4 KiB by default): each fill is one TLS write, i.e. a 4 KiB record and a
 // socket send for 4 KiB of output, and a record the head must decrypt and handle on its own.
 inline constexpr std::size_t kWebsocketWriteBufferBytes = 64u << 10;
-// The head's line prefixer (agent/sched/log_merger) holds at most this many bytes of one
+// The head's line prefixer (agent/logs/log_merger) holds at most this many bytes of one
 // unterminated output line per process; a longer line is cut with a '\n' added. Independent of
 // the chunk sizes above: a line may span many output chunks.
 inline constexpr std::size_t kMaxLogLineBytes = 1u << 20;
@@ -155,7 +155,7 @@ inline constexpr double kDefaultTaskCpus = 0.5;
 // Jobs the head keeps in memory per queue listing; older ones stay in SQLite.
 inline constexpr int kMaxJobsListed = 1000;
 
-// ---- Task files (shared/task: `herd check`, `launch`, `exec`, `jobs launch` alike) ------------
+// ---- Task files (controller/task: `herd check`, `launch`, `exec`, `jobs launch` alike) ------------
 // A task file (or an --env-file) larger than this is refused before it is read. Real task files
 // are a few KB; data belongs in the files a task mounts (file_mounts, workdir). yaml-cpp holds
 // about 500 bytes per node written (its node graph; a flow collection's tokens until it closes):

@@ -20,7 +20,6 @@
 namespace herd::tls {
 namespace {
 
-using transport::Role;
 
 // RAII owners of OpenSSL objects.
 struct Deleter {

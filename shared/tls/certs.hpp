@@ -12,7 +12,7 @@
 
 #include "shared/common/file_util.hpp"
 #include "shared/common/status.hpp"
-#include "shared/transport/transport.hpp"
+#include "shared/tls/roles.hpp"
 
 struct x509_st;  // OpenSSL's X509
 
@@ -62,32 +62,24 @@ struct IssueOptions {
 // A leaf certificate signed by `ca`. Agent certificates may serve and dial (serverAuth and
 // clientAuth); client certificates may only dial (clientAuth). ip_sans and dns_sans go into the
 // subjectAltName.
-Result<Pem> IssueCertificate(const Pem& ca, herd::transport::Role role,
+Result<Pem> IssueCertificate(const Pem& ca, Role role,
                              std::string_view common_name,
                              const std::vector<std::string>& ip_sans = {},
                              const std::vector<std::string>& dns_sans = {}, int valid_days = 825);
-Result<Pem> IssueCertificate(const Pem& ca, herd::transport::Role role,
+Result<Pem> IssueCertificate(const Pem& ca, Role role,
                              std::string_view common_name, const IssueOptions& options);
 
 // The role from the subject OU; kUnknown for a certificate without a herd role (e.g. the CA).
-Result<herd::transport::Role> RoleOf(std::string_view cert_pem);
+Result<Role> RoleOf(std::string_view cert_pem);
 Result<std::string> CommonNameOf(std::string_view cert_pem);
 // The same of a parsed certificate (the transport's verified peer, without encoding it again).
-Result<herd::transport::Role> RoleOf(const ::x509_st* cert);
+Result<Role> RoleOf(const ::x509_st* cert);
 Result<std::string> CommonNameOf(const ::x509_st* cert);
 
 // Writes via a temporary file in the same directory, fsync, rename (readers never see half a
 // file) and fsyncs the directory. `mode` is applied before any byte is written.
 using herd::ReadFile;
 using herd::WriteFileAtomic;
-
-// File names of the layouts below.
-inline constexpr std::string_view kCaCertFile = "ca.crt";
-inline constexpr std::string_view kCaKeyFile = "ca.key";
-inline constexpr std::string_view kClientCertFile = "client.crt";
-inline constexpr std::string_view kClientKeyFile = "client.key";
-inline constexpr std::string_view kAgentCertFile = "agent.crt";
-inline constexpr std::string_view kAgentKeyFile = "agent.key";
 
 // Creates `dir` (0700) with ca.crt, ca.key (0600), client.crt and client.key (0600). Refuses
 // (AlreadyExists) when dir/ca.key exists: replacing a CA would lock out every agent.

@@ -2,18 +2,6 @@
 
 namespace herd::transport {
 
-std::string_view RoleName(Role role) {
-  switch (role) {
-    case Role::kAgent:
-      return "agent";
-    case Role::kClient:
-      return "client";
-    case Role::kUnknown:
-      break;
-  }
-  return "unknown";
-}
-
 std::string_view PathForRole(Role role) {
   switch (role) {
     case Role::kAgent:

@@ -17,19 +17,14 @@
 
 #include "shared/common/limits.hpp"
 #include "shared/common/status.hpp"
+#include "shared/tls/roles.hpp"
 
 namespace herd::transport {
 
-// The role a certificate carries (see shared/tls/certs.hpp).
-enum class Role { kUnknown = 0, kAgent = 1, kClient = 2 };
-std::string_view RoleName(Role role);
-
-// Certificate files: the cluster CA and this side's certificate and private key (PEM).
-struct TlsFiles {
-  std::string ca_cert;
-  std::string cert;
-  std::string key;
-};
+// The role a certificate carries and the files an endpoint reads (shared/tls/roles.hpp).
+using tls::Role;
+using tls::RoleName;
+using tls::TlsFiles;
 
 struct PeerIdentity {
   Role role = Role::kUnknown;

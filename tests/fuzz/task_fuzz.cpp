@@ -1,4 +1,4 @@
-// Fuzz target: the task YAML parser (shared/task). A task file is user input: any text must give
+// Fuzz target: the task YAML parser (controller/task). A task file is user input: any text must give
 // either a task or an error that names its place ("fuzz.yaml:LINE:COL: ..." or "fuzz.yaml: ..."),
 // never a crash or an escaped exception; and a parsed task's secrets never reach its JSON form.
 #include <cstddef>
@@ -9,7 +9,7 @@
 
 #include <boost/json.hpp>
 
-#include "shared/task/task.hpp"
+#include "controller/task/task.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view yaml(reinterpret_cast<const char*>(data), size);

@@ -59,7 +59,7 @@ def netns_available():
 
 
 # Where an agent records its cgroup scope, relative to its user's home
-# (shared/common/agent_files.hpp).
+# (shared/common/agent_layout.hpp).
 AGENT_CGROUP_SCOPE_FILE = ".herd/agent/state/cgroup.scope"
 
 

@@ -1,5 +1,5 @@
 """The crash windows of issue 7 that no external fault hits reliably, driven with the test-only
-HERD_TEST_CRASH_AT hook (shared/common/crash_point.hpp): an agent _exits at an exact point, is
+HERD_TEST_CRASH_AT hook (agent/process/crash_point.hpp): an agent _exits at an exact point, is
 started again, and the job must end SUCCEEDED with every line once in `herd logs` (a follower
 attached across the crash and a fresh one), and nothing left running. A head and a worker on
 127.0.100.1-2 from the real binaries, driven with the real `herd` CLI.

@@ -16,7 +16,7 @@
 #include <boost/json.hpp>
 
 #include "controller/bootstrap/agent_bootstrap.hpp"
-#include "controller/bootstrap/agent_files.hpp"
+#include "controller/bootstrap/packaged_files.hpp"
 #include "controller/bootstrap/remote_scripts.hpp"
 #include "controller/bootstrap/sha256.hpp"
 #include "controller/provider/local_provider.hpp"

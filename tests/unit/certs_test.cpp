@@ -15,7 +15,7 @@
 namespace herd::tls {
 namespace {
 
-using transport::Role;
+
 namespace fs = std::filesystem;
 
 using herd::testing::TempDir;

@@ -1,4 +1,4 @@
-#include "agent/sched/log_merger.hpp"
+#include "agent/logs/log_merger.hpp"
 
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-#include "agent/sched/node_order.hpp"
+#include "agent/nodes/node_order.hpp"
 
 #include <doctest/doctest.h>
 

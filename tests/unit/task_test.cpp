@@ -1,5 +1,5 @@
 // herd_task: SkyPilot task YAML parsing, overrides, substitution, output forms and `herd check`.
-#include "shared/task/task.hpp"
+#include "controller/task/task.hpp"
 
 #include <doctest/doctest.h>
 #include <stdlib.h>
@@ -12,7 +12,7 @@
 #include <sstream>
 
 #include "shared/common/limits.hpp"
-#include "shared/task/env_vars.hpp"
+#include "controller/task/env_vars.hpp"
 #include "tests/unit/test_support.hpp"
 
 namespace herd::task {

@@ -1,4 +1,4 @@
-#include "shared/task/env_vars.hpp"
+#include "controller/task/env_vars.hpp"
 
 #include <cctype>
 #include <cerrno>
@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "shared/common/limits.hpp"
-#include "shared/task/resource_values.hpp"
+#include "controller/task/resource_values.hpp"
 
 namespace herd::task {
 namespace {

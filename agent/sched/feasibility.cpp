@@ -1,4 +1,4 @@
-#include "shared/sched/feasibility.hpp"
+#include "agent/sched/feasibility.hpp"
 
 #include <algorithm>
 #include <cctype>

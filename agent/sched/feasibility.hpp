@@ -1,6 +1,6 @@
-// What a task asks of each node, and whether a cluster could ever hold it. Shared by the head's
-// scheduler (agent/sched/scheduler.hpp) and the controller's check before it submits
-// (controller/core/sdk.cpp), so both apply the same rules and say the same reason.
+// What a task asks of each node, and whether a cluster could ever hold it: the head's scheduler
+// (agent/sched/scheduler.hpp) places jobs by it, and the head refuses at submit a task that no set
+// of its nodes could ever hold, with the reason it gives here.
 //
 // Rules:
 // - A job is a gang of `num_nodes` ranks, each on a DISTINCT node.

@@ -1,4 +1,4 @@
-#include "controller/bootstrap/agent_files.hpp"
+#include "controller/bootstrap/packaged_files.hpp"
 
 #include <algorithm>
 #include <chrono>

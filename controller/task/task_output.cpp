@@ -7,9 +7,9 @@
 #include <cstdint>
 
 #include "shared/common/limits.hpp"
-#include "shared/task/env_vars.hpp"
-#include "shared/task/resource_values.hpp"
-#include "shared/task/task.hpp"
+#include "controller/task/env_vars.hpp"
+#include "controller/task/resource_values.hpp"
+#include "controller/task/task.hpp"
 
 namespace herd::task {
 namespace {

@@ -2,8 +2,8 @@
 // for every any_of/ordered candidate, as SkyPilot's overrides do.
 #include <functional>
 
-#include "shared/task/resource_values.hpp"
-#include "shared/task/task.hpp"
+#include "controller/task/resource_values.hpp"
+#include "controller/task/task.hpp"
 
 namespace herd::task {
 namespace {

@@ -1,4 +1,4 @@
-#include "agent/sched/job_env.hpp"
+#include "agent/job/job_env.hpp"
 
 #include <time.h>
 

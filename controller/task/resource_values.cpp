@@ -1,4 +1,4 @@
-#include "shared/task/resource_values.hpp"
+#include "controller/task/resource_values.hpp"
 
 #include <array>
 #include <cctype>

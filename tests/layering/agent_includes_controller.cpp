@@ -1,0 +1,1 @@
+#include "controller/core/sdk.hpp"  // must not be found: the agent does not see controller/
