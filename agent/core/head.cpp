@@ -556,7 +556,7 @@ NodeHealth Head::HealthOf(const NodeEntry& node) const {
 
 std::string Head::RestartCommand() const { return "`herd start " + options_.cluster + "`"; }
 
-std::optional<std::string> Head::WhyNeedsLostNodes(const TaskSpec& spec) {
+std::optional<std::string> Head::WhyNeedsLostNodes(const TaskSpec& spec, std::string* lost_names) {
   // Until every node registered, the missing ones are still starting, not lost.
   if (static_cast<int>(nodes_.size()) < options_.expected_nodes) return std::nullopt;
   const JobDemand d = DemandOf(0, spec);
@@ -571,6 +571,12 @@ std::optional<std::string> Head::WhyNeedsLostNodes(const TaskSpec& spec) {
     }
   }
   if (present >= d.num_nodes || lost.empty()) return std::nullopt;
+  if (lost_names) {
+    lost_names->clear();
+    for (const NodeEntry* node : lost) {
+      *lost_names += (lost_names->empty() ? "" : ",") + node->info.node_id();
+    }
+  }
   auto count = [](int n, const char* one, const char* many) {
     return std::to_string(n) + " " + (n == 1 ? one : many);
   };
@@ -1192,7 +1198,35 @@ void Head::Schedule() {
   }
   for (const auto& p : result.start) {
     auto it = jobs_.find(p.job_id);
-    if (it != jobs_.end()) StartJob(it->second, p);
+    if (it == jobs_.end()) continue;
+    if (!it->second.waiting_for.empty()) {
+      it->second.waiting_for.clear();
+      it->second.rec.info.clear_message();  // persisted by StartPhase
+    }
+    StartJob(it->second, p);
+  }
+  NoteWaitingForLostNodes();
+}
+
+void Head::NoteWaitingForLostNodes() {
+  const bool any_lost =
+      std::any_of(nodes_.begin(), nodes_.end(), [this](const auto& n) { return IsLost(n.second); });
+  for (auto& [id, run] : jobs_) {
+    if (run.rec.info.state() != JOB_STATE_PENDING) continue;
+    std::string names;
+    std::optional<std::string> why;
+    if (any_lost) why = WhyNeedsLostNodes(run.rec.spec, &names);
+    if (names == run.waiting_for) continue;  // said already (or nothing to say)
+    run.waiting_for = names;
+    if (!why) {
+      run.rec.info.clear_message();
+    } else {
+      const std::string line = "Job " + std::to_string(id) + " is waiting: " + *why + ".";
+      HERD_LOG(kWarn) << line;
+      AppendLog(run, line + "\n");
+      run.rec.info.set_message(line);
+    }
+    PersistAndNotify(run, false);
   }
 }
 

@@ -125,6 +125,9 @@ class Head {
     bool in_setup = false;
     bool killing = false;  // fail-fast or cancel sent KillJob; later non-zero exits report 137
     bool cancel_requested = false;
+    // PENDING, waiting for these lost nodes (their names): said once in run.log and in the job's
+    // message (NoteWaitingForLostNodes), cleared when the job is placed or they are back.
+    std::string waiting_for;
     // Set when output could not be stored (a node-local log or run.log on a full disk): the job
     // is stopped and ends FAILED_DRIVER with this message.
     std::string driver_error;
@@ -200,7 +203,13 @@ class Head {
   std::optional<std::string> WhyNeverFits(const herd::v1::TaskSpec& spec);
   // Why `spec` cannot be placed now because nodes it needs are lost (IsLost): the lost nodes that
   // could hold a rank, and how to bring them back; nullopt when the nodes not lost are enough.
-  std::optional<std::string> WhyNeedsLostNodes(const herd::v1::TaskSpec& spec);
+  // lost_names, when given, gets the names of those lost nodes (comma-separated).
+  std::optional<std::string> WhyNeedsLostNodes(const herd::v1::TaskSpec& spec,
+                                               std::string* lost_names = nullptr);
+  // After a scheduling pass: a PENDING job that nodes lost since its submit keep from being
+  // placed gets a line in run.log (its followers see it) and its message says why and how to
+  // bring them back; it stays queued and runs once they are back.
+  void NoteWaitingForLostNodes();
   // Serves lagging subscribers of every job and every Replay from run.log as far as their queues
   // allow; rearms catch_up_timer_ while any is left.
   void CatchUp();

@@ -58,6 +58,10 @@ class FaultStatesTest(unittest.TestCase):
         return {n["node_id"]: n for n in json.loads(
             self.h.herd("nodes", CLUSTER, "-o", "json").stdout)}
 
+    def job(self, job_id):
+        return {j["id"]: j for j in json.loads(
+            self.h.herd("queue", CLUSTER, "-o", "json").stdout)}[job_id]
+
     def worker_pids(self):
         """herdlet's and its supervisor's pids on the worker node (0 for one not running)."""
         p = self.h.ssh(WORKER, "cd .herd/agent && for f in herdlet.pid supervise.pid; do "
@@ -130,6 +134,9 @@ class FaultStatesTest(unittest.TestCase):
         self.assertEqual(k.returncode, 0, k.stderr)
         node = self.wait("STOPPED", lambda: (lambda n: n if n["status"] == "STOPPED" else None)(
             self.nodes()[WORKER]), 5)
+        # Submitted at once (the node may be an agent restarting): queued, not refused.
+        p = self.h.herd("exec", CLUSTER, "-d", "--num-nodes", "2", "--", "hostname", timeout=60)
+        job = int(re.search(r"Job submitted, ID: (\d+)", p.stderr.decode()).group(1))
         self.assertEqual(node["stopped_reason"], f"herdlet (pid {herdlet}) received SIGTERM")
         self.assertEqual(node["restart_command"], f"herd start {CLUSTER}")
         self.assertFalse(node["alive"])
@@ -142,7 +149,22 @@ class FaultStatesTest(unittest.TestCase):
         self.wait("the supervisor to end", lambda: self.worker_pids() == (0, 0), 10)
         c = self.status()[CLUSTER]
         self.assertEqual((c["status"], c["lost_nodes"]), ("INIT", [WORKER]))
+        # Once the node counts as lost, the queued job says what it waits for and how to end that.
+        queued = self.wait("the job's waiting message", lambda: (
+            lambda j: j if "is waiting" in j["message"] else None)(self.job(job)), NODE_LOST_WITHIN)
+        self.assertEqual(queued["status"], "PENDING")
+        self.assertIn(f"{WORKER} is stopped (herdlet (pid {herdlet}) received SIGTERM, no "
+                      "message from its agent for ", queued["message"])
+        self.assertIn(f"Start its agent again with `herd start {CLUSTER}`", queued["message"])
         self.bring_back()
+        # ... and runs once the node is back.
+        done = self.wait("the job to end", lambda: (
+            lambda j: j if j["status"] not in ("PENDING", "SETTING_UP", "RUNNING") else None)(
+            self.job(job)), 60)
+        self.assertEqual((done["status"], done["message"]), ("SUCCEEDED", ""))
+        log = self.h.herd("logs", CLUSTER, str(job)).stdout.decode()
+        self.assertIn(f"Job {job} is waiting: it needs 2 nodes", log)
+        self.assertRegex(log, rf"\(worker1, rank=1, pid=\d+[^)]*\) {WORKER}\n")
 
     def test_c_a_crashed_herdlet_is_restarted_by_its_supervisor_never_stopped(self):
         herdlet, supervisor = self.worker_pids()

@@ -690,7 +690,19 @@ TEST_CASE("a lost node: a 2-node submit is refused naming it and the restart; 1 
   CHECK(follow.last.state() == herd::v1::JOB_STATE_SUCCEEDED);
 }
 
-TEST_CASE("a node only reconnecting fails no submit: the 2-node job waits for it and runs") {
+herd::v1::JobInfo InfoOf(controller::HeadClient& client, int64_t job) {
+  auto queue = client.Queue(false);
+  REQUIRE(queue.ok());
+  for (const auto& j : *queue) {
+    if (j.job_id() == job) return j;
+  }
+  FAIL("no job " << job);
+  return {};
+}
+
+TEST_CASE(
+    "a node only reconnecting fails no submit; lost later, the queued job says why and runs once "
+    "it is back") {
   Cluster c;
   auto client = c.Client();
   c.OnIo([&] { c.workers[1]->Stop(); });
@@ -698,14 +710,33 @@ TEST_CASE("a node only reconnecting fails no submit: the 2-node job waits for it
   auto job = client->Submit(TwoNodes("", "echo run"), "hal");
   REQUIRE_MESSAGE(job.ok(), job.status().ToString());
   CHECK(StateOf(*client, *job) == herd::v1::JOB_STATE_PENDING);
-  c.RestartWorker(1);  // its agent is back (a new incarnation)
   Follow follow(c, *job);
+  // Lost now: the job stays queued, and its message (and log) say what it waits for.
+  REQUIRE(WaitCondition(*client, "unit-worker1", herd::v1::NODE_CONDITION_LOST,
+                        limits::kNodeLossReportedWithin));
+  const std::string waiting =
+      "Job 1 is waiting: it needs 2 nodes and only 1 of those that could "
+      "hold it is up; unit-worker1 is lost";
+  auto until = std::chrono::steady_clock::now() + 2s;
+  while (InfoOf(*client, *job).message().find(waiting) == std::string::npos &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(20ms);
+  }
+  const herd::v1::JobInfo info = InfoOf(*client, *job);
+  CHECK(info.state() == herd::v1::JOB_STATE_PENDING);
+  CHECK_MESSAGE(info.message().find(waiting) != std::string::npos, info.message());
+  CHECK_MESSAGE(
+      info.message().find("Start its agent again with `herd start unit`") != std::string::npos,
+      info.message());
+  c.RestartWorker(1);  // its agent is back (a new incarnation)
   REQUIRE(c.launchers[0]->WaitSpawns(1));
   REQUIRE(c.launchers[1]->WaitSpawns(1));
   c.launchers[0]->Exit(0, 0);
   c.launchers[1]->Exit(0, 0);
   follow.Join();
   CHECK(follow.last.state() == herd::v1::JOB_STATE_SUCCEEDED);
+  CHECK(follow.last.message().empty());
+  CHECK(follow.log.find(waiting) != std::string::npos);
 }
 
 TEST_CASE("an agent that leaves is STOPPED with its reason until a new agent registers") {
