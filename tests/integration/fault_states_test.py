@@ -14,7 +14,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from herd_env import HerdEnv, namespaces_of, netns_available  # noqa: E402
+from herd_env import HerdEnv, namespaces_of, netns_available, pids_by_cmdline  # noqa: E402
 
 CLUSTER = "hfs"
 WORKER = f"{CLUSTER}-worker1"
@@ -22,6 +22,8 @@ WORKER = f"{CLUSTER}-worker1"
 NODE_LOST_WITHIN = 10.0
 # A refused exec answers in well under a second here; a hanging one never would.
 REFUSED_WITHIN = 10.0
+# kStatusHeadTimeout in shared/common/limits.hpp: status waits no longer for a head.
+STATUS_HEAD_TIMEOUT = 3.0
 
 
 @unittest.skipUnless(netns_available(), "needs root and ip netns")
@@ -177,6 +179,27 @@ class FaultStatesTest(unittest.TestCase):
         self.wait("the node UP", lambda: self.nodes()[WORKER]["status"] == "UP", 10)
         self.assertNotIn("stopped_reason", self.nodes()[WORKER])
         self.assertEqual(self.status()[CLUSTER]["status"], "UP")
+
+    def test_d_a_head_that_does_not_answer_costs_status_a_bounded_wait(self):
+        p = self.h.ssh(CLUSTER, "cat .herd/agent/herdlet.pid")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        head_agent = int(p.stdout.strip())
+        os.kill(head_agent, signal.SIGSTOP)  # hung: its connections stay open, nothing answers
+        try:
+            t0 = time.time()
+            c = self.status()[CLUSTER]
+            took = time.time() - t0
+            table = self.h.herd("status").stdout.decode()
+        finally:
+            os.kill(head_agent, signal.SIGCONT)
+        self.assertLess(took, STATUS_HEAD_TIMEOUT + 2)
+        self.assertEqual((c["status"], c["head_answered"]), ("INIT", False))
+        self.assertIn("did not answer within", c["head_error"])
+        self.assertRegex(table, rf"\n{CLUSTER} .* INIT .* head not answering\s*\n")
+        # Nothing of the question is left running.
+        self.assertEqual(pids_by_cmdline(lambda argv: argv[0].endswith(b"herd") and
+                                         b"status" in argv), [])
+        self.wait("status UP", lambda: self.status()[CLUSTER]["status"] == "UP", 10)
 
 
 if __name__ == "__main__":
