@@ -201,6 +201,16 @@ class FaultStatesTest(unittest.TestCase):
                                          b"status" in argv), [])
         self.wait("status UP", lambda: self.status()[CLUSTER]["status"] == "UP", 10)
 
+    def test_e_stop_and_start_are_not_held_up_by_agents_saying_goodbye(self):
+        t0 = time.time()
+        self.h.herd("stop", CLUSTER)
+        took = time.time() - t0
+        self.assertEqual(self.status()[CLUSTER]["status"], "STOPPED")
+        # Every agent stops on its SIGTERM (Leaving, at most kAgentLeaveTimeout each, in
+        # parallel), not on the SIGKILL kAgentStopTimeout later.
+        self.assertLess(took, 8)
+        self.bring_back()
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
