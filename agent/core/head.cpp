@@ -522,7 +522,13 @@ void Head::HandleLeaving(const ConnPtr& conn, const Leaving& leaving) {
   n.last_seen = Clock::now();
   n.left = true;
   n.left_incarnation = n.incarnation;
-  n.left_reason = leaving.reason().substr(0, limits::kMaxLeaveReasonBytes);
+  // Cut at a character boundary: a string field must stay valid UTF-8 for NodesReply to parse.
+  std::size_t keep = std::min(leaving.reason().size(), limits::kMaxLeaveReasonBytes);
+  while (keep > 0 && keep < leaving.reason().size() &&
+         (static_cast<unsigned char>(leaving.reason()[keep]) & 0xC0) == 0x80) {
+    --keep;
+  }
+  n.left_reason = leaving.reason().substr(0, keep);
   n.left_unix_ms = NowMs();
   // Its connection closes next (OnClose); its processes fail only if it is not back in time
   // (CheckNodes), as for any silent node: a restart is a stop and a start.
