@@ -143,9 +143,14 @@ int RunAgent(const AgentConfig& config, int ready_fd) {
   boost::asio::signal_set signals(io, SIGTERM, SIGINT);
   signals.async_wait([&](boost::system::error_code, int sig) {
     HERD_LOG(kInfo) << "signal " << sig << ": stopping (jobs keep running)";
-    worker.Stop();
-    if (head) head->Stop();
-    io.stop();
+    // Nothing restarts an agent stopped this way (herdlet-supervise and systemd restart only one
+    // that failed): the head is told, so that `herd nodes` says so instead of "lost".
+    worker.Leave("herdlet (pid " + std::to_string(::getpid()) + ") received " +
+                     (sig == SIGTERM ? "SIGTERM" : "SIGINT"),
+                 [&] {
+                   if (head) head->Stop();
+                   io.stop();
+                 });
   });
   io.run();
   return 0;

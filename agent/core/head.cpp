@@ -88,6 +88,7 @@ Status Head::Start() {
   fs::create_directories(options_.state_dir + "/logs", ec);
   if (ec) return IoError("cannot create " + options_.state_dir + "/logs: " + ec.message());
   HERD_ASSIGN_OR_RETURN(store_, JobStore::Open(options_.state_dir + "/jobs.db"));
+  started_at_ = Clock::now();
   std::map<std::string, uint64_t> incarnations;
   auto known = store_->ListNodes(&incarnations);
   for (auto& node : known.ok() ? *known : std::vector<NodeInfo>{}) {
@@ -141,6 +142,7 @@ void Head::OnMessage(const ConnPtr& conn, std::string message) {
       conn->Close();
       return;
     }
+    if (msg->msg_case() == AgentToHead::kLeaving) return HandleLeaving(conn, msg->leaving());
     HandleAgent(conn, *msg);
   } else if (conn->peer().role == transport::Role::kClient) {
     auto msg = proto::Decode<ClientToHead>(message);
@@ -547,6 +549,103 @@ void Head::NodeLost(const std::string& node_id) {
   Schedule();
 }
 
+void Head::HandleLeaving(const ConnPtr& conn, const Leaving& leaving) {
+  auto it = agent_conns_.find(conn.get());
+  if (it == agent_conns_.end()) {
+    HERD_LOG(kError) << "dropping agent " << conn->peer().common_name
+                     << ": message before registration";
+    conn->Close();
+    return;
+  }
+  auto node = nodes_.find(it->second);
+  if (node == nodes_.end() || node->second.conn != conn) return;  // fenced: a stale connection
+  NodeEntry& n = node->second;
+  n.last_seen = Clock::now();
+  n.left = true;
+  n.left_incarnation = n.incarnation;
+  // Cut at a character boundary: a string field must stay valid UTF-8 for NodesReply to parse.
+  std::size_t keep = std::min(leaving.reason().size(), limits::kMaxLeaveReasonBytes);
+  while (keep > 0 && keep < leaving.reason().size() &&
+         (static_cast<unsigned char>(leaving.reason()[keep]) & 0xC0) == 0x80) {
+    --keep;
+  }
+  n.left_reason = leaving.reason().substr(0, keep);
+  n.left_unix_ms = NowMs();
+  // Its connection closes next (OnClose); its processes fail only if it is not back in time
+  // (CheckNodes), as for any silent node: a restart is a stop and a start.
+  HERD_LOG(kWarn) << "node " << node->first << " is stopping: " << n.left_reason
+                  << "; nothing restarts its agent but " << RestartCommand();
+}
+
+bool Head::IsLost(const NodeEntry& node) const {
+  return !node.alive &&
+         Clock::now() - std::max(node.last_seen, started_at_) >= limits::kNodeLostAfter;
+}
+
+NodeHealth Head::HealthOf(const NodeEntry& node) const {
+  NodeHealth h;
+  if (node.alive && node.conn) {
+    h.set_condition(NODE_CONDITION_UP);
+    return h;
+  }
+  h.set_silent_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
+                      Clock::now() - std::max(node.last_seen, started_at_))
+                      .count());
+  if (node.left && node.left_incarnation == node.incarnation) {
+    h.set_condition(NODE_CONDITION_STOPPED);
+    h.set_stopped_reason(node.left_reason);
+    h.set_stopped_unix_ms(node.left_unix_ms);
+  } else {
+    h.set_condition(IsLost(node) ? NODE_CONDITION_LOST : NODE_CONDITION_RECONNECTING);
+  }
+  return h;
+}
+
+std::string Head::RestartCommand() const { return "`herd start " + options_.cluster + "`"; }
+
+std::optional<std::string> Head::WhyNeedsLostNodes(const TaskSpec& spec, std::string* lost_names) {
+  // Until every node registered, the missing ones are still starting, not lost.
+  if (static_cast<int>(nodes_.size()) < options_.expected_nodes) return std::nullopt;
+  const JobDemand d = DemandOf(0, spec);
+  int present = 0;
+  std::vector<const NodeEntry*> lost;
+  for (const NodeEntry* node : NodeOrder()) {
+    if (!sched::RankFits(d, node->info, node->info.cpus(), node->info.gpu_count())) continue;
+    if (IsLost(*node)) {
+      lost.push_back(node);
+    } else {
+      ++present;
+    }
+  }
+  if (present >= d.num_nodes || lost.empty()) return std::nullopt;
+  if (lost_names) {
+    lost_names->clear();
+    for (const NodeEntry* node : lost) {
+      *lost_names += (lost_names->empty() ? "" : ",") + node->info.node_id();
+    }
+  }
+  auto count = [](int n, const char* one, const char* many) {
+    return std::to_string(n) + " " + (n == 1 ? one : many);
+  };
+  std::string why = "it needs " + count(d.num_nodes, "node", "nodes") + " and only " +
+                    std::to_string(present) + " of those that could hold it " +
+                    (present == 1 ? "is" : "are") + " up; ";
+  for (std::size_t i = 0; i < lost.size(); ++i) {
+    const NodeHealth h = HealthOf(*lost[i]);
+    why += (i ? "; " : "") + lost[i]->info.node_id() + " is " +
+           (h.condition() == NODE_CONDITION_STOPPED ? "stopped (" + lost[i]->left_reason + ", "
+                                                    : "lost (") +
+           "no message from its agent for " + std::to_string(h.silent_ms() / 1000) + " s)";
+  }
+  why += ". Start " + std::string(lost.size() == 1 ? "its agent" : "their agents") +
+         " again with " + RestartCommand();
+  if (present > 0) {
+    why += ", or run on " + count(present, "node", "nodes") + " (--num-nodes " +
+           std::to_string(present) + ")";
+  }
+  return why;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Clients
 
@@ -583,6 +682,9 @@ void Head::Submit(const ConnPtr& conn, uint64_t request_id, const SubmitJob& sub
   if (auto why = WhyNeverFits(spec)) {
     return ReplyError(conn, request_id,
                       FailedPrecondition("the task cannot run on this cluster: " + *why));
+  }
+  if (auto why = WhyNeedsLostNodes(spec)) {
+    return ReplyError(conn, request_id, Unavailable("the task cannot run now: " + *why));
   }
   JobRecord rec;
   rec.spec = spec;
@@ -835,6 +937,7 @@ void Head::Nodes(const ConnPtr& conn, uint64_t request_id) {
     *reply.mutable_nodes_reply()->add_nodes() = n;
     const auto& e = nodes_.at(n.node_id());
     reply.mutable_nodes_reply()->add_alive(e.alive && e.conn != nullptr);
+    *reply.mutable_nodes_reply()->add_health() = HealthOf(e);
   }
   SendToClient(conn, request_id, std::move(reply));
 }
@@ -1154,7 +1257,35 @@ void Head::Schedule() {
   }
   for (const auto& p : result.start) {
     auto it = jobs_.find(p.job_id);
-    if (it != jobs_.end()) StartJob(it->second, p);
+    if (it == jobs_.end()) continue;
+    if (!it->second.waiting_for.empty()) {
+      it->second.waiting_for.clear();
+      it->second.rec.info.clear_message();  // persisted by StartPhase
+    }
+    StartJob(it->second, p);
+  }
+  NoteWaitingForLostNodes();
+}
+
+void Head::NoteWaitingForLostNodes() {
+  const bool any_lost =
+      std::any_of(nodes_.begin(), nodes_.end(), [this](const auto& n) { return IsLost(n.second); });
+  for (auto& [id, run] : jobs_) {
+    if (run.rec.info.state() != JOB_STATE_PENDING) continue;
+    std::string names;
+    std::optional<std::string> why;
+    if (any_lost) why = WhyNeedsLostNodes(run.rec.spec, &names);
+    if (names == run.waiting_for) continue;  // said already (or nothing to say)
+    run.waiting_for = names;
+    if (!why) {
+      run.rec.info.clear_message();
+    } else {
+      const std::string line = "Job " + std::to_string(id) + " is waiting: " + *why + ".";
+      HERD_LOG(kWarn) << line;
+      AppendLog(run, line + "\n");
+      run.rec.info.set_message(line);
+    }
+    PersistAndNotify(run, false);
   }
 }
 

@@ -72,6 +72,12 @@ class Head {
     ConnPtr conn;
     Clock::time_point last_seen;
     bool alive = false;
+    // Its agent of incarnation left_incarnation said it was stopping (Leaving): while no newer
+    // agent registered, the node is STOPPED (NodeHealth), with the reason it gave.
+    bool left = false;
+    uint64_t left_incarnation = 0;
+    std::string left_reason;
+    int64_t left_unix_ms = 0;
   };
   struct ProcEntry {
     herd::v1::StartProcess start;  // kept to re-send after a re-registration
@@ -119,6 +125,9 @@ class Head {
     bool in_setup = false;
     bool killing = false;  // fail-fast or cancel sent KillJob; later non-zero exits report 137
     bool cancel_requested = false;
+    // PENDING, waiting for these lost nodes (their names): said once in run.log and in the job's
+    // message (NoteWaitingForLostNodes), cleared when the job is placed or they are back.
+    std::string waiting_for;
     // Set when output could not be stored (a node-local log or run.log on a full disk): the job
     // is stopped and ends FAILED_DRIVER with this message.
     std::string driver_error;
@@ -150,6 +159,15 @@ class Head {
   void HandleExited(const herd::v1::ProcessExited& exited);
   void CheckNodes();
   void NodeLost(const std::string& node_id);
+  // An agent's last message before it stops on SIGTERM: the node is STOPPED until it registers.
+  void HandleLeaving(const ConnPtr& conn, const herd::v1::Leaving& leaving);
+  // UP, RECONNECTING, LOST or STOPPED, as `herd nodes` and `herd status` show it.
+  herd::v1::NodeHealth HealthOf(const NodeEntry& node) const;
+  // Declared lost (silent for limits::kNodeLostAfter; after a head restart, not registered within
+  // it): a submit that needs it is refused. A node only reconnecting is not.
+  bool IsLost(const NodeEntry& node) const;
+  // "`herd start CLUSTER`": what starts the agents of this cluster that are not running.
+  std::string RestartCommand() const;
 
   // Clients.
   void HandleClient(const ConnPtr& conn, const herd::v1::ClientToHead& msg);
@@ -188,6 +206,15 @@ class Head {
   // Why no set of the cluster's nodes, alive or not, could ever hold `spec` (a Submit is refused
   // then, before it is queued); nullopt when some could, or while nodes are still to register.
   std::optional<std::string> WhyNeverFits(const herd::v1::TaskSpec& spec);
+  // Why `spec` cannot be placed now because nodes it needs are lost (IsLost): the lost nodes that
+  // could hold a rank, and how to bring them back; nullopt when the nodes not lost are enough.
+  // lost_names, when given, gets the names of those lost nodes (comma-separated).
+  std::optional<std::string> WhyNeedsLostNodes(const herd::v1::TaskSpec& spec,
+                                               std::string* lost_names = nullptr);
+  // After a scheduling pass: a PENDING job that nodes lost since its submit keep from being
+  // placed gets a line in run.log (its followers see it) and its message says why and how to
+  // bring them back; it stays queued and runs once they are back.
+  void NoteWaitingForLostNodes();
   // Serves lagging subscribers of every job and every Replay from run.log as far as their queues
   // allow; rearms catch_up_timer_ while any is left.
   void CatchUp();
@@ -205,6 +232,8 @@ class Head {
   boost::asio::steady_timer catch_up_timer_;  // armed while a subscriber lags or replays_
   std::list<Replay> replays_;
   Clock::time_point last_check_ = Clock::now();  // when CheckNodes last ran
+  Clock::time_point started_at_ = Clock::now();  // Start(): nodes known from jobs.db have
+                                                 // kNodeLostAfter from then to register again
   std::map<std::string, NodeEntry> nodes_;
   uint64_t node_info_gen_ = 0;  // bumped whenever a node's info is set
   // NodeOrder's cache, valid for node_info_gen_ == node_order_gen_ and as many nodes as nodes_;

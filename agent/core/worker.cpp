@@ -31,6 +31,7 @@ Worker::Worker(boost::asio::io_context& io, AgentConfig config, ProcessLauncher&
       is_head_(is_head),
       heartbeat_timer_(io),
       redial_timer_(io),
+      leave_timer_(io),
       backoff_(limits::kReconnectBackoffInitial),
       table_(config_.state_dir) {}
 
@@ -59,6 +60,36 @@ void Worker::Stop() {
     auto c = std::move(conn_);
     SetConn(nullptr);
     c->Close();
+  }
+}
+
+void Worker::Leave(const std::string& reason, std::function<void()> done) {
+  leave_done_ = std::move(done);
+  if (state_ != State::kRunning || !conn_) {
+    Stop();
+    return LeaveDone();
+  }
+  AgentToHead msg;
+  msg.mutable_leaving()->set_reason(reason);
+  conn_->Send(proto::Encode(msg));
+  leaving_conn_ = conn_;
+  Stop();  // Close() sends what was queued first, then the websocket close
+  leave_timer_.expires_after(limits::kAgentLeaveTimeout);
+  auto alive = alive_;
+  leave_timer_.async_wait([this, alive](boost::system::error_code ec) {
+    if (ec || !*alive) return;
+    HERD_LOG(kWarn) << "the head did not take the leaving message within "
+                    << limits::kAgentLeaveTimeout.count() << " ms; stopping anyway";
+    LeaveDone();
+  });
+}
+
+void Worker::LeaveDone() {
+  leave_timer_.cancel();
+  leaving_conn_.reset();
+  if (auto done = std::move(leave_done_)) {
+    leave_done_ = nullptr;
+    done();
   }
 }
 
@@ -144,6 +175,7 @@ void Worker::OnConnected(std::shared_ptr<transport::Connection> conn) {
 }
 
 void Worker::OnClosed(const std::shared_ptr<transport::Connection>& conn, const Status& why) {
+  if (conn && conn == leaving_conn_) return LeaveDone();
   if (conn != conn_) return;
   SetConn(nullptr);
   heartbeat_timer_.cancel();

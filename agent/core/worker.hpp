@@ -10,6 +10,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -36,6 +37,10 @@ class Worker {
   // Reads/bumps the incarnation, probes the node and starts dialing the head.
   Status Start();
   void Stop();
+  // Stop() after telling the head why (Leaving, when registered): `done` runs once the message
+  // and the websocket close went out, or after limits::kAgentLeaveTimeout (a head going away too,
+  // a dead link), on the io_context; at once when not registered.
+  void Leave(const std::string& reason, std::function<void()> done);
   State state() const { return state_; }
   const herd::v1::NodeInfo& node_info() const { return node_; }
 
@@ -93,6 +98,10 @@ class Worker {
   std::shared_ptr<transport::Connection> shared_conn_;  // conn_, for QueuedOutputBytes
   boost::asio::steady_timer heartbeat_timer_;
   boost::asio::steady_timer redial_timer_;
+  boost::asio::steady_timer leave_timer_;
+  std::shared_ptr<transport::Connection> leaving_conn_;  // Leave(): closing, its end awaited
+  std::function<void()> leave_done_;
+  void LeaveDone();
   std::chrono::milliseconds backoff_;
   // Until the first registration, redials do not back off for a while (ScheduleRedial).
   std::chrono::steady_clock::time_point started_at_{};

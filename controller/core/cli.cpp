@@ -10,6 +10,7 @@
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <map>
 
 #include "controller/core/head_client.hpp"
 #include "controller/core/managed_jobs.hpp"
@@ -320,6 +321,22 @@ Result<std::vector<int64_t>> ParseJobIds(const std::vector<std::string>& args) {
     ids.push_back(v);
   }
   return ids;
+}
+
+// UP, RECONNECTING, LOST or STOPPED; from `alive` alone for a head that sends no health.
+std::string NodeConditionWord(const NodeHealth& h, bool alive) {
+  switch (h.condition()) {
+    case NODE_CONDITION_UP:
+      return "UP";
+    case NODE_CONDITION_RECONNECTING:
+      return "RECONNECTING";
+    case NODE_CONDITION_LOST:
+      return "LOST";
+    case NODE_CONDITION_STOPPED:
+      return "STOPPED";
+    default:
+      return alive ? "UP" : "LOST";
+  }
 }
 
 std::string AutostopText(const controller::ClusterRecord& c) {
@@ -633,13 +650,31 @@ int RunCli(int argc, char** argv) {
         shown.push_back(c);
       }
     }
+    // The record says UP once every agent registered; whether they still are, only the head
+    // knows: an UP cluster whose head is without a node (or does not answer) shows as INIT.
+    const std::map<std::string, sdk::ClusterHealth> health = sdk::Health(shown);
+    auto shown_status = [&](const controller::ClusterRecord& c) -> std::string {
+      auto h = health.find(c.name);
+      if (h == health.end() || (h->second.answered && h->second.down.empty())) {
+        return std::string(controller::Name(c.status));
+      }
+      return std::string(controller::Name(controller::ClusterStatus::kInit));
+    };
     if (status_output == "json") {
       boost::json::array arr;
       for (const auto& c : shown) {
         boost::json::object o;
         o["name"] = c.name;
         o["infra"] = c.infra;
-        o["status"] = controller::Name(c.status);
+        o["status"] = shown_status(c);
+        // UP clusters only: the nodes the head is without, and whether it answered at all.
+        boost::json::array lost;
+        if (auto h = health.find(c.name); h != health.end()) {
+          for (const auto& [node, why] : h->second.down) lost.push_back(boost::json::string(node));
+          o["head_answered"] = h->second.answered;
+          if (!h->second.answered) o["head_error"] = h->second.error;
+        }
+        o["lost_nodes"] = std::move(lost);
         o["resources"] = c.resources;
         o["autostop"] = c.autostop_idle_minutes;
         o["launched_at_ms"] = c.launched_unix_ms;
@@ -661,12 +696,36 @@ int RunCli(int argc, char** argv) {
       std::cout << "No existing clusters.\n";
       return 0;
     }
-    Table table({"NAME", "INFRA", "RESOURCES", "STATUS", "AUTOSTOP", "LAUNCHED"});
+    // NOT UP: why an UP cluster shows as INIT; the column is there only when one does.
+    std::vector<std::string> headers = {"NAME",   "INFRA",    "RESOURCES",
+                                        "STATUS", "AUTOSTOP", "LAUNCHED"};
+    std::vector<std::string> hints;
+    std::map<std::string, std::string> not_up;
+    for (const auto& [name, h] : health) {
+      if (!h.answered) {
+        not_up[name] = "head not answering";
+        hints.push_back("Cluster " + name + ": " + h.error + ".");
+        continue;
+      }
+      for (const auto& [node, why] : h.down) {
+        std::string shown_name = node.starts_with(name + "-") ? node.substr(name.size() + 1) : node;
+        not_up[name] += (not_up[name].empty() ? "" : ", ") + shown_name + " " + why;
+      }
+      if (!h.down.empty()) {
+        hints.push_back("Cluster " + name + ": " + std::to_string(h.down.size()) + " node(s) " +
+                        "without a running agent; start them again with: herd start " + name);
+      }
+    }
+    if (!not_up.empty()) headers.push_back("NOT UP");
+    Table table(headers);
     for (const auto& c : shown) {
-      table.AddRow({c.name, c.infra, c.resources, std::string(controller::Name(c.status)),
-                    AutostopText(c), Ago(c.launched_unix_ms)});
+      std::vector<std::string> row = {c.name,          c.infra,         c.resources,
+                                      shown_status(c), AutostopText(c), Ago(c.launched_unix_ms)};
+      if (!not_up.empty()) row.push_back(not_up.count(c.name) ? not_up[c.name] : "-");
+      table.AddRow(row);
     }
     std::cout << table.Render();
+    for (const auto& line : hints) std::cout << line << "\n";
     return 0;
   }
   if (*queue) {
@@ -855,6 +914,10 @@ int RunCli(int argc, char** argv) {
     if (!client.ok()) return FailForStatus(client.status());
     auto reply = (*client)->Nodes();
     if (!reply.ok()) return FailForStatus(reply.status());
+    // What starts an agent that is not running (bootstrap starts it again; jobs on the node keep
+    // running where they still do).
+    const std::string restart =
+        "herd start " + (nodes_cluster.empty() ? std::string("CLUSTER") : nodes_cluster);
     if (nodes_output == "json") {
       boost::json::array arr;
       for (int i = 0; i < reply->nodes_size(); ++i) {
@@ -868,21 +931,41 @@ int RunCli(int argc, char** argv) {
         o["gpu_source"] = n.gpu_source();
         o["is_head"] = n.is_head();
         o["alive"] = reply->alive(i);
+        const NodeHealth h = i < reply->health_size() ? reply->health(i) : NodeHealth{};
+        o["status"] = NodeConditionWord(h, reply->alive(i));
+        o["silent_ms"] = h.silent_ms();
+        if (h.condition() == NODE_CONDITION_STOPPED) {
+          o["stopped_reason"] = h.stopped_reason();
+          o["stopped_at_ms"] = h.stopped_unix_ms();
+        }
+        if (!reply->alive(i)) o["restart_command"] = restart;
         arr.push_back(std::move(o));
       }
       std::cout << boost::json::serialize(arr) << "\n";
       return 0;
     }
     Table table({"NODE", "ADDRESS", "HOSTNAME", "CPUS", "GPUS", "STATUS"});
+    std::vector<std::string> notes;
     for (int i = 0; i < reply->nodes_size(); ++i) {
       const auto& n = reply->nodes(i);
       std::string gpus = std::to_string(n.gpu_count());
       if (n.gpu_names_size()) gpus += " (" + n.gpu_names(0) + ")";
+      const NodeHealth h = i < reply->health_size() ? reply->health(i) : NodeHealth{};
       table.AddRow({n.node_id() + (n.is_head() ? " (head)" : ""),
                     n.addresses_size() ? n.addresses(0) : "-", n.hostname(),
-                    std::to_string(n.cpus()), gpus, reply->alive(i) ? "UP" : "LOST"});
+                    std::to_string(n.cpus()), gpus, NodeConditionWord(h, reply->alive(i))});
+      const std::string silent = std::to_string(h.silent_ms() / 1000) + " s";
+      if (h.condition() == NODE_CONDITION_STOPPED) {
+        notes.push_back(n.node_id() + " is stopped: " + h.stopped_reason() + " " +
+                        Ago(h.stopped_unix_ms()) +
+                        "; nothing restarts it by itself. Start its agent again with: " + restart);
+      } else if (h.condition() == NODE_CONDITION_LOST) {
+        notes.push_back(n.node_id() + " is lost: no message from its agent for " + silent +
+                        ". Start its agent again with: " + restart);
+      }
     }
     std::cout << table.Render();
+    for (const auto& line : notes) std::cout << line << "\n";
     return 0;
   }
   return 2;

@@ -1,11 +1,16 @@
 #include "controller/core/sdk.hpp"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -753,6 +758,129 @@ herd::Status SetAutostop(const std::string& cluster, int idle_minutes, bool down
 Result<std::vector<ClusterRecord>> Status() {
   HERD_ASSIGN_OR_RETURN(auto store, OpenStore());
   return store->List();
+}
+
+namespace {
+// The answer of a health question as its process writes it to the pipe: 'N' and a NodesReply, or
+// 'E' and why there is none.
+std::string AskHead(const ClusterRecord& c) {
+  auto client = ConnectHead(c);
+  if (!client.ok()) return "E" + client.status().message();
+  auto nodes = (*client)->Nodes();
+  if (!nodes.ok()) return "E" + nodes.status().message();
+  return "N" + nodes->SerializeAsString();
+}
+
+ClusterHealth HealthFrom(const ClusterRecord& c, const std::string& answer) {
+  ClusterHealth h;
+  herd::v1::NodesReply reply;
+  if (answer.empty() || answer[0] != 'N' || !reply.ParseFromString(answer.substr(1))) {
+    h.error = answer.size() > 1 && answer[0] == 'E' ? answer.substr(1) : "no answer";
+    return h;
+  }
+  h.answered = true;
+  std::map<std::string, herd::v1::NodeCondition> known;
+  for (int i = 0; i < reply.nodes_size(); ++i) {
+    known[reply.nodes(i).node_id()] = i < reply.health_size() ? reply.health(i).condition()
+                                      : i < reply.alive_size() && reply.alive(i)
+                                          ? herd::v1::NODE_CONDITION_UP
+                                          : herd::v1::NODE_CONDITION_LOST;
+  }
+  for (const auto& n : c.nodes) {
+    auto it = known.find(n.name);
+    if (it == known.end()) {
+      h.down.emplace_back(n.name, "not registered");
+    } else if (it->second == herd::v1::NODE_CONDITION_LOST) {
+      h.down.emplace_back(n.name, "lost");
+    } else if (it->second == herd::v1::NODE_CONDITION_STOPPED) {
+      h.down.emplace_back(n.name, "stopped");
+    }
+  }
+  return h;
+}
+}  // namespace
+
+std::map<std::string, ClusterHealth> Health(const std::vector<ClusterRecord>& clusters) {
+  struct Question {
+    const ClusterRecord* cluster;
+    pid_t pid = -1;
+    int fd = -1;
+    std::string answer;
+  };
+  std::vector<Question> asked;
+  std::map<std::string, ClusterHealth> out;
+  for (const auto& c : clusters) {
+    if (c.status != ClusterStatus::kUp) continue;
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) {
+      out[c.name].error = std::string("pipe: ") + std::strerror(errno);
+      continue;
+    }
+    std::fflush(nullptr);  // nothing buffered is written twice
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(fds[0]);
+      const std::string answer = AskHead(c);
+      for (std::size_t done = 0; done < answer.size();) {
+        ssize_t n = ::write(fds[1], answer.data() + done, answer.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        done += static_cast<std::size_t>(n);
+      }
+      ::_exit(0);
+    }
+    ::close(fds[1]);
+    if (pid < 0) {
+      ::close(fds[0]);
+      out[c.name].error = std::string("fork: ") + std::strerror(errno);
+      continue;
+    }
+    asked.push_back({&c, pid, fds[0], ""});
+  }
+  const auto deadline = std::chrono::steady_clock::now() + limits::kStatusHeadTimeout;
+  while (true) {
+    std::vector<pollfd> polls;
+    std::vector<Question*> of;
+    for (auto& q : asked) {
+      if (q.fd < 0) continue;
+      polls.push_back({q.fd, POLLIN, 0});
+      of.push_back(&q);
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (polls.empty() || left.count() <= 0) break;
+    int n = ::poll(polls.data(), polls.size(), static_cast<int>(left.count()) + 1);
+    if (n < 0 && errno != EINTR) break;
+    for (std::size_t i = 0; n > 0 && i < polls.size(); ++i) {
+      if (polls[i].revents == 0) continue;
+      char buf[16384];
+      ssize_t got = ::read(polls[i].fd, buf, sizeof buf);
+      if (got < 0 && errno == EINTR) continue;
+      if (got > 0) {
+        of[i]->answer.append(buf, static_cast<std::size_t>(got));
+      } else {
+        ::close(of[i]->fd);  // the whole answer is in
+        of[i]->fd = -1;
+      }
+    }
+  }
+  for (auto& q : asked) {
+    const bool timed_out = q.fd >= 0;
+    if (timed_out) {
+      ::close(q.fd);
+      ::kill(q.pid, SIGKILL);
+    }
+    // An answered question's process is ending: it closed its connection after the answer.
+    int status = 0;
+    while (::waitpid(q.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    out[q.cluster->name] = timed_out ? ClusterHealth{false,
+                                                     "the head did not answer within " +
+                                                         FormatSeconds(limits::kStatusHeadTimeout),
+                                                     {}}
+                                     : HealthFrom(*q.cluster, q.answer);
+  }
+  return out;
 }
 
 }  // namespace herd::sdk

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,6 +82,20 @@ Status Down(const std::string& cluster, ProgressFn progress = {});
 Status SetAutostop(const std::string& cluster, int idle_minutes, bool down);
 
 Result<std::vector<ClusterRecord>> Status();
+
+// What `herd status` shows of an UP cluster besides its record: the nodes its head is without.
+struct ClusterHealth {
+  bool answered = false;  // the head answered within limits::kStatusHeadTimeout
+  std::string error;      // when it did not: why
+  // The cluster's nodes that its head reports LOST or STOPPED, or does not know at all, in
+  // cluster order, with the word for each ("lost", "stopped", "not registered").
+  std::vector<std::pair<std::string, std::string>> down;
+};
+// Asks the head of every UP cluster of `clusters` at once which nodes it is without, through the
+// mux and the kept forward as the other commands do. Each question runs in a process of its own,
+// killed at limits::kStatusHeadTimeout: status never waits longer, whatever a head, a mux or an
+// ssh renewal of the forward does. Keyed by cluster name; clusters not UP are not asked.
+std::map<std::string, ClusterHealth> Health(const std::vector<ClusterRecord>& clusters);
 Result<ClusterRecord> GetCluster(const std::string& cluster);
 
 // A client connected to the cluster's head through an SSH port-forward (the ControlMaster of the

@@ -97,6 +97,11 @@ static_assert(kNodeLostAfter + kHeadNodeProbeTimeout + kReconnectBackoffMax <
               "the head node probe decides before the reconnect window would");
 // A client request (submit, queue, cancel) must be answered within this.
 inline constexpr Duration kClientRequestTimeout = 30s;
+// `herd status` asks the head of every UP cluster, all at once, which of its nodes are lost: a
+// head that has not answered within this (connection included) is shown as not answering; status
+// never waits longer for it. A warm mux answers in milliseconds and a dial without one in tens of
+// them: only a head that is really away (or a forward that needs ssh to renew) misses it.
+inline constexpr Duration kStatusHeadTimeout = 3s;
 // The per-cluster mux (controller/core/mux.hpp; ssh's ControlPersist for the head connection)
 // exits after this long with no command connected.
 inline constexpr Duration kMuxIdleExit = 10min;
@@ -234,6 +239,13 @@ inline constexpr Duration kBootstrapCommandTimeout = 60s;
 inline constexpr Duration kBootstrapUploadTimeout = 300s;
 // Stopping an agent: SIGTERM to the supervisor (or herdlet), SIGKILL after this.
 inline constexpr Duration kAgentStopTimeout = 10s;
+// An agent stopping on SIGTERM tells its head it is leaving (agent.proto Leaving) and waits at most
+// this for the message and the websocket close to go out: a head that is going away too (herd
+// stop / down stop every agent at once) or a dead link costs a stop no more than this.
+inline constexpr Duration kAgentLeaveTimeout = 1s;
+// The reason an agent gives for leaving is kept (and shown by `herd nodes`) up to this many bytes:
+// a few words, never a node's share of a NodesReply frame.
+inline constexpr std::size_t kMaxLeaveReasonBytes = 256;
 // A (re)started herdlet must report itself running (its pid in its ready file, written once its
 // config, certificates and listener are in place) within this; one that exits before is reported
 // with the tail of its log instead of being left to the supervisor's backoff ...
@@ -342,6 +354,10 @@ static_assert(kReconnectBackoffMax < kClientReconnectWindow, "a client retries m
 static_assert(kLocalNodeStartTimeout < kSshWaitTotal,
               "a local node starts long before ssh gives up");
 static_assert(kSshProbeBackoffMax < kSshWaitTotal, "readiness is probed more than once");
+static_assert(kAgentLeaveTimeout * 4 < kAgentStopTimeout,
+              "an agent that says it is leaving stops long before it would be killed");
+static_assert(kStatusHeadTimeout < kClientRequestTimeout && kStatusHeadTimeout < kHandshakeTimeout,
+              "status gives up on a head long before a command would");
 static_assert(kAgentStopTimeout + kAgentStartTimeout < kBootstrapCommandTimeout,
               "a restart (stop, start) fits in one bootstrap command");
 static_assert(kAgentStartPoll * 4 < kAgentRestartBackoffInitial,

@@ -632,6 +632,157 @@ TEST_CASE("fractional GPUs: two H200:0.5 jobs share GPU 0, setup sees no CUDA_VI
 
 // A launch starts every agent at once; a worker that came up before its head must not sit out a
 // long backoff once the head listens (limits::kFirstRegisterFastRedialFor).
+herd::v1::NodeHealth HealthOfNode(controller::HeadClient& client, const std::string& node) {
+  auto nodes = client.Nodes();
+  REQUIRE_MESSAGE(nodes.ok(), nodes.status().ToString());
+  REQUIRE(nodes->health_size() == nodes->nodes_size());
+  for (int i = 0; i < nodes->nodes_size(); ++i) {
+    if (nodes->nodes(i).node_id() == node) return nodes->health(i);
+  }
+  FAIL("no node " << node);
+  return {};
+}
+
+// Polls until `node` is in `condition` (or `within` passed); true when it is.
+bool WaitCondition(controller::HeadClient& client, const std::string& node,
+                   herd::v1::NodeCondition condition, std::chrono::milliseconds within) {
+  auto until = std::chrono::steady_clock::now() + within;
+  while (HealthOfNode(client, node).condition() != condition) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(50ms);
+  }
+  return true;
+}
+
+herd::v1::TaskSpec OneNode(const std::string& run) {
+  herd::v1::TaskSpec t = TwoNodes("", run);
+  t.set_num_nodes(1);
+  return t;
+}
+
+TEST_CASE("a lost node: a 2-node submit is refused naming it and the restart; 1 node still runs") {
+  Cluster c;
+  auto client = c.Client();
+  c.OnIo([&] { c.workers[1]->Stop(); });  // its agent is gone and does not come back
+  REQUIRE(WaitCondition(*client, "unit-worker1", herd::v1::NODE_CONDITION_LOST,
+                        limits::kNodeLossReportedWithin));
+  CHECK(HealthOfNode(*client, "unit-worker1").silent_ms() >= limits::kNodeLostAfter.count());
+  auto refused = client->Submit(TwoNodes("", "echo run"), "gina");
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().code() == Code::kUnavailable);
+  const std::string& why = refused.status().message();
+  CHECK_MESSAGE(
+      why.find("it needs 2 nodes and only 1 of those that could hold it is up; "
+               "unit-worker1 is lost (no message from its agent for ") != std::string::npos,
+      why);
+  CHECK_MESSAGE(why.find("Start its agent again with `herd start unit`, or run on 1 node "
+                         "(--num-nodes 1)") != std::string::npos,
+                why);
+  auto queue = client->Queue(false);
+  REQUIRE(queue.ok());
+  CHECK(queue->empty());  // nothing was queued
+
+  auto one = client->Submit(OneNode("echo one"), "gina");
+  REQUIRE_MESSAGE(one.ok(), one.status().ToString());
+  Follow follow(c, *one);
+  REQUIRE(c.launchers[0]->WaitSpawns(1));
+  c.launchers[0]->Exit(0, 0);
+  follow.Join();
+  CHECK(follow.last.state() == herd::v1::JOB_STATE_SUCCEEDED);
+}
+
+herd::v1::JobInfo InfoOf(controller::HeadClient& client, int64_t job) {
+  auto queue = client.Queue(false);
+  REQUIRE(queue.ok());
+  for (const auto& j : *queue) {
+    if (j.job_id() == job) return j;
+  }
+  FAIL("no job " << job);
+  return {};
+}
+
+TEST_CASE(
+    "a node only reconnecting fails no submit; lost later, the queued job says why and runs once "
+    "it is back") {
+  Cluster c;
+  auto client = c.Client();
+  c.OnIo([&] { c.workers[1]->Stop(); });
+  REQUIRE(WaitCondition(*client, "unit-worker1", herd::v1::NODE_CONDITION_RECONNECTING, 2s));
+  auto job = client->Submit(TwoNodes("", "echo run"), "hal");
+  REQUIRE_MESSAGE(job.ok(), job.status().ToString());
+  CHECK(StateOf(*client, *job) == herd::v1::JOB_STATE_PENDING);
+  Follow follow(c, *job);
+  // Lost now: the job stays queued, and its message (and log) say what it waits for.
+  REQUIRE(WaitCondition(*client, "unit-worker1", herd::v1::NODE_CONDITION_LOST,
+                        limits::kNodeLossReportedWithin));
+  const std::string waiting =
+      "Job 1 is waiting: it needs 2 nodes and only 1 of those that could "
+      "hold it is up; unit-worker1 is lost";
+  auto until = std::chrono::steady_clock::now() + 2s;
+  while (InfoOf(*client, *job).message().find(waiting) == std::string::npos &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(20ms);
+  }
+  const herd::v1::JobInfo info = InfoOf(*client, *job);
+  CHECK(info.state() == herd::v1::JOB_STATE_PENDING);
+  CHECK_MESSAGE(info.message().find(waiting) != std::string::npos, info.message());
+  CHECK_MESSAGE(
+      info.message().find("Start its agent again with `herd start unit`") != std::string::npos,
+      info.message());
+  c.RestartWorker(1);  // its agent is back (a new incarnation)
+  REQUIRE(c.launchers[0]->WaitSpawns(1));
+  REQUIRE(c.launchers[1]->WaitSpawns(1));
+  c.launchers[0]->Exit(0, 0);
+  c.launchers[1]->Exit(0, 0);
+  follow.Join();
+  CHECK(follow.last.state() == herd::v1::JOB_STATE_SUCCEEDED);
+  CHECK(follow.last.message().empty());
+  CHECK(follow.log.find(waiting) != std::string::npos);
+}
+
+TEST_CASE("an agent that leaves is STOPPED with its reason until a new agent registers") {
+  Cluster c;
+  auto client = c.Client();
+  std::promise<void> left;
+  const auto t0 = std::chrono::steady_clock::now();
+  c.OnIo([&] {
+    c.workers[1]->Leave("herdlet (pid 4242) received SIGTERM", [&] { left.set_value(); });
+  });
+  REQUIRE(left.get_future().wait_for(limits::kAgentLeaveTimeout * 2) == std::future_status::ready);
+  // Done when the close went out, not when the leave timer ran out.
+  CHECK(std::chrono::steady_clock::now() - t0 < limits::kAgentLeaveTimeout);
+  REQUIRE(WaitCondition(*client, "unit-worker1", herd::v1::NODE_CONDITION_STOPPED, 2s));
+  auto h = HealthOfNode(*client, "unit-worker1");
+  CHECK(h.stopped_reason() == "herdlet (pid 4242) received SIGTERM");
+  CHECK(h.stopped_unix_ms() > 0);
+  // Past the lost window it stays STOPPED (the more precise word), and submits needing it are
+  // refused with that reason.
+  std::this_thread::sleep_for(limits::kNodeLostAfter + limits::kNodeCheckInterval * 2);
+  CHECK(HealthOfNode(*client, "unit-worker1").condition() == herd::v1::NODE_CONDITION_STOPPED);
+  auto refused = client->Submit(TwoNodes("", "echo run"), "ivy");
+  REQUIRE_FALSE(refused.ok());
+  CHECK_MESSAGE(refused.status().message().find(
+                    "unit-worker1 is stopped (herdlet (pid 4242) received SIGTERM, no message "
+                    "from its agent for ") != std::string::npos,
+                refused.status().message());
+  c.RestartWorker(1);
+  CHECK(WaitCondition(*client, "unit-worker1", herd::v1::NODE_CONDITION_UP, 5s));
+  CHECK(HealthOfNode(*client, "unit-worker1").stopped_reason().empty());
+}
+
+TEST_CASE("an agent whose head is gone leaves at once: nothing waits on the head") {
+  Cluster c;
+  auto client = c.Client();
+  client.reset();
+  c.OnIo([&] { c.head->Stop(); });  // the head goes first (herd stop / down stop every agent)
+  std::promise<void> left;
+  const auto t0 = std::chrono::steady_clock::now();
+  c.OnIo(
+      [&] { c.workers[1]->Leave("herdlet (pid 1) received SIGTERM", [&] { left.set_value(); }); });
+  REQUIRE(left.get_future().wait_for(limits::kAgentLeaveTimeout * 2) == std::future_status::ready);
+  CHECK(std::chrono::steady_clock::now() - t0 <= limits::kAgentLeaveTimeout + 200ms);
+}
+
 TEST_CASE("a worker started before its head registers soon after the head listens") {
   char tmpl[] = "/tmp/herd-head-worker-XXXXXX";
   fs::path dir = ::mkdtemp(tmpl);
