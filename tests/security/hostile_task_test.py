@@ -1,6 +1,7 @@
 """Hostile and careless task files, through the real `herd` binary as a user runs it: an alias
 bomb, a 50 MB file, a 10^5-deep nest, env files that push a submit past the frame size, an empty
-task, a huge num_nodes and a negative `logs --offset`.
+task, a huge num_nodes, a long name, a negative `logs --offset`, and more secrets than an
+environment variable can carry handed to a managed job's controller.
 
 Each refusal must come first (before any cluster is looked up: the cluster names here do not
 exist), be the same from `check`, `exec`, `launch` and `jobs launch`, exit 2 with a message that
@@ -31,6 +32,9 @@ MAX_RSS_KB = 100 * 1024
 # launch that got past the task could not provision anything.
 NO_CLUSTER = "hsec-nosuch"
 NO_POOL = "ssh/hsec-nopool"
+# A managed job's states once it has ended.
+TERMINAL = ("SUCCEEDED", "CANCELLED", "FAILED", "FAILED_SETUP", "FAILED_NO_RESOURCE",
+            "FAILED_CONTROLLER")
 
 
 class Result:
@@ -210,6 +214,71 @@ class HostileTaskTest(unittest.TestCase):
         r = self.herd("exec", NO_CLUSTER, "--num-nodes", "1000000000", ok)
         self.assertEqual(r.code, 2, r)
         self.assertIn("--num-nodes", r.stderr)
+
+    def test_a_long_name_is_refused_naming_the_limit(self):
+        # A name of most of a task file: a queue listing two such jobs would not fit a frame.
+        for size in (201, 200_000):
+            task = self.write(f"name{size}.yaml", "run: echo hi\nname: " + "n" * size + "\n")
+            r = self.herd("check", task)
+            self.assertEqual(r.code, 2, r)
+            self.assertEqual(r.stderr.strip(),
+                             f"{task}:2:7: name: at most 200 bytes, got {size}", r)
+            self.assert_cheap(r)
+            self.assert_refused_everywhere(task, r.stderr.strip())
+        ok = self.write("named.yaml", "name: " + "n" * 200 + "\nrun: echo hi\n")
+        self.assertEqual(self.herd("check", ok).code, 0)
+        # -n/--name: the same limit, naming the flag, before the cluster is looked up.
+        for args in (["exec", NO_CLUSTER], ["launch", "-c", NO_CLUSTER, "--infra", NO_POOL, "-y"],
+                     ["jobs", "launch", "--infra", NO_POOL, "-y", "-d"]):
+            for flag in ("-n", "--name"):
+                with self.subTest(args=args, flag=flag):
+                    r = self.herd(*args, flag, "x" * 201, ok)
+                    self.assertEqual(r.code, 2, r)
+                    self.assertEqual(r.stderr.strip(), "herd: --name: at most 200 bytes, got 201")
+
+    def test_jobs_launch_hands_more_than_128_kib_of_secrets_to_its_controller(self):
+        # Three secrets of 100 KB each (an argument of herd itself may not pass 128 KiB either):
+        # 300 KB in all, more than one environment variable may carry (MAX_ARG_STRLEN).
+        marker = f"hsec-secret-{os.getpid()}-"
+        flags = []
+        for i in range(3):
+            flags += ["--secret", f"HSEC_S{i}={marker}{i}" + "s" * 100_000]
+        task = self.write("secrets.yaml", "name: hsec-secrets\nrun: echo hi\n")
+        r = self.herd("jobs", "launch", "--infra", NO_POOL, "-y", "-d", *flags, task)
+        self.assertEqual(r.code, 0, r)
+        job_id = int(re.search(r"Managed job ID: (\d+)", r.stdout).group(1))
+        # While the controller runs, its argv and environment do not hold them. It reads them and
+        # goes on to provision (the pool does not exist): it does not fail for want of its
+        # secrets, and, ended, leaves them in no file.
+        deadline = time.monotonic() + 60
+        looked = False
+        while True:
+            job = self.managed_job(job_id)
+            if job["controller_pid"] and not looked:
+                looked = True
+                for what in ("cmdline", "environ"):
+                    try:
+                        with open(f"/proc/{job['controller_pid']}/{what}", "rb") as f:
+                            self.assertNotIn(marker.encode(), f.read(), what)
+                    except (FileNotFoundError, ProcessLookupError):
+                        pass  # already ended
+            if job["status"] in TERMINAL:
+                break
+            self.assertLess(time.monotonic(), deadline, job)
+            time.sleep(0.2)
+        # Three launch attempts, kManagedLaunchRetryWait (5 s) apart, each refused for want of
+        # a pool: the controller had its task, secrets included, and went on with it.
+        self.assertEqual(job["status"], "FAILED_NO_RESOURCE", job)
+        self.assertIn("no ssh node pools file", job["message"], job)
+        for root, _, files in os.walk(self.tmp):
+            for name in files:
+                with open(os.path.join(root, name), "rb") as f:
+                    self.assertNotIn(marker.encode(), f.read(), os.path.join(root, name))
+
+    def managed_job(self, job_id):
+        r = self.herd("jobs", "queue", "-o", "json")
+        self.assertEqual(r.code, 0, r)
+        return next(j for j in json.loads(r.stdout) if j["id"] == job_id)
 
     def test_logs_refuses_a_negative_offset(self):
         r = self.herd("logs", NO_CLUSTER, "--offset", "-5")
