@@ -17,11 +17,15 @@ import os
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "integration"))
+from loopback_cluster import LoopbackCluster  # noqa: E402
 
 HERD = os.environ.get("HERD", "herd")
 # Generous bounds: the limits refuse these in milliseconds and a few MB; before them the alias
@@ -285,6 +289,51 @@ class HostileTaskTest(unittest.TestCase):
         self.assertEqual(r.code, 2, r)
         self.assertIn("--offset", r.stderr)
         self.assertIn("-5", r.stderr)
+
+
+def varint(n):
+    out = b""
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out += bytes([byte | 0x80])
+        else:
+            return out + bytes([byte])
+
+
+class OversizedQueueTest(unittest.TestCase):
+    """A head whose job store holds more job records than one reply can carry (names of 256 KiB,
+    as an older herd accepted): `herd queue` lists the newest that fit and says how many it left
+    out, instead of failing for good. A one-node head on 127.0.42.4, from the real binaries."""
+
+    def setUp(self):
+        self.cluster = LoopbackCluster("hsec-queue", ["127.0.42.4"], gpus_per_node=0, cpus=1)
+
+    def tearDown(self):
+        self.cluster.close()
+
+    def test_queue_lists_the_newest_jobs_that_fit_and_counts_the_others(self):
+        db = os.path.join(self.cluster.dir, self.cluster.node_id(0), "state", "jobs.db")
+        succeeded = 5  # herd.v1.JOB_STATE_SUCCEEDED
+        with sqlite3.connect(db, timeout=10) as conn:
+            for i in range(40):
+                name = bytes([ord("a") + i % 26]) * (256 << 10)
+                info = b"\x12" + varint(len(name)) + name + b"\x38" + varint(succeeded)
+                spec = b"\x0a" + varint(len(name)) + name  # TaskSpec.name
+                conn.execute("INSERT INTO jobs (state, info, spec) VALUES (?, ?, ?)",
+                             (succeeded, info, spec))
+        p = self.cluster.herd("queue", check=False)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        lines = p.stdout.decode().splitlines()
+        self.assertEqual(lines[-1], "25 older jobs not shown: the head lists the newest 15 (as "
+                         "many as fit one reply, at most 1000)")
+        listed = [int(line.split()[0]) for line in lines[:-1] if line[:1].isdigit()]
+        self.assertEqual(listed, list(range(40, 25, -1)))
+        p = self.cluster.herd("queue", "-o", "json", check=False)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        self.assertEqual([j["id"] for j in json.loads(p.stdout)], list(range(40, 25, -1)))
+        self.assertIn(b"25 older jobs not shown", p.stderr)
 
 
 def kill_processes_with_env(marker):
