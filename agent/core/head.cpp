@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <google/protobuf/io/coded_stream.h>
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <cerrno>
@@ -50,6 +51,43 @@ std::string SafeName(const std::string& name) {
     out +=
         (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
   return out.empty() ? "task" : out;
+}
+
+// At most max bytes of text, cut at a character boundary (a proto3 string must stay UTF-8), with
+// a note of the size it had.
+void CutText(std::string& text, std::size_t max) {
+  if (text.size() <= max) return;
+  const std::string note = " [cut from " + std::to_string(text.size()) + " bytes]";
+  std::size_t keep = max > note.size() ? max - note.size() : 0;
+  while (keep > 0 && (static_cast<unsigned char>(text[keep]) & 0xC0) == 0x80) --keep;
+  text.resize(keep);
+  text += note;
+}
+
+// A job's record as the head sends it to a client: within limits::kMaxJobRecordBytes, whatever
+// the store holds (a record of an older herd may have a name of megabytes). Its strings are cut
+// first; a record still over (a gang of thousands of nodes) goes without its per-rank lists.
+void FitRecord(JobInfo& info) {
+  if (info.ByteSizeLong() <= limits::kMaxJobRecordBytes) return;
+  for (std::string* text : {info.mutable_name(), info.mutable_user(), info.mutable_resources(),
+                            info.mutable_first_failed_node(), info.mutable_log_path(),
+                            info.mutable_message(), info.mutable_task_id()}) {
+    CutText(*text, limits::kMaxJobRecordTextBytes);
+  }
+  if (info.ByteSizeLong() <= limits::kMaxJobRecordBytes) return;
+  info.clear_exits();
+  info.clear_node_ids();
+  info.clear_rank_gpus();
+}
+
+// A JobStatus reply of the job's record (FitRecord).
+HeadToClient JobStatusReply(const JobInfo& info, bool end_of_stream) {
+  HeadToClient msg;
+  JobInfo* job = msg.mutable_job_status()->mutable_job();
+  *job = info;
+  FitRecord(*job);
+  msg.mutable_job_status()->set_end_of_stream(end_of_stream);
+  return msg;
 }
 
 }  // namespace
@@ -188,13 +226,26 @@ void Head::SendToAgent(const std::string& node_id, const HeadToAgent& msg) {
 
 void Head::SendToClient(const ConnPtr& conn, uint64_t request_id, HeadToClient msg) {
   msg.set_request_id(request_id);
-  conn->Send(proto::Encode(std::move(msg)));
+  std::string frame = proto::Encode(std::move(msg));
+  if (frame.size() > limits::kMaxFrameBytes) {
+    // The client would drop the connection at a frame this large: it hears why instead. Every
+    // reply is built to fit (the queue cut, FitRecord, the error cut); this is the last guard.
+    HERD_LOG(kError) << "a reply of " << frame.size() << " bytes to " << conn->peer().common_name
+                     << " is over the frame limit; sending an error instead";
+    return ReplyError(
+        conn, request_id,
+        Internal("the head's reply (" + std::to_string(frame.size()) + " bytes) is over the " +
+                 std::to_string(limits::kMaxFrameBytes) + "-byte frame limit"));
+  }
+  conn->Send(std::move(frame));
 }
 
 void Head::ReplyError(const ConnPtr& conn, uint64_t request_id, const Status& status) {
   HeadToClient msg;
   msg.mutable_error()->set_code(static_cast<int>(status.code()));
-  msg.mutable_error()->set_message(status.message());
+  std::string message = status.message();
+  CutText(message, limits::kMaxErrorMessageBytes);
+  msg.mutable_error()->set_message(std::move(message));
   SendToClient(conn, request_id, std::move(msg));
 }
 
@@ -780,10 +831,7 @@ void Head::Subscribe(const ConnPtr& conn, uint64_t request_id, const herd::v1::S
   }
   // The job's state first (the client prints its banner from it), then the log from the offset.
   auto send_status = [&](const JobInfo& info, bool eos) {
-    HeadToClient status;
-    *status.mutable_job_status()->mutable_job() = info;
-    status.mutable_job_status()->set_end_of_stream(eos);
-    SendToClient(conn, request_id, std::move(status));
+    SendToClient(conn, request_id, JobStatusReply(info, eos));
   };
   auto active = jobs_.find(job_id);
   if (active != jobs_.end()) {
@@ -846,19 +894,31 @@ bool Head::PumpReplay(Replay& replay) {
     replay.next = to;
     if (replay.next < replay.end) return false;
   }
-  HeadToClient status;
-  *status.mutable_job_status()->mutable_job() = replay.final_info;
-  status.mutable_job_status()->set_end_of_stream(true);
-  SendToClient(conn, replay.request_id, std::move(status));
+  SendToClient(conn, replay.request_id, JobStatusReply(replay.final_info, true));
   return true;
 }
 
 void Head::Queue(const ConnPtr& conn, uint64_t request_id, const QueueRequest& req) {
-  auto jobs = store_->ListJobs(req.skip_finished(), limits::kMaxJobsListed);
-  if (!jobs.ok()) return ReplyError(conn, request_id, jobs.status());
+  auto total = store_->CountJobs(req.skip_finished());
+  if (!total.ok()) return ReplyError(conn, request_id, total.status());
   HeadToClient reply;
-  reply.mutable_queue_reply();  // set even when empty: an envelope must carry a message
-  for (const auto& j : *jobs) *reply.mutable_queue_reply()->add_jobs() = j.info;
+  QueueReply* queue = reply.mutable_queue_reply();  // set even when empty: a message is required
+  // Newest first, each record as a client gets it (FitRecord), while the next still fits the
+  // frame (kMaxQueueReplyBytes: what the jobs field may take); the others are counted.
+  std::size_t bytes = 0;
+  Status listed =
+      store_->ForEachJobInfo(req.skip_finished(), limits::kMaxJobsListed, [&](JobInfo info) {
+        FitRecord(info);
+        const std::size_t size = info.ByteSizeLong();
+        const std::size_t field =
+            1 + google::protobuf::io::CodedOutputStream::VarintSize64(size) + size;
+        if (bytes + field > limits::kMaxQueueReplyBytes) return false;
+        bytes += field;
+        *queue->add_jobs() = std::move(info);
+        return true;
+      });
+  if (!listed.ok()) return ReplyError(conn, request_id, listed);
+  queue->set_older_left_out(std::max<int64_t>(0, *total - queue->jobs_size()));
   SendToClient(conn, request_id, std::move(reply));
 }
 
@@ -1659,10 +1719,7 @@ void Head::PersistAndNotify(JobRun& run, bool end_of_stream) {
       replaying = true;
       continue;
     }
-    HeadToClient msg;
-    *msg.mutable_job_status()->mutable_job() = run.rec.info;
-    msg.mutable_job_status()->set_end_of_stream(end_of_stream);
-    SendToClient(conn, sub.request_id, std::move(msg));
+    SendToClient(conn, sub.request_id, JobStatusReply(run.rec.info, end_of_stream));
   }
   // The stream has ended for every follower (a lagging one goes on as a replay, not twice).
   if (end_of_stream) run.subs.clear();

@@ -99,6 +99,10 @@ JobStore::~JobStore() {
   get_job_.reset();
   list_jobs_.reset();
   list_unfinished_jobs_.reset();
+  list_job_infos_.reset();
+  list_unfinished_job_infos_.reset();
+  count_jobs_.reset();
+  count_unfinished_jobs_.reset();
   active_jobs_.reset();
   latest_job_id_.reset();
   upsert_node_.reset();
@@ -209,6 +213,14 @@ Status JobStore::Init() {
   HERD_ASSIGN_OR_RETURN(list_unfinished_jobs_, Prepare("SELECT job_id, info, spec, NULL FROM jobs "
                                                        "WHERE state < 5 "
                                                        "ORDER BY job_id DESC LIMIT ?1"));
+  HERD_ASSIGN_OR_RETURN(list_job_infos_, Prepare("SELECT job_id, info FROM jobs "
+                                                 "ORDER BY job_id DESC LIMIT ?1"));
+  HERD_ASSIGN_OR_RETURN(list_unfinished_job_infos_,
+                        Prepare("SELECT job_id, info FROM jobs WHERE state < 5 "
+                                "ORDER BY job_id DESC LIMIT ?1"));
+  HERD_ASSIGN_OR_RETURN(count_jobs_, Prepare("SELECT count(*) FROM jobs"));
+  HERD_ASSIGN_OR_RETURN(count_unfinished_jobs_,
+                        Prepare("SELECT count(*) FROM jobs WHERE state < 5"));
   HERD_ASSIGN_OR_RETURN(active_jobs_, Prepare("SELECT job_id, info, spec, secrets FROM jobs "
                                               "WHERE state IN (2, 3, 4) ORDER BY job_id ASC"));
   HERD_ASSIGN_OR_RETURN(latest_job_id_, Prepare("SELECT COALESCE(MAX(job_id), 0) FROM jobs"));
@@ -314,6 +326,37 @@ Result<std::vector<JobRecord>> JobStore::ListJobs(bool skip_finished, int limit)
   Reset reset(stmt);
   sqlite3_bind_int(stmt, 1, limit > 0 ? limit : -1);  // LIMIT -1: no limit
   return ReadJobs(stmt, false);
+}
+
+Status JobStore::ForEachJobInfo(bool skip_finished, int limit,
+                                const std::function<bool(herd::v1::JobInfo)>& take) {
+  std::lock_guard lock(mu_);
+  sqlite3_stmt* stmt = skip_finished ? list_unfinished_job_infos_.get() : list_job_infos_.get();
+  Reset reset(stmt);
+  sqlite3_bind_int(stmt, 1, limit > 0 ? limit : -1);  // LIMIT -1: no limit
+  for (;;) {
+    const int rc = sqlite3_step(stmt);
+    if (rc == SQLITE_DONE) return Status::Ok();
+    if (rc != SQLITE_ROW) return Error("read jobs", rc);
+    const int64_t job_id = sqlite3_column_int64(stmt, 0);
+    const std::string_view bytes = ColumnBytes(stmt, 1);
+    herd::v1::JobInfo info;
+    if (!info.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+      return IoError("job store " + path_ + ": the record of job " + std::to_string(job_id) +
+                     " is damaged");
+    }
+    info.set_job_id(job_id);
+    if (!take(std::move(info))) return Status::Ok();
+  }
+}
+
+Result<int64_t> JobStore::CountJobs(bool skip_finished) {
+  std::lock_guard lock(mu_);
+  sqlite3_stmt* stmt = skip_finished ? count_unfinished_jobs_.get() : count_jobs_.get();
+  Reset reset(stmt);
+  const int rc = sqlite3_step(stmt);
+  if (rc != SQLITE_ROW) return Error("count jobs", rc);
+  return static_cast<int64_t>(sqlite3_column_int64(stmt, 0));
 }
 
 Result<std::vector<JobRecord>> JobStore::ActiveJobs() {

@@ -58,6 +58,12 @@ class JobStore {
   // Newest first. skip_finished: only jobs not in a terminal state. limit <= 0: no limit.
   // For listing: specs come WITHOUT their secrets (nothing that lists jobs needs them).
   Result<std::vector<JobRecord>> ListJobs(bool skip_finished, int limit);
+  // The same jobs, the records only (their specs are not read), one at a time: `take` gets each
+  // and returns false to stop. Memory for one record, whatever the store holds.
+  Status ForEachJobInfo(bool skip_finished, int limit,
+                        const std::function<bool(herd::v1::JobInfo)>& take);
+  // How many jobs ListJobs lists without a limit.
+  Result<int64_t> CountJobs(bool skip_finished);
   // Jobs in PENDING, SETTING_UP or RUNNING, oldest first (the scheduler's FIFO).
   Result<std::vector<JobRecord>> ActiveJobs();
   // 0 if there is no job.
@@ -104,6 +110,7 @@ class JobStore {
   sqlite3* db_ = nullptr;
   std::mutex mu_;  // one connection; its prepared statements are not shareable between threads
   Stmt insert_job_, set_job_info_, update_job_, get_job_, list_jobs_, list_unfinished_jobs_,
+      list_job_infos_, list_unfinished_job_infos_, count_jobs_, count_unfinished_jobs_,
       active_jobs_, latest_job_id_, upsert_node_, list_nodes_;
 };
 

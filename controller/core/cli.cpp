@@ -253,7 +253,7 @@ Result<task::Task> BuildTask(const std::vector<std::string>& args, const TaskFla
   if (!f.gpus.empty()) HERD_RETURN_IF_ERROR(task::ApplyAcceleratorFlag(f.gpus, t.resources));
   if (!f.cpus.empty()) HERD_RETURN_IF_ERROR(task::ApplyCpusFlag(f.cpus, t.resources));
   if (!f.memory.empty()) HERD_RETURN_IF_ERROR(task::ApplyMemoryFlag(f.memory, t.resources));
-  if (!f.name.empty()) t.name = f.name;
+  if (!f.name.empty()) HERD_RETURN_IF_ERROR(task::ApplyNameFlag(f.name, t));
   // The file's own spec was measured by the parser; a command or flags change it.
   HERD_RETURN_IF_ERROR(task::CheckSpecSize(t, yaml ? first : "<command>"));
   return t;
@@ -732,12 +732,21 @@ int RunCli(int argc, char** argv) {
     g_cluster = queue_cluster;
     auto client = ConnectTarget(queue_cluster, queue_target);
     if (!client.ok()) return FailForStatus(client.status());
-    auto jobs = (*client)->Queue(queue_skip);
+    int64_t left_out = 0;
+    auto jobs = (*client)->Queue(queue_skip, &left_out);
     if (!jobs.ok()) return FailForStatus(jobs.status());
+    // The head lists the newest jobs that fit one reply; the line says how many it left out.
+    const std::string left_out_line =
+        left_out == 0 ? ""
+                      : std::to_string(left_out) + " older job" + (left_out == 1 ? "" : "s") +
+                            " not shown: the head lists the newest " +
+                            std::to_string(jobs->size()) + " (as many as fit one reply, at most " +
+                            std::to_string(limits::kMaxJobsListed) + ")\n";
     if (queue_output == "json") {
       boost::json::array arr;
       for (const auto& j : *jobs) arr.push_back(JobJson(j));
       std::cout << boost::json::serialize(arr) << "\n";
+      std::cerr << left_out_line;
       return 0;
     }
     if (!queue_cluster.empty()) std::cout << "Job queue of cluster " << queue_cluster << "\n";
@@ -749,7 +758,7 @@ int RunCli(int argc, char** argv) {
                     j.resources(), std::string(proto::JobStateName(j.state())), j.log_path(),
                     std::to_string(j.attempt())});
     }
-    std::cout << table.Render();
+    std::cout << table.Render() << left_out_line;
     return 0;
   }
   if (*logs) {

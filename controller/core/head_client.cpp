@@ -144,10 +144,11 @@ Result<int64_t> HeadClient::Submit(const TaskSpec& task, const std::string& user
   return reply.submit_reply().job_id();
 }
 
-Result<std::vector<JobInfo>> HeadClient::Queue(bool skip_finished) {
+Result<std::vector<JobInfo>> HeadClient::Queue(bool skip_finished, int64_t* older_left_out) {
   ClientToHead req;
   req.mutable_queue()->set_skip_finished(skip_finished);
   HERD_ASSIGN_OR_RETURN(HeadToClient reply, RoundTrip(std::move(req)));
+  if (older_left_out) *older_left_out = reply.queue_reply().older_left_out();
   return std::vector<JobInfo>(reply.queue_reply().jobs().begin(), reply.queue_reply().jobs().end());
 }
 

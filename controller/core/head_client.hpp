@@ -34,7 +34,9 @@ class HeadClient {
   // client.proto); empty/0 for an ordinary job.
   Result<int64_t> Submit(const herd::v1::TaskSpec& task, const std::string& user,
                          const std::string& task_id = "", int attempt = 0);
-  Result<std::vector<herd::v1::JobInfo>> Queue(bool skip_finished);
+  // Newest first; older_left_out (optional) gets how many older jobs the reply left out.
+  Result<std::vector<herd::v1::JobInfo>> Queue(bool skip_finished,
+                                               int64_t* older_left_out = nullptr);
   Result<std::vector<int64_t>> Cancel(const std::vector<int64_t>& job_ids, bool all);
   Result<herd::v1::NodesReply> Nodes();
   Status SetAutostop(int idle_minutes, bool down, const std::string& command);

@@ -1,7 +1,9 @@
 #include "controller/core/managed_jobs.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -36,9 +38,54 @@ using jobs::ManagedJob;
 using jobs::ManagedJobStore;
 using jobs::ManagedState;
 
-// The controller's environment variable that carries the task's secrets (JSON object): they are
-// never written to the job table or a file.
-constexpr const char* kSecretsEnv = "HERD_MANAGED_SECRETS";
+// The task's secrets reach the controller as a JSON object in an anonymous file (memfd) that is
+// its stdin: never in the job table, a named file, argv or the environment, and of any size (an
+// environment variable is at most MAX_ARG_STRLEN, 128 KiB, and a task may carry up to
+// limits::kMaxTaskSpecBytes of secrets). The controller reads it at start and puts /dev/null in
+// its place, so nothing it runs inherits it. This variable ("1") says stdin holds them.
+constexpr const char* kSecretsOnStdinEnv = "HERD_MANAGED_SECRETS_ON_STDIN";
+
+// An anonymous file holding `json`, closed on exec (the controller gets a dup of it as stdin).
+Result<int> SecretsFile(const std::string& json) {
+  int fd = ::memfd_create("herd-managed-secrets", MFD_CLOEXEC);
+  if (fd < 0) return ErrnoError("cannot hand the secrets to the controller: memfd_create", errno);
+  std::size_t done = 0;
+  while (done < json.size()) {
+    ssize_t n = ::write(fd, json.data() + done, json.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      Status s = ErrnoError("cannot hand the secrets to the controller: write", errno);
+      ::close(fd);
+      return s;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return fd;
+}
+
+// Reads the secrets the launcher left on stdin (whole, from its start) and replaces stdin with
+// /dev/null. Empty when this process was not started with them.
+Result<std::string> TakeSecretsFromStdin() {
+  const char* marker = ::getenv(kSecretsOnStdinEnv);
+  if (marker == nullptr || std::string_view(marker) != "1") return std::string();
+  ::unsetenv(kSecretsOnStdinEnv);
+  std::string json;
+  char buf[64 * 1024];
+  for (off_t off = 0;;) {
+    ssize_t n = ::pread(STDIN_FILENO, buf, sizeof buf, off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoError("cannot read the secrets from stdin", errno);
+    if (n == 0) break;
+    json.append(buf, static_cast<std::size_t>(n));
+    off += n;
+  }
+  int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null < 0 || ::dup2(null, STDIN_FILENO) < 0) {
+    return ErrnoError("cannot close the secrets on stdin", errno);
+  }
+  ::close(null);
+  return json;
+}
 
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -386,9 +433,17 @@ Result<int64_t> LaunchManagedJob(task::Task task, const ManagedLaunchOptions& op
   if (ec) return IoError("cannot find the herd binary: " + ec.message());
   boost::json::object secrets;
   for (const auto& [k, v] : task.secrets) secrets[k] = v;
-  auto pid =
-      SpawnDetached({self, "jobs", "_controller", std::to_string(job.id)}, dir + "/controller.log",
-                    {{kSecretsEnv, boost::json::serialize(secrets)}});
+  Result<pid_t> pid = IoError("");
+  if (auto fd = SecretsFile(boost::json::serialize(secrets)); !fd.ok()) {
+    pid = fd.status();
+  } else {
+    // In the new process, after SpawnDetached put /dev/null on stdin: the secrets instead.
+    pid = SpawnDetached({self, "jobs", "_controller", std::to_string(job.id)},
+                        dir + "/controller.log", {{kSecretsOnStdinEnv, "1"}}, [secrets_fd = *fd] {
+                          return ::dup2(secrets_fd, STDIN_FILENO) < 0 ? errno : 0;
+                        });
+    ::close(*fd);
+  }
   if (!pid.ok()) {
     job.state = ManagedState::kFailedController;
     job.ended_unix_ms = NowMs();
@@ -424,19 +479,21 @@ int RunManagedController(int64_t id) {
               << job->controller_pid << ")\n";
     return 1;
   }
-  // Secrets come in this process's environment only; children (ssh, rsync) do not need them.
-  std::string secrets_json;
-  if (const char* s = ::getenv(kSecretsEnv)) secrets_json = s;
-  ::unsetenv(kSecretsEnv);
+  // Secrets come on this process's stdin only (SecretsFile); children (ssh, rsync) get none.
+  auto secrets_json = TakeSecretsFromStdin();
   auto task = jobs::DecodeTask(job->task_json);
-  if (task.ok() && !secrets_json.empty()) {
+  if (!secrets_json.ok()) {
+    task = secrets_json.status();
+  } else if (task.ok() && !secrets_json->empty()) {
     try {
-      const boost::json::value parsed = boost::json::parse(secrets_json);
+      const boost::json::value parsed = boost::json::parse(*secrets_json);
       for (const auto& [k, v] : parsed.as_object()) {
         task->secrets[std::string(k)] = std::string(v.as_string());
       }
     } catch (const std::exception& e) {
-      task = InvalidArgument(std::string("bad ") + kSecretsEnv + ": " + e.what());
+      task = InvalidArgument(std::string("the secrets on stdin are not a JSON object of "
+                                         "strings: ") +
+                             e.what());
     }
   }
   job->controller_pid = ::getpid();

@@ -1,5 +1,5 @@
-// The CLI's resource flags (--gpus, --cpus, --memory). A flag overrides the YAML for the task and
-// for every any_of/ordered candidate, as SkyPilot's overrides do.
+// The CLI's task flags (--gpus, --cpus, --memory, --name). A resource flag overrides the YAML for
+// the task and for every any_of/ordered candidate, as SkyPilot's overrides do.
 #include <functional>
 
 #include "controller/task/resource_values.hpp"
@@ -51,6 +51,12 @@ Status ApplyMemoryFlag(std::string_view value, Resources& r) {
     x.memory_gb = amount->value;
     x.memory_at_least = amount->at_least;
   });
+  return Status::Ok();
+}
+
+Status ApplyNameFlag(std::string_view value, Task& task) {
+  if (Status s = CheckNameSize(value); !s.ok()) return InvalidArgument("--name: " + s.message());
+  task.name = std::string(value);
   return Status::Ok();
 }
 

@@ -79,6 +79,8 @@ Result<Task> ParseTaskYaml(std::string_view yaml, std::string_view source_name,
 Status ApplyAcceleratorFlag(std::string_view value, Resources& r);
 Status ApplyCpusFlag(std::string_view value, Resources& r);
 Status ApplyMemoryFlag(std::string_view value, Resources& r);
+// -n/--name NAME: the job's name instead of the task's; a name over the limit names the flag.
+Status ApplyNameFlag(std::string_view value, Task& task);
 
 // The resources herd schedules with: the first ordered/any_of candidate if there are any, else
 // the top-level resources.
@@ -98,6 +100,9 @@ herd::v1::TaskSpec ToSpec(const Task& task);
 // error naming source and both sizes. ParseTaskYaml checks it; a caller that changes the task
 // afterwards (a command instead of a file) checks again before submitting.
 Status CheckSpecSize(const Task& task, std::string_view source);
+// OK when a task's name is within limits::kMaxTaskNameBytes; else "at most N bytes, got M" (the
+// parser puts the place before it, ApplyNameFlag the flag).
+Status CheckNameSize(std::string_view name);
 
 // `herd check FILE [--env K=V]... [--env-file F]... [-o json]`: prints the normalised task (JSON
 // when json=true, else a readable summary) to out; errors and notes to err (a task with neither

@@ -194,6 +194,12 @@ Status CheckSpecSize(const Task& task, std::string_view source) {
                          ": keep data in files (file_mounts, workdir) and pass their paths");
 }
 
+Status CheckNameSize(std::string_view name) {
+  if (name.size() <= limits::kMaxTaskNameBytes) return Status::Ok();
+  return InvalidArgument("at most " + std::to_string(limits::kMaxTaskNameBytes) + " bytes, got " +
+                         std::to_string(name.size()));
+}
+
 int RunCheck(const std::string& path, const ParseOptions& options, bool json, std::ostream& out,
              std::ostream& err) {
   Result<Task> task = ParseTaskFile(path, options);

@@ -487,6 +487,7 @@ class TaskParser {
 
     if (const YAML::Node* n = field("name")) {
       HERD_ASSIGN_OR_RETURN(task.name, String(*n, "name"));
+      if (Status s = CheckNameSize(task.name); !s.ok()) return Error(*n, "name", s.message());
     }
     if (const YAML::Node* n = field("num_nodes"); n && !n->IsNull()) {
       auto v = IsPlainScalar(*n) ? ParseInteger(n->Scalar()) : std::nullopt;

@@ -157,8 +157,25 @@ inline constexpr Duration kGpuProbeCommandTimeout = 5s;
 // ---- Scheduling ---------------------------------------------------------------------------------
 // CPUs a job takes on each node when its task names none (SkyPilot's default demand).
 inline constexpr double kDefaultTaskCpus = 0.5;
-// Jobs the head keeps in memory per queue listing; older ones stay in SQLite.
+// Jobs one queue reply lists at most, the newest; older ones stay in SQLite. The reply holds as
+// many of them as fit kMaxQueueReplyBytes and counts the rest (QueueReply.older_left_out): a job's
+// record has no static bound (its per-rank lists grow with num_nodes, a store written by an
+// older herd may hold any name), so the runtime cut, not a product of limits, keeps the reply
+// within a frame. The head reads the records one at a time and stops at the first that does not
+// fit: it never holds more than one reply's worth.
 inline constexpr int kMaxJobsListed = 1000;
+// What a reply's records may take of a frame: the rest is the envelope (version, request_id, the
+// reply's tag and length, the left-out count: under 40 bytes).
+inline constexpr std::size_t kMaxQueueReplyBytes = kMaxFrameBytes - 4096;
+// One job's record as the head sends it (queue, log follow). A record over this (one written by
+// an older herd, which bounded no name) has each of its strings cut to kMaxJobRecordTextBytes,
+// and, if still over, its per-rank lists (ranks' exits, nodes and GPUs) left out; a record of
+// this herd is sent whole unless it is a gang of thousands of nodes (a 10000-node gang with node
+// names of 20-odd bytes lists about 1 MB).
+inline constexpr std::size_t kMaxJobRecordBytes = 2u << 20;
+inline constexpr std::size_t kMaxJobRecordTextBytes = 4096;
+// An error message the head sends a client is cut to this (it may quote what a client sent).
+inline constexpr std::size_t kMaxErrorMessageBytes = 64u << 10;
 
 // ---- Task files (controller/task: `herd check`, `launch`, `exec`, `jobs launch` alike) ------------
 // A task file (or an --env-file) larger than this is refused before it is read. Real task files
@@ -180,6 +197,11 @@ inline constexpr std::size_t kMaxTaskAliasUses = 10000;
 // (any_of candidates, a Kubernetes pod spec under config). Below yaml-cpp 0.7's own guard (a few
 // hundred levels, which it reports as "bad file").
 inline constexpr int kMaxTaskNestingDepth = 100;
+// A task's name (`name:`, --name), in bytes. SkyPilot checks a name's form, not its length; herd
+// lists names in every queue reply and names each job's directory on the head "<job id>-<name>",
+// one path component of at most NAME_MAX (255) bytes with a job id of up to 19 digits. Far
+// above what people name a run (a Kubernetes object name is at most 253, a label 63).
+inline constexpr std::size_t kMaxTaskNameBytes = 200;
 // num_nodes (and --num-nodes): far above any cluster herd has run (bench/fleet: 1000 agents).
 inline constexpr int kMaxTaskNodes = 10000;
 // What a submit leaves of a frame for the rest of its envelope (user, task id), and what the head
@@ -325,6 +347,15 @@ static_assert(kMaxTaskFileBytes * 2 <= kMaxTaskExpandedBytes &&
                   kMaxTaskExpandedBytes <= kMaxTaskSpecBytes,
               "a task file without aliases is never refused for its expansion, and a task is "
               "not expanded much past what could be submitted");
+static_assert(19 + 1 + kMaxTaskNameBytes <= 255,
+              "a job's directory on the head, <job id>-<name>, is one path component (NAME_MAX)");
+static_assert(kMaxJobRecordBytes <= kMaxQueueReplyBytes && kMaxQueueReplyBytes < kMaxFrameBytes,
+              "a queue reply always lists the newest job, and a job status fits a frame");
+static_assert(8 * (kMaxJobRecordTextBytes + 8) + 256 <= kMaxJobRecordBytes &&
+                  kMaxJobRecordTextBytes >= 4096 && kMaxTaskNameBytes < kMaxJobRecordTextBytes,
+              "a record's strings (seven), cut to their bound, fit a record; a log path "
+              "(PATH_MAX) and a name of this herd are never cut");
+static_assert(kMaxErrorMessageBytes + 4096 < kMaxFrameBytes, "an error reply fits a frame");
 static_assert(kSubscriberLagBytes * 4 <= kMaxQueuedBytesPerPeer &&
                   kSubscriberLagBytes / 4 >= kLogReplayChunkBytes,
               "a lagging client is caught up long before it would be dropped, a chunk at a time");

@@ -341,10 +341,15 @@ run: sleep 300
 
     def test_g_secrets_reach_the_job_but_no_file(self):
         value = "s3cr3t-hmj-value"
-        digest = hashlib.sha256(value.encode()).hexdigest()
+        # Two more of 100 KB each: more in all than one environment variable can carry (128 KiB),
+        # which is how the controller once got them.
+        big = [f"{value}-big{i}-" + "b" * 100_000 for i in range(2)]
+        digest = hashlib.sha256((value + "".join(big)).encode()).hexdigest()
         p = self.h.herd("jobs", "launch", "-y", "-n", "hmj-secret", "--secret",
-                        f"HMJ_TOKEN={value}", "--", 'printf %s "$HMJ_TOKEN" | sha256sum')
-        self.assertIn(digest, p.stdout.decode())  # the job had the value
+                        f"HMJ_TOKEN={value}", "--secret", f"HMJ_BIG0={big[0]}", "--secret",
+                        f"HMJ_BIG1={big[1]}", "--",
+                        'printf %s "$HMJ_TOKEN$HMJ_BIG0$HMJ_BIG1" | sha256sum')
+        self.assertIn(digest, p.stdout.decode())  # the job had the values
         self.assertNotIn(value, p.stdout.decode())
         for root, _, files in os.walk(self.h.env["HERD_HOME"]):
             for name in files:

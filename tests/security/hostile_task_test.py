@@ -1,6 +1,7 @@
 """Hostile and careless task files, through the real `herd` binary as a user runs it: an alias
 bomb, a 50 MB file, a 10^5-deep nest, env files that push a submit past the frame size, an empty
-task, a huge num_nodes and a negative `logs --offset`.
+task, a huge num_nodes, a long name, a negative `logs --offset`, and more secrets than an
+environment variable can carry handed to a managed job's controller.
 
 Each refusal must come first (before any cluster is looked up: the cluster names here do not
 exist), be the same from `check`, `exec`, `launch` and `jobs launch`, exit 2 with a message that
@@ -16,11 +17,15 @@ import os
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "integration"))
+from loopback_cluster import LoopbackCluster  # noqa: E402
 
 HERD = os.environ.get("HERD", "herd")
 # Generous bounds: the limits refuse these in milliseconds and a few MB; before them the alias
@@ -31,6 +36,9 @@ MAX_RSS_KB = 100 * 1024
 # launch that got past the task could not provision anything.
 NO_CLUSTER = "hsec-nosuch"
 NO_POOL = "ssh/hsec-nopool"
+# A managed job's states once it has ended.
+TERMINAL = ("SUCCEEDED", "CANCELLED", "FAILED", "FAILED_SETUP", "FAILED_NO_RESOURCE",
+            "FAILED_CONTROLLER")
 
 
 class Result:
@@ -211,11 +219,121 @@ class HostileTaskTest(unittest.TestCase):
         self.assertEqual(r.code, 2, r)
         self.assertIn("--num-nodes", r.stderr)
 
+    def test_a_long_name_is_refused_naming_the_limit(self):
+        # A name of most of a task file: a queue listing two such jobs would not fit a frame.
+        for size in (201, 200_000):
+            task = self.write(f"name{size}.yaml", "run: echo hi\nname: " + "n" * size + "\n")
+            r = self.herd("check", task)
+            self.assertEqual(r.code, 2, r)
+            self.assertEqual(r.stderr.strip(),
+                             f"{task}:2:7: name: at most 200 bytes, got {size}", r)
+            self.assert_cheap(r)
+            self.assert_refused_everywhere(task, r.stderr.strip())
+        ok = self.write("named.yaml", "name: " + "n" * 200 + "\nrun: echo hi\n")
+        self.assertEqual(self.herd("check", ok).code, 0)
+        # -n/--name: the same limit, naming the flag, before the cluster is looked up.
+        for args in (["exec", NO_CLUSTER], ["launch", "-c", NO_CLUSTER, "--infra", NO_POOL, "-y"],
+                     ["jobs", "launch", "--infra", NO_POOL, "-y", "-d"]):
+            for flag in ("-n", "--name"):
+                with self.subTest(args=args, flag=flag):
+                    r = self.herd(*args, flag, "x" * 201, ok)
+                    self.assertEqual(r.code, 2, r)
+                    self.assertEqual(r.stderr.strip(), "herd: --name: at most 200 bytes, got 201")
+
+    def test_jobs_launch_hands_more_than_128_kib_of_secrets_to_its_controller(self):
+        # Three secrets of 100 KB each (an argument of herd itself may not pass 128 KiB either):
+        # 300 KB in all, more than one environment variable may carry (MAX_ARG_STRLEN).
+        marker = f"hsec-secret-{os.getpid()}-"
+        flags = []
+        for i in range(3):
+            flags += ["--secret", f"HSEC_S{i}={marker}{i}" + "s" * 100_000]
+        task = self.write("secrets.yaml", "name: hsec-secrets\nrun: echo hi\n")
+        r = self.herd("jobs", "launch", "--infra", NO_POOL, "-y", "-d", *flags, task)
+        self.assertEqual(r.code, 0, r)
+        job_id = int(re.search(r"Managed job ID: (\d+)", r.stdout).group(1))
+        # While the controller runs, its argv and environment do not hold them. It reads them and
+        # goes on to provision (the pool does not exist): it does not fail for want of its
+        # secrets, and, ended, leaves them in no file.
+        deadline = time.monotonic() + 60
+        looked = False
+        while True:
+            job = self.managed_job(job_id)
+            if job["controller_pid"] and not looked:
+                looked = True
+                for what in ("cmdline", "environ"):
+                    try:
+                        with open(f"/proc/{job['controller_pid']}/{what}", "rb") as f:
+                            self.assertNotIn(marker.encode(), f.read(), what)
+                    except (FileNotFoundError, ProcessLookupError):
+                        pass  # already ended
+            if job["status"] in TERMINAL:
+                break
+            self.assertLess(time.monotonic(), deadline, job)
+            time.sleep(0.2)
+        # Three launch attempts, kManagedLaunchRetryWait (5 s) apart, each refused for want of
+        # a pool: the controller had its task, secrets included, and went on with it.
+        self.assertEqual(job["status"], "FAILED_NO_RESOURCE", job)
+        self.assertIn("no ssh node pools file", job["message"], job)
+        for root, _, files in os.walk(self.tmp):
+            for name in files:
+                with open(os.path.join(root, name), "rb") as f:
+                    self.assertNotIn(marker.encode(), f.read(), os.path.join(root, name))
+
+    def managed_job(self, job_id):
+        r = self.herd("jobs", "queue", "-o", "json")
+        self.assertEqual(r.code, 0, r)
+        return next(j for j in json.loads(r.stdout) if j["id"] == job_id)
+
     def test_logs_refuses_a_negative_offset(self):
         r = self.herd("logs", NO_CLUSTER, "--offset", "-5")
         self.assertEqual(r.code, 2, r)
         self.assertIn("--offset", r.stderr)
         self.assertIn("-5", r.stderr)
+
+
+def varint(n):
+    out = b""
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out += bytes([byte | 0x80])
+        else:
+            return out + bytes([byte])
+
+
+class OversizedQueueTest(unittest.TestCase):
+    """A head whose job store holds more job records than one reply can carry (names of 256 KiB,
+    as an older herd accepted): `herd queue` lists the newest that fit and says how many it left
+    out, instead of failing for good. A one-node head on 127.0.42.4, from the real binaries."""
+
+    def setUp(self):
+        self.cluster = LoopbackCluster("hsec-queue", ["127.0.42.4"], gpus_per_node=0, cpus=1)
+
+    def tearDown(self):
+        self.cluster.close()
+
+    def test_queue_lists_the_newest_jobs_that_fit_and_counts_the_others(self):
+        db = os.path.join(self.cluster.dir, self.cluster.node_id(0), "state", "jobs.db")
+        succeeded = 5  # herd.v1.JOB_STATE_SUCCEEDED
+        with sqlite3.connect(db, timeout=10) as conn:
+            for i in range(40):
+                name = bytes([ord("a") + i % 26]) * (256 << 10)
+                info = b"\x12" + varint(len(name)) + name + b"\x38" + varint(succeeded)
+                spec = b"\x0a" + varint(len(name)) + name  # TaskSpec.name
+                conn.execute("INSERT INTO jobs (state, info, spec) VALUES (?, ?, ?)",
+                             (succeeded, info, spec))
+        p = self.cluster.herd("queue", check=False)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        lines = p.stdout.decode().splitlines()
+        self.assertEqual(lines[-1], "25 older jobs not shown: the head lists the newest 15 (as "
+                         "many as fit one reply, at most 1000)")
+        listed = [int(line.split()[0]) for line in lines[:-1] if line[:1].isdigit()]
+        self.assertEqual(listed, list(range(40, 25, -1)))
+        p = self.cluster.herd("queue", "-o", "json", check=False)
+        self.assertEqual(p.returncode, 0, p.stderr[-2000:])
+        self.assertEqual([j["id"] for j in json.loads(p.stdout)], list(range(40, 25, -1)))
+        self.assertIn(b"25 older jobs not shown", p.stderr)
 
 
 def kill_processes_with_env(marker):

@@ -21,6 +21,7 @@
 #include "agent/core/head.hpp"
 #include "agent/core/worker.hpp"
 #include "agent/gpu/system_gpu_probe.hpp"
+#include "agent/store/job_store.hpp"
 #include "controller/core/head_client.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/tls/certs.hpp"
@@ -959,6 +960,60 @@ TEST_CASE(
   REQUIRE(c.launchers[1]->WaitSpawns(1));
   CHECK(WaitOnIo(c, [&] { return !c.launchers[1]->kills().empty(); }));
   CHECK(c.launchers[1]->kills() == std::vector<std::string>{JobGroupName(*job, 1)});
+}
+
+// Finished jobs written straight into the head's job store, as any herd may have left them (an
+// older one bounded no name); their ids, oldest first.
+std::vector<int64_t> StoreFinishedJobs(Cluster& c, int count, std::size_t name_bytes) {
+  auto store = JobStore::Open((c.dir / "head-state" / "jobs.db").string());
+  REQUIRE(store.ok());
+  std::vector<int64_t> ids;
+  for (int i = 0; i < count; ++i) {
+    JobRecord r;
+    r.info.set_name(std::string(name_bytes, static_cast<char>('a' + i % 26)));
+    r.info.set_user("old");
+    r.info.set_state(herd::v1::JOB_STATE_SUCCEEDED);
+    r.spec.set_name(r.info.name());
+    r.spec.set_num_nodes(1);
+    auto id = (*store)->AddJob(r);
+    REQUIRE(id.ok());
+    ids.push_back(*id);
+  }
+  return ids;
+}
+
+TEST_CASE("a queue larger than a frame lists the newest jobs that fit and counts the others") {
+  Cluster c;
+  // 40 jobs of a 256 KiB name: 10 MB of records, of which a 4 MiB frame holds 15.
+  const std::vector<int64_t> ids = StoreFinishedJobs(c, 40, 256u << 10);
+  auto client = c.Client();
+  int64_t left_out = -1;
+  auto queue = client->Queue(false, &left_out);
+  REQUIRE_MESSAGE(queue.ok(), queue.status().ToString());
+  REQUIRE(queue->size() == 15);
+  CHECK(left_out == 25);
+  for (std::size_t i = 0; i < queue->size(); ++i) {
+    CHECK((*queue)[i].job_id() == ids[ids.size() - 1 - i]);  // newest first
+    CHECK((*queue)[i].name() == std::string(256u << 10, static_cast<char>('a' + (39 - i) % 26)));
+  }
+}
+
+TEST_CASE("a job record over a frame reaches a client with its strings cut") {
+  Cluster c;
+  const int64_t id = StoreFinishedJobs(c, 1, limits::kMaxFrameBytes + 1000).front();
+  auto client = c.Client();
+  controller::HeadClient::StreamCallbacks none;
+  auto status = client->Stream(id, UINT64_MAX, false, none);
+  REQUIRE_MESSAGE(status.ok(), status.status().ToString());
+  CHECK(status->state() == herd::v1::JOB_STATE_SUCCEEDED);
+  CHECK(status->name().size() <= limits::kMaxJobRecordTextBytes);
+  CHECK(status->name().rfind(std::string(100, 'a'), 0) == 0);
+  int64_t left_out = -1;
+  auto queue = client->Queue(false, &left_out);
+  REQUIRE_MESSAGE(queue.ok(), queue.status().ToString());
+  REQUIRE(queue->size() == 1);
+  CHECK(queue->front().name() == status->name());
+  CHECK(left_out == 0);
 }
 
 }  // namespace

@@ -949,6 +949,32 @@ TEST_CASE("num_nodes past the limit says what the limit is") {
         "t.yaml:1:12: num_nodes: expected a positive integer, got '-3'");
 }
 
+TEST_CASE("a task name past the limit is refused at its place, naming the limit") {
+  const std::size_t limit = limits::kMaxTaskNameBytes;
+  const std::string at_limit(limit, 'n');
+  CHECK(Parse("name: " + at_limit + "\nrun: echo\n").name == at_limit);
+  const std::string over = "at most " + std::to_string(limit) + " bytes, got ";
+  CHECK(ErrorOf("run: echo\nname: " + at_limit + "x\n") ==
+        "t.yaml:2:7: name: " + over + std::to_string(limit + 1));
+  // A name of most of a task file's bytes (a queue listing two of them would not fit a frame).
+  const std::size_t big = limits::kMaxTaskFileBytes - 100;
+  CHECK(ErrorOf("name: " + std::string(big, 'n') + "\n") ==
+        "t.yaml:1:7: name: " + over + std::to_string(big));
+  // Bytes, not characters: 101 two-byte characters are 202 bytes.
+  std::string wide;
+  for (std::size_t i = 0; i < limit / 2 + 1; ++i) wide += "\xc3\xa9";
+  CHECK(ErrorOf("name: " + wide + "\n") ==
+        "t.yaml:1:7: name: " + over + std::to_string(wide.size()));
+  // -n/--name: the same limit, naming the flag; the task keeps its name.
+  Task t = Parse("name: mine\nrun: echo\n");
+  Status s = ApplyNameFlag(at_limit + "x", t);
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(s.message() == "--name: " + over + std::to_string(limit + 1));
+  CHECK(t.name == "mine");
+  CHECK(ApplyNameFlag(at_limit, t).ok());
+  CHECK(t.name == at_limit);
+}
+
 TEST_CASE("a task file or env file over the size limit is refused before it is read") {
   TempDir dir{"herd-task-test"};
   std::string big = dir / "big.yaml";
