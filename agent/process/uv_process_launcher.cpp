@@ -25,9 +25,9 @@
 #include <vector>
 
 #include "agent/process/cgroup_tree.hpp"
+#include "agent/process/crash_point.hpp"
 #include "agent/process/proc_scan.hpp"
 #include "agent/process/step.hpp"
-#include "agent/process/crash_point.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 

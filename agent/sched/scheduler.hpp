@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "herd/v1/common.pb.h"
 #include "agent/sched/feasibility.hpp"
+#include "herd/v1/common.pb.h"
 
 namespace herd::agent {
 

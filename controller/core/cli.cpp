@@ -19,12 +19,12 @@
 #include "controller/core/sdk.hpp"
 #include "controller/core/table.hpp"
 #include "controller/core/trace.hpp"
+#include "controller/task/task.hpp"
 #include "shared/common/heap.hpp"
 #include "shared/common/host_port.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 #include "shared/proto/job_state.hpp"
-#include "controller/task/task.hpp"
 #include "shared/tls/certs.hpp"
 
 namespace herd::controller {

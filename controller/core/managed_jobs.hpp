@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "controller/jobs/managed_job_store.hpp"
-#include "shared/common/status.hpp"
 #include "controller/task/task.hpp"
+#include "shared/common/status.hpp"
 
 namespace herd::controller {
 

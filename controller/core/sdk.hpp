@@ -15,9 +15,9 @@
 
 #include "controller/core/head_client.hpp"
 #include "controller/state/cluster_record.hpp"
+#include "controller/task/task.hpp"
 #include "herd/v1/common.pb.h"
 #include "shared/common/status.hpp"
-#include "controller/task/task.hpp"
 
 namespace herd::sdk {
 

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "shared/common/status.hpp"
 #include "controller/task/task.hpp"
+#include "shared/common/status.hpp"
 
 namespace herd::jobs {
 

@@ -9,8 +9,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "shared/common/limits.hpp"
 #include "controller/task/resource_values.hpp"
+#include "shared/common/limits.hpp"
 
 namespace herd::task {
 namespace {

@@ -6,10 +6,10 @@
 #include <cmath>
 #include <cstdint>
 
-#include "shared/common/limits.hpp"
 #include "controller/task/env_vars.hpp"
 #include "controller/task/resource_values.hpp"
 #include "controller/task/task.hpp"
+#include "shared/common/limits.hpp"
 
 namespace herd::task {
 namespace {

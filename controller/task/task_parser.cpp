@@ -15,10 +15,10 @@
 #include <sstream>
 #include <utility>
 
-#include "shared/common/limits.hpp"
 #include "controller/task/env_vars.hpp"
 #include "controller/task/resource_values.hpp"
 #include "controller/task/task.hpp"
+#include "shared/common/limits.hpp"
 
 namespace herd::task {
 namespace {

@@ -177,11 +177,11 @@ inline constexpr std::size_t kMaxJobRecordTextBytes = 4096;
 // An error message the head sends a client is cut to this (it may quote what a client sent).
 inline constexpr std::size_t kMaxErrorMessageBytes = 64u << 10;
 
-// ---- Task files (controller/task: `herd check`, `launch`, `exec`, `jobs launch` alike) ------------
-// A task file (or an --env-file) larger than this is refused before it is read. Real task files
-// are a few KB; data belongs in the files a task mounts (file_mounts, workdir). yaml-cpp holds
-// about 500 bytes per node written (its node graph; a flow collection's tokens until it closes):
-// a file of this size takes at most about 70 MB and 0.4 s to parse, whatever its shape.
+// ---- Task files (controller/task: `herd check`, `launch`, `exec`, `jobs launch` alike)
+// ------------ A task file (or an --env-file) larger than this is refused before it is read. Real
+// task files are a few KB; data belongs in the files a task mounts (file_mounts, workdir). yaml-cpp
+// holds about 500 bytes per node written (its node graph; a flow collection's tokens until it
+// closes): a file of this size takes at most about 70 MB and 0.4 s to parse, whatever its shape.
 inline constexpr std::size_t kMaxTaskFileBytes = 256u << 10;
 // What a task file may expand to: the bytes of its scalars plus one per node, each alias counted
 // as the whole node it names (anchors inside that node included). yaml-cpp shares an aliased node,

@@ -20,7 +20,6 @@
 namespace herd::tls {
 namespace {
 
-
 // RAII owners of OpenSSL objects.
 struct Deleter {
   void operator()(BIO* p) const { BIO_free_all(p); }

@@ -62,12 +62,11 @@ struct IssueOptions {
 // A leaf certificate signed by `ca`. Agent certificates may serve and dial (serverAuth and
 // clientAuth); client certificates may only dial (clientAuth). ip_sans and dns_sans go into the
 // subjectAltName.
-Result<Pem> IssueCertificate(const Pem& ca, Role role,
-                             std::string_view common_name,
+Result<Pem> IssueCertificate(const Pem& ca, Role role, std::string_view common_name,
                              const std::vector<std::string>& ip_sans = {},
                              const std::vector<std::string>& dns_sans = {}, int valid_days = 825);
-Result<Pem> IssueCertificate(const Pem& ca, Role role,
-                             std::string_view common_name, const IssueOptions& options);
+Result<Pem> IssueCertificate(const Pem& ca, Role role, std::string_view common_name,
+                             const IssueOptions& options);
 
 // The role from the subject OU; kUnknown for a certificate without a herd role (e.g. the CA).
 Result<Role> RoleOf(std::string_view cert_pem);

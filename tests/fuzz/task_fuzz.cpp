@@ -1,6 +1,7 @@
-// Fuzz target: the task YAML parser (controller/task). A task file is user input: any text must give
-// either a task or an error that names its place ("fuzz.yaml:LINE:COL: ..." or "fuzz.yaml: ..."),
-// never a crash or an escaped exception; and a parsed task's secrets never reach its JSON form.
+// Fuzz target: the task YAML parser (controller/task). A task file is user input: any text must
+// give either a task or an error that names its place ("fuzz.yaml:LINE:COL: ..." or "fuzz.yaml:
+// ..."), never a crash or an escaped exception; and a parsed task's secrets never reach its JSON
+// form.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>

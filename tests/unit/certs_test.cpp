@@ -15,7 +15,6 @@
 namespace herd::tls {
 namespace {
 
-
 namespace fs = std::filesystem;
 
 using herd::testing::TempDir;

@@ -11,8 +11,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "shared/common/limits.hpp"
 #include "controller/task/env_vars.hpp"
+#include "shared/common/limits.hpp"
 #include "tests/unit/test_support.hpp"
 
 namespace herd::task {
