@@ -26,6 +26,7 @@
 #include "shared/common/log.hpp"
 #include "shared/proto/frame.hpp"
 #include "shared/tls/certs.hpp"
+#include "tests/fakes/fake_connection.hpp"
 
 namespace {
 
@@ -39,31 +40,7 @@ using herd::v1::HeadToClient;
 // twice per frame, and with thousands of fuzzed node ids that was 60 % of the run time.
 constexpr int kInputsPerHead = 500;
 
-class FakeConn : public herd::transport::Connection {
- public:
-  // An agent's connection proves node `name` of cluster "fuzz", as its certificate would.
-  FakeConn(herd::transport::Role role, std::string name) {
-    peer_.role = role;
-    if (role == herd::transport::Role::kAgent) {
-      peer_.node_cluster = "fuzz";
-      peer_.node_name = name;
-    }
-    peer_.common_name = std::move(name);
-    peer_.remote_address = "127.0.0.1";
-  }
-  void Send(std::string message) override {
-    if (!closed_) sent.push_back(std::move(message));
-  }
-  void Close() override { closed_ = true; }
-  const herd::transport::PeerIdentity& peer() const override { return peer_; }
-  std::size_t queued_bytes() const override { return 0; }
-  bool closed() const { return closed_; }
-  std::vector<std::string> sent;
-
- private:
-  herd::transport::PeerIdentity peer_;
-  bool closed_ = false;
-};
+using herd::testing::FakeConnection;
 
 struct Harness {
   boost::asio::io_context io;
@@ -111,7 +88,8 @@ struct Harness {
 
   // The head's node list as a client sees it (NodesRequest), serialised for comparison.
   std::string NodeList() {
-    auto client = std::make_shared<FakeConn>(herd::transport::Role::kClient, "fuzz-client");
+    auto client =
+        std::make_shared<FakeConnection>(herd::transport::Role::kClient, "fuzz-client", "fuzz");
     herd::v1::ClientToHead req;
     req.set_request_id(1);
     req.mutable_nodes();
@@ -128,7 +106,7 @@ Harness& TheHarness() {
   return harness;
 }
 
-bool RefusedRegister(const FakeConn& conn, std::size_t sent_before) {
+bool RefusedRegister(const FakeConnection& conn, std::size_t sent_before) {
   for (std::size_t i = sent_before; i < conn.sent.size(); ++i) {
     auto msg = herd::proto::Decode<HeadToAgent>(conn.sent[i]);
     if (msg.ok() && msg->has_register_ack() && !msg->register_ack().accepted()) return true;
@@ -143,15 +121,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (++h.inputs % kInputsPerHead == 0) h.NewHead();
   // Two connections of node fuzz-worker1 (an agent and its restarted successor) and one of
   // fuzz-worker2 (another node's certificate, which must not register as fuzz-worker1).
-  std::shared_ptr<FakeConn> agents[3] = {
-      std::make_shared<FakeConn>(herd::transport::Role::kAgent, "fuzz-worker1"),
-      std::make_shared<FakeConn>(herd::transport::Role::kAgent, "fuzz-worker1"),
-      std::make_shared<FakeConn>(herd::transport::Role::kAgent, "fuzz-worker2")};
+  std::shared_ptr<FakeConnection> agents[3] = {
+      std::make_shared<FakeConnection>(herd::transport::Role::kAgent, "fuzz-worker1", "fuzz"),
+      std::make_shared<FakeConnection>(herd::transport::Role::kAgent, "fuzz-worker1", "fuzz"),
+      std::make_shared<FakeConnection>(herd::transport::Role::kAgent, "fuzz-worker2", "fuzz")};
 
   std::size_t pos = 0;
   while (pos + 3 <= size) {
-    const std::shared_ptr<FakeConn>& target = agents[data[pos] % 3];
-    FakeConn& conn = *target;
+    const std::shared_ptr<FakeConnection>& target = agents[data[pos] % 3];
+    FakeConnection& conn = *target;
     std::size_t len = data[pos + 1] | (static_cast<std::size_t>(data[pos + 2]) << 8);
     pos += 3;
     len = std::min(len, size - pos);

@@ -24,6 +24,7 @@
 #include "controller/ssh/ssh_runner.hpp"
 #include "controller/ssh/subprocess.hpp"
 #include "shared/tls/certs.hpp"
+#include "tests/fakes/fake_ssh_runner.hpp"
 
 namespace herd::controller {
 namespace {
@@ -150,46 +151,7 @@ TEST_CASE("shell quoting and probe parsing") {
   CHECK_FALSE(ParsePid("nothing").ok());
 }
 
-// A "node" per host name: a home directory on this machine, commands run by /bin/sh (dash, so the
-// scripts are checked for POSIX sh) as ssh would run them.
-class LocalShellRunner : public SshRunner {
- public:
-  std::map<std::string, std::string> homes;  // host -> $HOME
-  std::string path_prefix;                   // shims put before $PATH
-  std::size_t stdin_bytes = 0;               // sent on the sessions' stdin, in all
-  // Runs the commands in a mount namespace whose /run has systemd/system, as a machine booted
-  // with systemd has (needs root: unshare --mount). Its /etc/systemd/system is a tmpfs too: a
-  // script that wrongly chose the system unit (as root) must not leave one on this machine.
-  bool systemd_booted = false;
-
-  Result<ProcResult> Run(const SshTarget& t, const std::string& remote_command,
-                         std::chrono::milliseconds timeout, std::string_view stdin_data) override {
-    auto it = homes.find(t.host);
-    if (it == homes.end()) return Unavailable(DescribeTarget(t) + ": no route to host");
-    std::map<std::string, std::string> env{{"HOME", it->second}};
-    if (!path_prefix.empty()) env["PATH"] = path_prefix + ":" + std::getenv("PATH");
-    stdin_bytes += stdin_data.size();
-    if (systemd_booted) {
-      return RunProcess({"unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
-                         "mount -t tmpfs herd-test-run /run && mkdir -p /run/systemd/system && "
-                         "{ [ ! -d /etc/systemd/system ] || "
-                         "mount -t tmpfs herd-test-units /etc/systemd/system; } && "
-                         "exec /bin/sh -c \"$0\"",
-                         remote_command},
-                        stdin_data, timeout, env);
-    }
-    return RunProcess({"/bin/sh", "-c", remote_command}, stdin_data, timeout, env);
-  }
-  Status Rsync(const SshTarget& t, const std::string&, const std::string&, bool,
-               std::chrono::milliseconds) override {
-    return FailedPrecondition(DescribeTarget(t) + ": bootstrap does not rsync");
-  }
-  Status WaitReady(const SshTarget&, std::chrono::milliseconds) override { return Status::Ok(); }
-  Result<int> ForwardLocalPort(const SshTarget& t, const std::string&, int) override {
-    return FailedPrecondition(DescribeTarget(t) + ": bootstrap does not forward ports");
-  }
-  Status CloseMaster(const SshTarget&) override { return Status::Ok(); }
-};
+using testing::LocalShellRunner;
 
 // Stands in for herdlet: records how it was started, exits 3 when its config says so, else reports
 // itself running (ready file, --ready-fd) and runs until SIGTERM.

@@ -22,6 +22,7 @@
 #include "shared/common/limits.hpp"
 #include "shared/proto/frame.hpp"
 #include "shared/transport/framed_socket.hpp"
+#include "tests/fakes/fake_connection.hpp"
 
 namespace herd::controller {
 namespace {
@@ -139,51 +140,7 @@ TEST_CASE("framed socket: an oversized length or a cut message ends the connecti
   }
 }
 
-// A head connection the test drives: it records what the mux sends and can answer or close.
-class FakeHead : public transport::Connection {
- public:
-  FakeHead(net::io_context& io, transport::Handlers h) : io_(io), handlers_(std::move(h)) {}
-  void Send(std::string m) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    sent_.push_back(std::move(m));
-  }
-  void Close() override { End(); }
-  const transport::PeerIdentity& peer() const override { return peer_; }
-  std::size_t queued_bytes() const override { return 0; }
-  void Answer(std::string m, const std::shared_ptr<FakeHead>& self) {
-    net::post(io_, [self, m = std::move(m)]() mutable {
-      if (self->handlers_.on_message) self->handlers_.on_message(self, std::move(m));
-    });
-  }
-  void End() {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) return;
-    closed_ = true;
-    // on_close runs on the io, once, as a real connection's does.
-    net::post(io_, [self = self_.lock()] {
-      if (!self) return;
-      auto h = std::move(self->handlers_);
-      if (h.on_close) h.on_close(self, Status::Ok());
-    });
-  }
-  std::vector<std::string> sent() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return sent_;
-  }
-  bool closed() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return closed_;
-  }
-  std::weak_ptr<FakeHead> self_;
-
- private:
-  net::io_context& io_;
-  transport::Handlers handlers_;
-  transport::PeerIdentity peer_;
-  std::mutex mu_;
-  std::vector<std::string> sent_;
-  bool closed_ = false;
-};
+using testing::FakeHead;
 
 // A mux on a real socket in a temp dir, run on its own thread, with dials the test completes.
 class MuxFixture {

@@ -20,6 +20,7 @@
 #include "controller/provider/ec2_client.hpp"
 #include "controller/provider/http_client.hpp"
 #include "controller/provider/instance_catalog.hpp"
+#include "tests/fakes/fake_http_client.hpp"
 #include "tests/unit/test_support.hpp"
 
 namespace herd::controller {
@@ -420,28 +421,7 @@ TEST_CASE("infra and config.yaml") {
 
 // ---- The provider against a fake HTTP seam ------------------------------------------------------
 
-// Answers by Action from a script; records every call's form body.
-class FakeHttp : public HttpClient {
- public:
-  std::map<std::string, std::vector<std::pair<long, std::string>>> replies;  // per Action, in turn
-  std::vector<std::string> bodies;
-
-  Result<HttpResponse> Send(const HttpRequest& req) override {
-    if (req.method == "GET") return HttpResponse{200, "203.0.113.9\n", ""};
-    bodies.push_back(req.body);
-    std::string action = req.body.substr(7, req.body.find('&') - 7);
-    auto& queue = replies[action];
-    if (queue.empty()) return HttpResponse{500, "no scripted reply for " + action, ""};
-    auto [status, body] = queue.front();
-    if (queue.size() > 1) queue.erase(queue.begin());
-    return HttpResponse{status, body, ""};
-  }
-  std::vector<std::string> Actions() const {
-    std::vector<std::string> out;
-    for (const auto& b : bodies) out.push_back(b.substr(7, b.find('&') - 7));
-    return out;
-  }
-};
+using testing::FakeHttp;
 
 std::string Err(const std::string& code, const std::string& msg) {
   return "<Response><Errors><Error><Code>" + code + "</Code><Message>" + msg +

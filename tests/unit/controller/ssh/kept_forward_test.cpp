@@ -15,47 +15,15 @@
 
 #include <doctest/doctest.h>
 
+#include "tests/fakes/fake_ssh_runner.hpp"
+
 namespace herd::controller {
 namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-class FakeForwarder : public SshRunner {
- public:
-  Result<ProcResult> Run(const SshTarget&, const std::string&, std::chrono::milliseconds,
-                         std::string_view) override {
-    return Internal("not used");
-  }
-  Status Rsync(const SshTarget&, const std::string&, const std::string&, bool,
-               std::chrono::milliseconds) override {
-    return Internal("not used");
-  }
-  Status WaitReady(const SshTarget&, std::chrono::milliseconds) override {
-    return Internal("not used");
-  }
-  Result<int> ForwardLocalPort(const SshTarget& target, const std::string& host,
-                               int port) override {
-    std::this_thread::sleep_for(delay);
-    std::lock_guard lock(mu);
-    if (fail) return Unavailable(target.host + ": cannot forward");
-    forwarded.push_back(host + ":" + std::to_string(port));
-    return next_port++;
-  }
-  Status CloseMaster(const SshTarget&) override { return Status::Ok(); }
-  Status CancelForward(const SshTarget&, int local_port, const std::string&, int) override {
-    std::lock_guard lock(mu);
-    cancelled.push_back(local_port);
-    return Status::Ok();
-  }
-
-  std::mutex mu;
-  std::vector<std::string> forwarded;
-  std::vector<int> cancelled;
-  int next_port = 40001;
-  bool fail = false;
-  std::chrono::milliseconds delay{0};
-};
+using testing::FakeForwarder;
 
 struct Dir {
   Dir() {
