@@ -1,5 +1,5 @@
 // Fixtures the unit tests share: a private temporary directory, a scoped environment variable and
-// a temporary HOME. Each undoes what it did when the test ends, however it ends.
+// a temporary HOME, each undoing what it did when the test ends, however it ends; and Skip.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -8,10 +8,17 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <source_location>
 #include <string>
 #include <string_view>
 
 namespace herd::testing {
+
+// Marks the running test case skipped, saying why (a message at the caller's line); the test case
+// then returns. A test program whose test cases that ran all skipped themselves reports itself
+// skipped to ctest (tests/unit/doctest_main.cpp), so keep such cases in a doctest test suite of
+// their own (herd_unit_test's SKIPPABLE): passing cases beside them would hide the skip.
+void Skip(const std::string& why, std::source_location where = std::source_location::current());
 
 // A fresh directory under the system's temporary directory (`<prefix>-XXXXXX`), removed with
 // everything in it when the test ends.

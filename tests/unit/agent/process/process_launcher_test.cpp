@@ -31,6 +31,7 @@
 #include "agent/process/step_program.hpp"
 #include "agent/process/uv_process_launcher.hpp"
 #include "shared/common/limits.hpp"
+#include "tests/unit/test_support.hpp"
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
@@ -928,11 +929,9 @@ TEST_CASE("a supervisor killed with SIGKILL is reported as a killed process") {
   CHECK(f.queue.RunUntil([&] { return !Alive(h.pid); }, 3s));
 }
 
-TEST_CASE("a log on a full disk stops the process group; the exit record says why") {
-  if (::geteuid() != 0) {
-    MESSAGE("skipped: mounting a small tmpfs needs root");
-    return;
-  }
+TEST_CASE("a log on a full disk stops the process group; the exit record says why" *
+          doctest::test_suite("root")) {
+  if (::geteuid() != 0) return herd::testing::Skip("mounting a small tmpfs needs root");
   Fixture f;
   // The node's log directory on a 256 KiB filesystem.
   fs::path logs = f.dir / "logs";

@@ -25,6 +25,7 @@
 #include "controller/ssh/subprocess.hpp"
 #include "shared/tls/certs.hpp"
 #include "tests/fakes/fake_ssh_runner.hpp"
+#include "tests/unit/test_support.hpp"
 
 namespace herd::controller {
 namespace {
@@ -560,10 +561,10 @@ case "$1" in
 esac
 )sh";
 
-TEST_CASE("bootstrap where systemd is PID 1: a user unit, restarted only on change") {
+TEST_CASE("bootstrap where systemd is PID 1: a user unit, restarted only on change" *
+          doctest::test_suite("root")) {
   if (::geteuid() != 0) {
-    MESSAGE("skipping: making a mount namespace with systemd's /run needs root");
-    return;
+    return testing::Skip("making a mount namespace with systemd's /run needs root");
   }
   LocalNodes c(1);
   std::string shims = c.tmp + "/shims";
@@ -703,12 +704,10 @@ std::string AgentConfig(const NetnsCluster& c, size_t i, const std::string& extr
   return cfg + extra;
 }
 
-TEST_CASE("bootstrap the real herdlet on two namespace nodes over ssh") {
+TEST_CASE("bootstrap the real herdlet on two namespace nodes over ssh" *
+          doctest::test_suite("root")) {
   std::string why = SkipReason();
-  if (!why.empty()) {
-    MESSAGE("skipping the namespace bootstrap test: " << why);
-    return;
-  }
+  if (!why.empty()) return testing::Skip("the namespace bootstrap test: " + why);
   auto t0 = Clock::now();
   NetnsCluster c;
   auto provisioned = c.provider.Provision({c.name, 2, c.state_dir, ReadAll(c.key + ".pub")});

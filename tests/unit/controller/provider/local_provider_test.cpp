@@ -1,7 +1,7 @@
-// The local provider end to end: two network-namespace nodes reached over real ssh (needs root and
-// `ip netns`; without them the namespace tests say why and pass without running), and two
-// user-mode nodes on loopback addresses (as the user, or as a throwaway uid in a child when run as
-// root).
+// The local provider end to end: two network-namespace nodes reached over real ssh (test suite
+// root: needs root and `ip netns`; without them the namespace tests say why and report themselves
+// skipped), and two user-mode nodes on loopback addresses (suite user_mode: as the user, or as a
+// throwaway uid in a child when run as root).
 #include <arpa/inet.h>
 #include <grp.h>
 #include <netinet/in.h>
@@ -30,6 +30,7 @@
 #include "controller/provider/user_nodes.hpp"
 #include "controller/ssh/ssh_runner.hpp"
 #include "controller/ssh/subprocess.hpp"
+#include "tests/unit/test_support.hpp"
 
 namespace herd::controller {
 namespace {
@@ -162,12 +163,10 @@ bool AnyProcessMentions(const std::string& needle) {
   return false;
 }
 
-TEST_CASE("local provider: two namespace nodes over real ssh, stop, start, repair, teardown") {
+TEST_CASE("local provider: two namespace nodes over real ssh, stop, start, repair, teardown" *
+          doctest::test_suite("root")) {
   std::string why = SkipReason();
-  if (!why.empty()) {
-    MESSAGE("skipping the local provider test: " << why);
-    return;
-  }
+  if (!why.empty()) return testing::Skip("the local provider test: " + why);
   auto t0 = Clock::now();
   TestCluster c;
   ProvisionRequest req{c.name, 2, c.state_dir, ReadAll(c.key + ".pub")};
@@ -350,12 +349,10 @@ TEST_CASE("local provider: two namespace nodes over real ssh, stop, start, repai
   CHECK(took < 60s);
 }
 
-TEST_CASE("local provider: Teardown after a crash that lost the state record removes everything") {
+TEST_CASE("local provider: Teardown after a crash that lost the state record removes everything" *
+          doctest::test_suite("root")) {
   std::string why = SkipReason();
-  if (!why.empty()) {
-    MESSAGE("skipping: " << why);
-    return;
-  }
+  if (!why.empty()) return testing::Skip(why);
   TestCluster c("c");
   auto nodes = c.provider.Provision({c.name, 1, c.state_dir, ReadAll(c.key + ".pub")});
   REQUIRE_MESSAGE(nodes.ok(), nodes.status().ToString());
@@ -668,11 +665,9 @@ std::string RunAsThrowawayUser(UserModeRun& u, uid_t uid) {
   return "";
 }
 
-TEST_CASE("local provider as a normal user: loopback nodes with user-mode sshds and own homes") {
-  if (::access("/usr/sbin/sshd", X_OK) != 0) {
-    MESSAGE("skipping: no /usr/sbin/sshd");
-    return;
-  }
+TEST_CASE("local provider as a normal user: loopback nodes with user-mode sshds and own homes" *
+          doctest::test_suite("user_mode")) {
+  if (::access("/usr/sbin/sshd", X_OK) != 0) return testing::Skip("no /usr/sbin/sshd");
   UserModeRun u;
   char tmpl[] = "/tmp/herd-lpu-XXXXXX";
   REQUIRE(::mkdtemp(tmpl) != nullptr);
@@ -699,10 +694,7 @@ TEST_CASE("local provider as a normal user: loopback nodes with user-mode sshds 
   }
   std::error_code ec;
   fs::remove_all(u.tmp, ec);
-  if (!skipped.empty()) {
-    MESSAGE("skipping the user-mode test: " << skipped);
-    return;
-  }
+  if (!skipped.empty()) return testing::Skip("the user-mode test: " + skipped);
   for (const auto& f : u.failures) FAIL_CHECK(f);
   CHECK(u.failures.empty());
 }
