@@ -25,6 +25,7 @@
 #include "controller/ssh/subprocess.hpp"
 #include "shared/tls/certs.hpp"
 #include "tests/fakes/fake_ssh_runner.hpp"
+#include "tests/unit/netns_fixture.hpp"
 #include "tests/unit/test_support.hpp"
 
 namespace herd::controller {
@@ -621,11 +622,11 @@ TEST_CASE("bootstrap where systemd is PID 1: a user unit, restarted only on chan
 
 // ---- Real nodes --------------------------------------------------------------------------------
 
+// Why the namespace test cannot run here, or "" when it can: namespace nodes, and the built
+// binaries it installs and runs.
 std::string SkipReason() {
-  if (::geteuid() != 0) return "not root";
-  auto r = RunProcess({"ip", "netns", "list"}, {}, 10s);
-  if (!r.ok() || r->exit_code != 0) return "`ip netns` is unavailable";
-  if (::access("/usr/sbin/sshd", X_OK) != 0) return "no /usr/sbin/sshd";
+  std::string why = testing::NetnsSkipReason();
+  if (!why.empty()) return why;
   const char* herd = std::getenv("HERD");
   const char* herdlet = std::getenv("HERDLET");
   if (!herd || !herdlet || ::access(herd, X_OK) != 0 || ::access(herdlet, X_OK) != 0) {
@@ -634,48 +635,12 @@ std::string SkipReason() {
   return "";
 }
 
-void SweepNamespaces(const std::string& cluster) {
-  for (const auto& ns : LocalProvider::ExistingNamespaces(cluster)) {
-    (void)netns::KillAll(ns, 200ms, 3s);
-    (void)RunProcess({"ip", "netns", "delete", ns}, {}, 10s);
-  }
-}
-
-struct NetnsCluster {
-  std::string name = "hb" + std::to_string(::getpid() % 100000);
-  std::string tmp = MakeTempDir("herd-bsn");
-  std::string state_dir = tmp + "/clusters/" + name;
-  std::string key = tmp + "/id_cluster";
+// A namespace cluster (netns_fixture.hpp) that the real herdlet is installed on, its certificates
+// in ca_dir.
+struct NetnsCluster : testing::NetnsCluster {
   std::string ca_dir = tmp + "/ca";
-  LocalProvider provider;
-  OpenSshRunner ssh;
-  std::vector<NodeHandle> nodes;
 
-  NetnsCluster() {
-    SweepNamespaces(name);
-    auto r = RunProcess({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key}, {}, 30s);
-    REQUIRE(r.ok());
-    REQUIRE(r->exit_code == 0);
-  }
-  ~NetnsCluster() {
-    for (size_t i = 0; i < nodes.size(); ++i) (void)ssh.CloseMaster(Target(i));
-    Status s = provider.Teardown(name, state_dir);
-    if (!s.ok()) MESSAGE("teardown failed: " << s.ToString());
-    SweepNamespaces(name);
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
-  }
-  SshTarget Target(size_t i) const {
-    SshTarget t;
-    t.host = nodes[i].ip;
-    t.port = nodes[i].ssh_port;
-    t.user = nodes[i].ssh_user;
-    t.identity_file = key;
-    t.known_hosts_file = tmp + "/known_hosts";
-    t.control_dir = tmp + "/cm";
-    t.name = nodes[i].name;
-    return t;
-  }
+  NetnsCluster() : testing::NetnsCluster("herd-bsn", "hb") {}
   std::vector<SshTarget> Targets() const { return {Target(0), Target(1)}; }
   std::string Endpoint() const { return nodes[0].ip + ":46590"; }
   // `herd nodes -o json` through the real CLI; an empty array while the head is not up.

@@ -30,6 +30,7 @@
 #include "controller/provider/user_nodes.hpp"
 #include "controller/ssh/ssh_runner.hpp"
 #include "controller/ssh/subprocess.hpp"
+#include "tests/unit/netns_fixture.hpp"
 #include "tests/unit/test_support.hpp"
 
 namespace herd::controller {
@@ -49,72 +50,15 @@ std::string Run(const std::vector<std::string>& argv) {
   return r.ok() ? r->out : std::string();
 }
 
-// Why the namespace test cannot run here, or "" when it can.
-std::string SkipReason() {
-  if (::geteuid() != 0) return "not root";
-  auto r = RunProcess({"ip", "netns", "list"}, {}, 10s);
-  if (!r.ok() || r->exit_code != 0) return "`ip netns` is unavailable";
-  if (::access("/usr/sbin/sshd", X_OK) != 0) return "no /usr/sbin/sshd";
-  if (::access("/usr/bin/nsenter", X_OK) != 0 && ::access("/bin/nsenter", X_OK) != 0) {
-    return "no nsenter";
-  }
-  return "";
-}
+using testing::NetnsSkipReason;
 
-// Removes every namespace of the cluster by hand: the last line of cleanup, even when the
-// provider's own Teardown is what failed.
-void SweepNamespaces(const std::string& cluster) {
-  for (const auto& ns : LocalProvider::ExistingNamespaces(cluster)) {
-    (void)netns::KillAll(ns, 200ms, 3s);
-    (void)RunProcess({"ip", "netns", "delete", ns}, {}, 10s);
-  }
-}
-
-struct TestCluster {
-  std::string name;
-  std::string tmp;
-  std::string state_dir, key, wrong_key, known_hosts, control_dir;
-  LocalProvider provider;
-  OpenSshRunner ssh;
-  std::vector<NodeHandle> nodes;
+// A namespace cluster (netns_fixture.hpp) with a second key that no node accepts.
+struct TestCluster : testing::NetnsCluster {
+  std::string wrong_key;
 
   explicit TestCluster(const std::string& suffix = "")
-      : name("ht" + std::to_string(::getpid() % 100000) + suffix) {
-    char tmpl[] = "/tmp/herd-lp-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    tmp = tmpl;
-    state_dir = tmp + "/clusters/" + name;
-    key = tmp + "/id_cluster";
-    wrong_key = tmp + "/id_wrong";
-    known_hosts = tmp + "/known_hosts";
-    control_dir = tmp + "/cm";
-    SweepNamespaces(name);  // a previous run killed hard
-    for (const auto& k : {key, wrong_key}) {
-      auto r = RunProcess({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", k}, {}, 30s);
-      REQUIRE(r.ok());
-      REQUIRE(r->exit_code == 0);
-    }
-  }
-
-  ~TestCluster() {
-    for (size_t i = 0; i < nodes.size(); ++i) (void)ssh.CloseMaster(Target(i));
-    Status s = provider.Teardown(name, state_dir);
-    if (!s.ok()) MESSAGE("teardown failed: " << s.ToString());
-    SweepNamespaces(name);
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
-  }
-
-  SshTarget Target(size_t i) const {
-    SshTarget t;
-    t.host = nodes[i].ip;
-    t.port = nodes[i].ssh_port;
-    t.user = nodes[i].ssh_user;
-    t.identity_file = key;
-    t.known_hosts_file = known_hosts;
-    t.control_dir = control_dir;
-    t.name = nodes[i].name;
-    return t;
+      : NetnsCluster("herd-lp", "ht", suffix), wrong_key(tmp + "/id_wrong") {
+    testing::Keygen(wrong_key);
   }
 
   // stdout of a command that must succeed.
@@ -165,7 +109,7 @@ bool AnyProcessMentions(const std::string& needle) {
 
 TEST_CASE("local provider: two namespace nodes over real ssh, stop, start, repair, teardown" *
           doctest::test_suite("root")) {
-  std::string why = SkipReason();
+  std::string why = NetnsSkipReason();
   if (!why.empty()) return testing::Skip("the local provider test: " + why);
   auto t0 = Clock::now();
   TestCluster c;
@@ -351,7 +295,7 @@ TEST_CASE("local provider: two namespace nodes over real ssh, stop, start, repai
 
 TEST_CASE("local provider: Teardown after a crash that lost the state record removes everything" *
           doctest::test_suite("root")) {
-  std::string why = SkipReason();
+  std::string why = NetnsSkipReason();
   if (!why.empty()) return testing::Skip(why);
   TestCluster c("c");
   auto nodes = c.provider.Provision({c.name, 1, c.state_dir, ReadAll(c.key + ".pub")});

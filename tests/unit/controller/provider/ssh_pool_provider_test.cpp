@@ -18,6 +18,7 @@
 #include "controller/provider/netns.hpp"
 #include "controller/ssh/ssh_runner.hpp"
 #include "controller/ssh/subprocess.hpp"
+#include "tests/unit/netns_fixture.hpp"
 #include "tests/unit/test_support.hpp"
 
 namespace herd::controller {
@@ -421,54 +422,10 @@ TEST_CASE("ssh pool provider: picks the first free hosts, records them, skips ot
 
 // ---- Real machines: two namespace nodes made by the local provider ------------------------------
 
-std::string SkipReason() {
-  if (::geteuid() != 0) return "not root";
-  auto r = RunProcess({"ip", "netns", "list"}, {}, 10s);
-  if (!r.ok() || r->exit_code != 0) return "`ip netns` is unavailable";
-  if (::access("/usr/sbin/sshd", X_OK) != 0) return "no /usr/sbin/sshd";
-  if (::access("/usr/bin/nsenter", X_OK) != 0 && ::access("/bin/nsenter", X_OK) != 0) {
-    return "no nsenter";
-  }
-  return "";
-}
-
-void SweepNamespaces(const std::string& cluster) {
-  for (const auto& ns : LocalProvider::ExistingNamespaces(cluster)) {
-    (void)netns::KillAll(ns, 200ms, 3s);
-    (void)RunProcess({"ip", "netns", "delete", ns}, {}, 10s);
-  }
-}
-
-// Machines that exist before herd's ssh provider sees them: a local-provider cluster, torn down
-// (and swept) however the test ends.
-struct Machines {
-  TempDir tmp{"herd-sp"};
-  std::string name, state_dir, key, known_hosts, control_dir;
-  LocalProvider local;
-  OpenSshRunner ssh;
-  std::vector<NodeHandle> nodes;
-  std::vector<SshTarget> opened;
-
-  Machines() : name("hs" + std::to_string(::getpid() % 100000)) {
-    state_dir = tmp.path() + "/machines/" + name;
-    key = tmp.path() + "/id_machines";
-    known_hosts = tmp.path() + "/known_hosts";
-    control_dir = tmp.path() + "/cm";
-    fs::create_directories(control_dir);
-    SweepNamespaces(name);
-    Keygen(key);
-  }
-  ~Machines() {
-    for (const auto& t : opened) (void)ssh.CloseMaster(t);
-    Status s = local.Teardown(name, state_dir);
-    if (!s.ok()) MESSAGE("teardown failed: " << s.ToString());
-    SweepNamespaces(name);
-  }
-  static void Keygen(const std::string& path) {
-    auto r = RunProcess({"ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", path}, {}, 30s);
-    REQUIRE(r.ok());
-    REQUIRE(r->exit_code == 0);
-  }
+// Machines that exist before herd's ssh provider sees them: a local-provider cluster of namespace
+// nodes (netns_fixture.hpp), torn down (and swept) however the test ends.
+struct Machines : testing::NetnsCluster {
+  Machines() : NetnsCluster("herd-sp", "hs", "", "machines") {}
   // How the cluster reaches a node the ssh provider returned: only what the handle says.
   SshTarget Target(const NodeHandle& n) {
     SshTarget t;
@@ -486,15 +443,15 @@ struct Machines {
 
 TEST_CASE("ssh pool provider: existing machines reached with the pool's keys" *
           doctest::test_suite("root")) {
-  std::string why = SkipReason();
+  std::string why = testing::NetnsSkipReason();
   if (!why.empty()) return testing::Skip("the ssh pool machines test: " + why);
   Machines m;
-  auto made = m.local.Provision({m.name, 2, m.state_dir, ReadAll(m.key + ".pub")});
+  auto made = m.provider.Provision({m.name, 2, m.state_dir, ReadAll(m.key + ".pub")});
   REQUIRE_MESSAGE(made.ok(), made.status().ToString());
   m.nodes = *made;
   // Machine 1 also accepts a second key, which only its own pool entry names.
-  const std::string key2 = m.tmp.path() + "/id_second";
-  Machines::Keygen(key2);
+  const std::string key2 = m.tmp + "/id_second";
+  testing::Keygen(key2);
   {
     std::ofstream auth(m.state_dir + "/nodes/" + m.nodes[1].name + "/authorized_keys",
                        std::ios::app);
@@ -504,7 +461,7 @@ TEST_CASE("ssh pool provider: existing machines reached with the pool's keys" *
   std::string subnet = m.nodes[0].ip.substr(0, m.nodes[0].ip.rfind('.') + 1);
   const std::string dead_ip = subnet + "200";  // inside the machines' subnet; nothing there
 
-  const std::string pools = m.tmp.path() + "/ssh_node_pools.yaml";
+  const std::string pools = m.tmp + "/ssh_node_pools.yaml";
   WriteAll(pools,
            "lab:\n"
            "  user: root\n"
@@ -526,7 +483,7 @@ TEST_CASE("ssh pool provider: existing machines reached with the pool's keys" *
                "  user: root\n"
                "  identity_file: " +
                m.key + "\n  hosts: [" + dead_ip + "]\n");
-  const std::string clusters = m.tmp.path() + "/clusters";
+  const std::string clusters = m.tmp + "/clusters";
   SshPoolProvider provider("lab", pools, "/dev/null");
   auto nodes = provider.Provision({"job", 2, clusters + "/job", ""});
   REQUIRE_MESSAGE(nodes.ok(), nodes.status().ToString());
