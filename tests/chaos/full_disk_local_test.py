@@ -15,7 +15,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
-from herd_env import HerdEnv, namespaces_of, netns_available  # noqa: E402
+from herd_env import HerdEnvTestCase, netns_available  # noqa: E402
 from survive_test import count_rank_lines  # noqa: E402
 
 CLUSTER = "hchl"
@@ -25,25 +25,27 @@ NO_SPACE = "No space left on device"
 
 
 @unittest.skipUnless(netns_available(), "needs root and ip netns")
-class LocalFullDiskTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.h = HerdEnv(CLUSTER)
-        cls.mounted = False
-        try:
-            t0 = time.time()
-            cls.h.herd("launch", "-c", CLUSTER, "-y", "--num-nodes", "2", "--", "true")
-            print(f"\nlaunch of 2 local nodes: {time.time() - t0:.1f} s", file=sys.stderr)
-        except BaseException:
-            cls.h.close()
-            raise
+class LocalFullDiskTest(HerdEnvTestCase):
+    ENV_PREFIX = CLUSTER
+    CLUSTER = CLUSTER
 
     @classmethod
-    def tearDownClass(cls):
+    def prepare_env(cls):
+        cls.mounted = False
+
+    @classmethod
+    def launch_args(cls):
+        return ("launch", "-c", CLUSTER, "-y", "--num-nodes", "2", "--", "true")
+
+    @classmethod
+    def after_launch(cls):
+        print(f"\nlaunch of 2 local nodes: {cls.launch_seconds:.1f} s", file=sys.stderr)
+
+    @classmethod
+    def close_env(cls):
         if cls.mounted:
             cls.h.ssh(WORKER, f"umount -l {LOGS}")
-        cls.h.close()
-        assert namespaces_of(CLUSTER) == [], namespaces_of(CLUSTER)
+        super().close_env()
 
     def task(self, name, body):
         path = os.path.join(self.h.dir, name)

@@ -18,7 +18,8 @@ import unittest
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
-from herd_env import HerdEnv, cgroup_scopes_of, netns_available, remove_cgroups  # noqa: E402
+from herd_env import (HerdEnvTestCase, cgroup_scopes_of, netns_available,  # noqa: E402
+                      remove_cgroups)
 import fake_ec2  # noqa: E402
 
 HOSTS = os.environ.get("TEST_HOSTS", "herd_test_hosts")
@@ -71,23 +72,16 @@ class SignatureVectors(unittest.TestCase):
 
 
 @unittest.skipUnless(netns_available(), "needs root and ip netns")
-class AwsTest(unittest.TestCase):
+class AwsTest(HerdEnvTestCase):
+    ENV_PREFIX = "aws"
+
     @classmethod
-    def setUpClass(cls):
-        cls.h = HerdEnv("aws")
+    def prepare_env(cls):
         cls.fake = None
+        cls.hosts_state = os.path.join(cls.h.dir, "hosts")
         # An earlier run's are not this one's.
         cls.cgroups_before = {d for c in ("haws3", "haws4", "haws5", "haws6")
                               for d in cgroup_scopes_of(c)}
-        cls.hosts_state = os.path.join(cls.h.dir, "hosts")
-        try:
-            cls._start()
-        except BaseException:
-            cls._stop()
-            raise
-
-    @classmethod
-    def _start(cls):
         pool_key = os.path.join(cls.h.dir, "pool_key")
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", pool_key], check=True)
         p = subprocess.run([HOSTS, "up", POOL, "3", cls.hosts_state, pool_key + ".pub"],
@@ -142,19 +136,15 @@ class AwsTest(unittest.TestCase):
         cls.h.env.update(HERD_AWS_ENDPOINT=cls.endpoint, AWS_PROFILE="herdtest")
 
     @classmethod
-    def _stop(cls):
+    def close_env(cls):
         try:
-            cls.h.close()  # downs every cluster through the fake
+            super().close_env()  # downs every cluster through the fake
         finally:
             if cls.fake is not None:
                 cls.fake.send_signal(signal.SIGTERM)
                 cls.fake.wait(timeout=10)
                 cls.fake_log.close()
             subprocess.run([HOSTS, "down", POOL, cls.hosts_state], timeout=120)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls._stop()
 
     # ---- helpers ----
     def state(self):

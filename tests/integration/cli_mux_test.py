@@ -12,8 +12,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from herd_env import (HerdEnv, namespaces_of, netns_available, pids_by_cmdline,  # noqa: E402
-                      wait_for)
+from herd_env import HerdEnvTestCase, netns_available, pids_by_cmdline, wait_for  # noqa: E402
 
 CLUSTER = "hq1mux"
 HERD = os.environ.get("HERD", "herd")
@@ -30,29 +29,28 @@ def lines(out):
 
 
 @unittest.skipUnless(netns_available(), "needs root and ip netns")
-class MuxTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.h = HerdEnv(CLUSTER)
-        cls.sock = os.path.join(cls.h.env["HERD_HOME"], "clusters", CLUSTER, "mux.sock")
-        try:
-            cls.h.herd("launch", "-c", CLUSTER, "--num-nodes", "2", "-y")
-        except BaseException:
-            cls.cleanup()
-            raise
+class MuxTest(HerdEnvTestCase):
+    ENV_PREFIX = CLUSTER
+    CLUSTER = CLUSTER
 
     @classmethod
-    def cleanup(cls):
+    def prepare_env(cls):
+        cls.sock = os.path.join(cls.h.env["HERD_HOME"], "clusters", CLUSTER, "mux.sock")
+
+    @classmethod
+    def launch_args(cls):
+        return ("launch", "-c", CLUSTER, "--num-nodes", "2", "-y")
+
+    @classmethod
+    def close_env(cls):
         try:
-            cls.h.close()
+            super().close_env()
         finally:
             for pid in mux_pids(cls.sock):  # only if `herd down` failed to
                 os.kill(pid, signal.SIGKILL)
 
     @classmethod
-    def tearDownClass(cls):
-        cls.cleanup()
-        assert namespaces_of(CLUSTER) == [], namespaces_of(CLUSTER)
+    def check_nothing_left(cls):
         assert mux_pids(cls.sock) == [], mux_pids(cls.sock)
 
     def run_herd(self, *args, env=None, timeout=120):

@@ -14,17 +14,19 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from herd_env import (AGENT_CGROUP_SCOPE_FILE, HerdEnv, namespaces_of,  # noqa: E402
+from herd_env import (AGENT_CGROUP_SCOPE_FILE, HerdEnvTestCase, namespaces_of,  # noqa: E402
                       netns_available, remove_cgroups)
 
 CLUSTER = "ctest"
 
 
 @unittest.skipUnless(netns_available(), "needs root and ip netns")
-class ClusterTest(unittest.TestCase):
+class ClusterTest(HerdEnvTestCase):
+    ENV_PREFIX = "cluster"
+    CLUSTER = CLUSTER
+
     @classmethod
-    def setUpClass(cls):
-        cls.h = HerdEnv("cluster")
+    def prepare_env(cls):
         cls.work = os.path.join(cls.h.dir, "work")
         os.makedirs(cls.work)
         with open(os.path.join(cls.work, "train.py"), "w") as f:
@@ -44,19 +46,13 @@ class ClusterTest(unittest.TestCase):
                     "run: |\n  echo \"$(hostname) rank $SKYPILOT_NODE_RANK: $(/usr/bin/python3 train.py)"
                     " $(cat ~/data/data.txt) $(ls big.bin 2>&1 | wc -l)$(test -e big.bin && echo "
                     "present || echo absent)\"\n")
-        try:
-            t0 = time.time()
-            cls.launch = cls.h.herd("launch", "-c", CLUSTER, "-y", cls.task)
-            cls.launch_seconds = time.time() - t0
-        except BaseException:
-            cls.h.close()
-            raise
 
     @classmethod
-    def tearDownClass(cls):
-        cls.h.close()
-        # `down` left nothing of the cluster behind.
-        assert namespaces_of(CLUSTER) == [], namespaces_of(CLUSTER)
+    def launch_args(cls):
+        return ("launch", "-c", CLUSTER, "-y", cls.task)
+
+    @classmethod
+    def check_nothing_left(cls):
         # Removed here too: a failing run must not leave them on the machine.
         left = remove_cgroups(getattr(cls, "scopes_after_start", {}).values())
         assert left == [], f"cgroups left after down: {left}"

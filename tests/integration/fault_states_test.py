@@ -14,7 +14,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from herd_env import HerdEnv, namespaces_of, netns_available, pids_by_cmdline  # noqa: E402
+from herd_env import HerdEnvTestCase, netns_available, pids_by_cmdline  # noqa: E402
 
 CLUSTER = "hfs"
 WORKER = f"{CLUSTER}-worker1"
@@ -27,24 +27,18 @@ STATUS_HEAD_TIMEOUT = 3.0
 
 
 @unittest.skipUnless(netns_available(), "needs root and ip netns")
-class FaultStatesTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.h = HerdEnv("hfs")
-        try:
-            cls.h.herd("launch", "-c", CLUSTER, "--num-nodes", "2", "-y")
-        except BaseException:
-            cls.h.close()
-            raise
+class FaultStatesTest(HerdEnvTestCase):
+    ENV_PREFIX = "hfs"
+    CLUSTER = CLUSTER
 
     @classmethod
-    def tearDownClass(cls):
-        t0 = time.time()
-        cls.h.close()
-        took = time.time() - t0
-        assert namespaces_of(CLUSTER) == [], namespaces_of(CLUSTER)
+    def launch_args(cls):
+        return ("launch", "-c", CLUSTER, "--num-nodes", "2", "-y")
+
+    @classmethod
+    def check_nothing_left(cls):
         # Stopping agents that try to say goodbye to a head going away too costs no wait.
-        assert took < 30, f"down took {took:.1f} s"
+        assert cls.close_seconds < 30, f"down took {cls.close_seconds:.1f} s"
 
     def setUp(self):
         # Each test starts from a whole cluster, whatever the one before it left.

@@ -1,5 +1,6 @@
 """A private HERD_HOME and HOME for a test that drives `herd` by cluster name, and a cleanup that
-tears down every cluster made there (also when the test failed) and checks nothing is left."""
+tears down every cluster made there (also when the test failed) and checks nothing is left;
+HerdEnvTestCase, the base of the suites whose tests share one such env (and cluster)."""
 
 import json
 import os
@@ -7,6 +8,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import unittest
 
 HERD = os.environ.get("HERD", "herd")
 
@@ -50,6 +52,67 @@ class HerdEnv:
                 self.herd("down", name, "-y", check=False)
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class HerdEnvTestCase(unittest.TestCase):
+    """Tests that share one HerdEnv (cls.h) and, when launch_args() names one, a cluster launched
+    for all of them. setUpClass makes the env, calls prepare_env(), launches (cls.launch: the
+    CompletedProcess; cls.launch_seconds) and calls after_launch(); whatever fails in there closes
+    the env again before the error goes on. tearDownClass closes the env (close_env(): `herd down`
+    of every cluster made there, then its files; cls.close_seconds) and checks that nothing is
+    left: no namespace of CLUSTER (when set), then what check_nothing_left() asserts.
+
+    A suite sets ENV_PREFIX (its env's directory is herd-<ENV_PREFIX>-*) and CLUSTER, and
+    overrides the hooks it needs; an override of close_env calls this one for the env."""
+
+    ENV_PREFIX = "test"
+    CLUSTER = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.h = HerdEnv(cls.ENV_PREFIX)
+        try:
+            cls.prepare_env()
+            args = cls.launch_args()
+            if args is not None:
+                t0 = time.time()
+                cls.launch = cls.h.herd(*args)
+                cls.launch_seconds = time.time() - t0
+            cls.after_launch()
+        except BaseException:
+            cls.close_env()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        t0 = time.time()
+        cls.close_env()
+        cls.close_seconds = time.time() - t0
+        if cls.CLUSTER is not None:
+            # `down` left nothing of the cluster behind.
+            assert namespaces_of(cls.CLUSTER) == [], namespaces_of(cls.CLUSTER)
+        cls.check_nothing_left()
+
+    @classmethod
+    def prepare_env(cls):
+        """Before the launch: files, keys, hosts the suite needs."""
+
+    @classmethod
+    def launch_args(cls):
+        """The `herd` arguments that launch the suite's cluster; None: nothing is launched."""
+        return None
+
+    @classmethod
+    def after_launch(cls):
+        """After the launch: what the suite reads of the launched cluster."""
+
+    @classmethod
+    def close_env(cls):
+        cls.h.close()
+
+    @classmethod
+    def check_nothing_left(cls):
+        """After close_env: assertions that nothing of the suite is left."""
 
 
 def netns_available():

@@ -14,7 +14,7 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from herd_env import HerdEnv, namespaces_of, netns_available, pids_by_cmdline  # noqa: E402
+from herd_env import HerdEnvTestCase, namespaces_of, netns_available, pids_by_cmdline  # noqa: E402
 
 STEPS = 40  # checkpointed steps of the resumable job, 0.5 s each
 # A dead head machine is RECOVERING within kNodeLostAfter (8 s) + kReconnectBackoffMax (3 s) + the
@@ -34,15 +34,16 @@ def pids_with_marker(marker):
 
 
 @unittest.skipUnless(netns_available(), "needs root and ip netns")
-class ManagedJobsTest(unittest.TestCase):
+class ManagedJobsTest(HerdEnvTestCase):
+    ENV_PREFIX = "hmj"
+
     @classmethod
-    def setUpClass(cls):
-        cls.h = HerdEnv("hmj")
+    def prepare_env(cls):
         cls.ckpt = os.path.join(cls.h.dir, "ckpt")  # a host directory every local node sees
         os.makedirs(cls.ckpt)
 
     @classmethod
-    def tearDownClass(cls):
+    def close_env(cls):
         try:
             # Controllers first (they would relaunch what `down` removes), then every cluster.
             p = cls.h.herd("jobs", "queue", "-o", "json", check=False)
@@ -51,7 +52,10 @@ class ManagedJobsTest(unittest.TestCase):
                 if pid and pid in pids_with_marker(f"_controller\0{j['id']}\0"):
                     os.kill(pid, signal.SIGKILL)
         finally:
-            cls.h.close()
+            super().close_env()
+
+    @classmethod
+    def check_nothing_left(cls):
         left = [n for n in subprocess.run(["ip", "netns", "list"], capture_output=True,
                                           text=True).stdout.split() if n.startswith("herd-hmj")]
         assert left == [], left

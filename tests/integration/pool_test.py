@@ -8,25 +8,26 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from herd_env import AGENT_CGROUP_SCOPE_FILE, HerdEnv, netns_available, remove_cgroups  # noqa: E402
+from herd_env import (AGENT_CGROUP_SCOPE_FILE, HerdEnvTestCase, netns_available,  # noqa: E402
+                      remove_cgroups)
 
 HOSTS = os.environ.get("TEST_HOSTS", "herd_test_hosts")
 
 
 @unittest.skipUnless(netns_available(), "needs root and ip netns")
-class PoolTest(unittest.TestCase):
+class PoolTest(HerdEnvTestCase):
+    ENV_PREFIX = "pool"
+
     @classmethod
-    def setUpClass(cls):
-        cls.h = HerdEnv("pool")
+    def prepare_env(cls):
+        cls.hosts_state = os.path.join(cls.h.dir, "hosts")
         cls.key = os.path.join(cls.h.dir, "pool_key")
         cls.other_key = os.path.join(cls.h.dir, "other_key")
         for k in (cls.key, cls.other_key):
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", k], check=True)
-        cls.hosts_state = os.path.join(cls.h.dir, "hosts")
         p = subprocess.run([HOSTS, "up", "poolhosts", "2", cls.hosts_state, cls.key + ".pub"],
                            capture_output=True, text=True)
         if p.returncode != 0:
-            cls.h.close()
             raise AssertionError(p.stderr)
         cls.ips = p.stdout.split()
         os.makedirs(cls.h.env["HERD_HOME"], exist_ok=True)
@@ -38,9 +39,9 @@ class PoolTest(unittest.TestCase):
                     f"  hosts:\n    - {cls.ips[0]}\n")
 
     @classmethod
-    def tearDownClass(cls):
+    def close_env(cls):
         try:
-            cls.h.close()
+            super().close_env()
         finally:
             subprocess.run([HOSTS, "down", "poolhosts", cls.hosts_state])
 

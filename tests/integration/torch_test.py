@@ -10,7 +10,7 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from herd_env import HerdEnv, netns_available  # noqa: E402
+from herd_env import HerdEnvTestCase, netns_available  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 EXAMPLE = os.path.join(ROOT, "examples", "mingpt-ddp")
@@ -29,14 +29,8 @@ def losses(text):
 
 
 @unittest.skipUnless(netns_available() and has_torch(), "needs root, ip netns and python3-torch")
-class TorchTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.h = HerdEnv("torch")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.h.close()
+class TorchTest(HerdEnvTestCase):
+    ENV_PREFIX = "torch"
 
     def agent_pids(self):
         return [self.h.ssh(a, "cat .herd/agent/herdlet.pid").stdout.strip()

@@ -16,16 +16,18 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from herd_env import HerdEnv, namespaces_of, netns_available  # noqa: E402
+from herd_env import HerdEnvTestCase, netns_available  # noqa: E402
 
 CLUSTER = "hprfw"
 
 
 @unittest.skipUnless(netns_available(), "needs root and ip netns")
-class WarmPathTest(unittest.TestCase):
+class WarmPathTest(HerdEnvTestCase):
+    ENV_PREFIX = "warm"
+    CLUSTER = CLUSTER
+
     @classmethod
-    def setUpClass(cls):
-        cls.h = HerdEnv("warm")
+    def prepare_env(cls):
         # Our own copy of the agent binary, so a test can make it look rebuilt (touch).
         herd = os.environ.get("HERD", "herd")
         src = os.environ.get("HERDLET_UPLOAD") or os.path.join(
@@ -34,11 +36,13 @@ class WarmPathTest(unittest.TestCase):
         cls.herdlet = os.path.join(cls.h.dir, "herdlet")
         shutil.copy(src, cls.herdlet)
         cls.h.env["HERDLET_BINARY"] = cls.herdlet
-        try:
-            cls.h.herd("launch", "-c", CLUSTER, "--num-nodes", "2", "-y")
-        except BaseException:
-            cls.h.close()
-            raise
+
+    @classmethod
+    def launch_args(cls):
+        return ("launch", "-c", CLUSTER, "--num-nodes", "2", "-y")
+
+    @classmethod
+    def after_launch(cls):
         cfg = os.path.join(cls.h.env["HERD_HOME"], "ssh", f"{CLUSTER}.config")
         with open(cfg) as f:
             m = re.search(r"ControlPath (\S+)/%C", f.read())
@@ -53,11 +57,6 @@ class WarmPathTest(unittest.TestCase):
         with open(fake, "w") as f:
             f.write(f"#!/bin/sh\necho \"ssh $*\" >> {cls.ssh_log}\nexec /usr/bin/ssh \"$@\"\n")
         os.chmod(fake, stat.S_IRWXU)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.h.close()
-        assert namespaces_of(CLUSTER) == [], namespaces_of(CLUSTER)
 
     def exec_true(self, *extra, env=None):
         p = subprocess.run([os.environ.get("HERD", "herd"), "exec", CLUSTER, *extra, "--", "true"],
