@@ -1,5 +1,7 @@
 #include "agent/store/job_store.hpp"
 
+#include <sqlite3.h>
+
 #include <openssl/crypto.h>
 
 #include <filesystem>

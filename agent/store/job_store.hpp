@@ -9,8 +9,6 @@
 // processes, e.g. the head and a `herd` command) can share the file safely.
 #pragma once
 
-#include <sqlite3.h>
-
 #include <cstdint>
 #include <functional>
 #include <map>

@@ -1,5 +1,7 @@
 #include "controller/jobs/managed_job_store.hpp"
 
+#include <sqlite3.h>
+
 #include <boost/json.hpp>
 #include <exception>
 #include <filesystem>

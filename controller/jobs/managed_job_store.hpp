@@ -4,8 +4,6 @@
 // cancel_requested column, so a cancel is never overwritten by the controller's next write).
 #pragma once
 
-#include <sqlite3.h>
-
 #include <cstdint>
 #include <memory>
 #include <mutex>

@@ -1,5 +1,7 @@
 #include "controller/state/cluster_store.hpp"
 
+#include <sqlite3.h>
+
 #include <filesystem>
 #include <string_view>
 #include <utility>

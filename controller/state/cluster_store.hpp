@@ -8,8 +8,6 @@
 // what serialises whole commands.
 #pragma once
 
-#include <sqlite3.h>
-
 #include <memory>
 #include <mutex>
 #include <optional>

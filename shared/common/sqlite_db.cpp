@@ -1,11 +1,20 @@
 #include "shared/common/sqlite_db.hpp"
 
+#include <sqlite3.h>
+
 #include <chrono>
 #include <thread>
 
 #include "shared/common/limits.hpp"
 
 namespace herd::sqlite {
+
+void StmtDeleter::operator()(sqlite3_stmt* s) const { sqlite3_finalize(s); }
+
+ResetOnExit::~ResetOnExit() {
+  sqlite3_reset(s_);
+  sqlite3_clear_bindings(s_);
+}
 
 Result<sqlite3*> Open(const std::string& path, const Label& label, int extra_flags) {
   sqlite3* db = nullptr;

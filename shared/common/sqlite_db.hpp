@@ -2,18 +2,21 @@
 // store): opening with the project's settings, statements, and errors that name the store.
 #pragma once
 
-#include <sqlite3.h>
-
 #include <memory>
 #include <string>
 #include <string_view>
 
 #include "shared/common/status.hpp"
 
+// SQLite's handles, declared here so that the stores' headers do not bring in sqlite3.h: only
+// the files that run queries include it.
+struct sqlite3;
+struct sqlite3_stmt;
+
 namespace herd::sqlite {
 
 struct StmtDeleter {
-  void operator()(sqlite3_stmt* s) const { sqlite3_finalize(s); }
+  void operator()(sqlite3_stmt* s) const;
 };
 using Stmt = std::unique_ptr<sqlite3_stmt, StmtDeleter>;
 
@@ -21,10 +24,7 @@ using Stmt = std::unique_ptr<sqlite3_stmt, StmtDeleter>;
 class ResetOnExit {
  public:
   explicit ResetOnExit(sqlite3_stmt* s) : s_(s) {}
-  ~ResetOnExit() {
-    sqlite3_reset(s_);
-    sqlite3_clear_bindings(s_);
-  }
+  ~ResetOnExit();
   ResetOnExit(const ResetOnExit&) = delete;
   ResetOnExit& operator=(const ResetOnExit&) = delete;
 
