@@ -21,6 +21,7 @@
 #include "agent/nodes/node_order.hpp"
 #include "agent/process/crash_point.hpp"
 #include "agent/sched/scheduler.hpp"
+#include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 #include "shared/proto/frame.hpp"
@@ -137,10 +138,9 @@ Status Head::Start() {
   }
   Recover();
   autostop_.set_idle_minutes(-1);
-  {
-    std::ifstream in(options_.state_dir + "/autostop.pb", std::ios::binary);
+  if (auto saved_bytes = ReadFile(options_.state_dir + "/autostop.pb"); saved_bytes.ok()) {
     herd::v1::SetAutostop saved;
-    if (in && saved.ParseFromIstream(&in)) autostop_ = saved;
+    if (saved.ParseFromString(*saved_bytes)) autostop_ = saved;
   }
 
   transport::ServerOptions so;
@@ -1007,15 +1007,8 @@ void Head::SetAutostop(const ConnPtr& conn, uint64_t request_id, const herd::v1:
     return ReplyError(conn, request_id, InvalidArgument("autostop needs a command"));
   }
   std::string path = options_.state_dir + "/autostop.pb";
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out || !req.SerializeToOstream(&out)) {
-      return ReplyError(conn, request_id, IoError("cannot write " + tmp));
-    }
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    return ReplyError(conn, request_id, ErrnoError("cannot write " + path, errno));
+  if (auto s = WriteFileAtomic(path, req.SerializeAsString(), 0644); !s.ok()) {
+    return ReplyError(conn, request_id, s);
   }
   autostop_ = req;
   autostop_fired_ = false;
@@ -1596,29 +1589,21 @@ void Head::Finalize(int64_t job_id, JobState state, const std::string& error_lin
 
 void Head::AppendLog(JobRun& run, std::string_view bytes, const std::string& journal) {
   if (run.fd >= 0) {
-    std::size_t done = 0;
-    while (done < bytes.size()) {
-      ssize_t n = ::write(run.fd, bytes.data() + done, bytes.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        const int err = n < 0 ? errno : EIO;
-        HERD_LOG(kError) << "cannot append to " << run.rec.info.log_path() << ": "
-                         << std::strerror(err) << "; stopping job " << run.rec.info.job_id();
-        // Output that cannot be kept (disk full): the job is stopped, not left running blind.
-        // Later bytes still reach following clients; run.log is not written again.
-        ::close(run.fd);
-        run.fd = -1;
-        if (run.driver_error.empty()) {
-          char host[256] = "";
-          ::gethostname(host, sizeof host - 1);
-          run.driver_error = "ERROR: Job " + std::to_string(run.rec.info.job_id()) +
-                             " failed: the head (" + host + ") cannot write " +
-                             run.rec.info.log_path() + ": " + std::strerror(err);
-        }
-        if (!run.killing && !run.procs.empty()) KillJobProcesses(run);
-        break;
+    if (const int err = WriteAll(run.fd, bytes); err != 0) {
+      HERD_LOG(kError) << "cannot append to " << run.rec.info.log_path() << ": "
+                       << std::strerror(err) << "; stopping job " << run.rec.info.job_id();
+      // Output that cannot be kept (disk full): the job is stopped, not left running blind.
+      // Later bytes still reach following clients; run.log is not written again.
+      ::close(run.fd);
+      run.fd = -1;
+      if (run.driver_error.empty()) {
+        char host[256] = "";
+        ::gethostname(host, sizeof host - 1);
+        run.driver_error = "ERROR: Job " + std::to_string(run.rec.info.job_id()) +
+                           " failed: the head (" + host + ") cannot write " +
+                           run.rec.info.log_path() + ": " + std::strerror(err);
       }
-      done += static_cast<std::size_t>(n);
+      if (!run.killing && !run.procs.empty()) KillJobProcesses(run);
     }
   }
   // Journaled before any client sees the bytes: a restarted head never takes back what a client

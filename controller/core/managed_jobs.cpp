@@ -25,6 +25,7 @@
 #include "controller/ssh/subprocess.hpp"
 #include "controller/ssh/tcp_probe.hpp"
 #include "controller/state/herd_home.hpp"
+#include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/proto/job_state.hpp"
 
@@ -49,16 +50,9 @@ constexpr const char* kSecretsOnStdinEnv = "HERD_MANAGED_SECRETS_ON_STDIN";
 Result<int> SecretsFile(const std::string& json) {
   int fd = ::memfd_create("herd-managed-secrets", MFD_CLOEXEC);
   if (fd < 0) return ErrnoError("cannot hand the secrets to the controller: memfd_create", errno);
-  std::size_t done = 0;
-  while (done < json.size()) {
-    ssize_t n = ::write(fd, json.data() + done, json.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      Status s = ErrnoError("cannot hand the secrets to the controller: write", errno);
-      ::close(fd);
-      return s;
-    }
-    done += static_cast<std::size_t>(n);
+  if (const int err = WriteAll(fd, json); err != 0) {
+    ::close(fd);
+    return ErrnoError("cannot hand the secrets to the controller: write", err);
   }
   return fd;
 }
