@@ -24,6 +24,7 @@
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
+#include "shared/common/unix_time.hpp"
 #include "shared/proto/frame.hpp"
 #include "shared/proto/job_state.hpp"
 
@@ -33,12 +34,6 @@ namespace fs = std::filesystem;
 using namespace herd::v1;
 
 namespace {
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string FormatNumber(double v) {
   std::ostringstream s;
@@ -79,6 +74,14 @@ void FitRecord(JobInfo& info) {
   info.clear_exits();
   info.clear_node_ids();
   info.clear_rank_gpus();
+}
+
+// Tells a node to stop what it runs of this attempt of the job (its supervisors and their groups).
+HeadToAgent KillJobMessage(int64_t job_id, int32_t attempt) {
+  HeadToAgent msg;
+  msg.mutable_kill()->set_job_id(job_id);
+  msg.mutable_kill()->set_attempt(attempt);
+  return msg;
 }
 
 // A JobStatus reply of the job's record (FitRecord).
@@ -393,12 +396,7 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
       }
       conn->Send(proto::Encode(m));
     }
-    if (run.killing) {
-      HeadToAgent kill;
-      kill.mutable_kill()->set_job_id(job_id);
-      kill.mutable_kill()->set_attempt(run.rec.info.attempt());
-      conn->Send(proto::Encode(kill));
-    }
+    if (run.killing) conn->Send(proto::Encode(KillJobMessage(job_id, run.rec.info.attempt())));
   }
   // Processes the agent still runs of jobs that are over here (failed while its node was lost,
   // or ended while it was away): kill them, once per job.
@@ -411,16 +409,10 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
   }
   for (const auto& [job_id, attempt] : stale) {
     HERD_LOG(kInfo) << "node " << id << " still runs job " << job_id << ", which is over: killing";
-    HeadToAgent kill;
-    kill.mutable_kill()->set_job_id(job_id);
-    kill.mutable_kill()->set_attempt(attempt);
-    conn->Send(proto::Encode(kill));
+    conn->Send(proto::Encode(KillJobMessage(job_id, attempt)));
   }
   for (const auto& [job_id, attempt] : orphaned_) {
-    HeadToAgent kill;
-    kill.mutable_kill()->set_job_id(job_id);
-    kill.mutable_kill()->set_attempt(attempt);
-    conn->Send(proto::Encode(kill));
+    conn->Send(proto::Encode(KillJobMessage(job_id, attempt)));
   }
   for (int64_t job_id : lost_jobs) {
     JobRun& run = jobs_.at(job_id);
@@ -621,7 +613,7 @@ void Head::HandleLeaving(const ConnPtr& conn, const Leaving& leaving) {
     --keep;
   }
   n.left_reason = leaving.reason().substr(0, keep);
-  n.left_unix_ms = NowMs();
+  n.left_unix_ms = NowUnixMs();
   // Its connection closes next (OnClose); its processes fail only if it is not back in time
   // (CheckNodes), as for any silent node: a restart is a stop and a start.
   HERD_LOG(kWarn) << "node " << node->first << " is stopping: " << n.left_reason
@@ -741,7 +733,7 @@ void Head::Submit(const ConnPtr& conn, uint64_t request_id, const SubmitJob& sub
   rec.spec = spec;
   rec.info.set_name(spec.name());
   rec.info.set_user(submit.user());
-  rec.info.set_submitted_unix_ms(NowMs());
+  rec.info.set_submitted_unix_ms(NowUnixMs());
   rec.info.set_state(JOB_STATE_PENDING);
   rec.info.set_num_nodes(spec.num_nodes());
   rec.info.set_resources(ResourcesString(spec));
@@ -1354,7 +1346,7 @@ void Head::StartJob(JobRun& run, const Placement& placement) {
       run.rec.info.add_rank_gpus()->mutable_indices()->Add(gpus.begin(), gpus.end());
     }
   }
-  run.rec.info.set_started_unix_ms(NowMs());
+  run.rec.info.set_started_unix_ms(NowUnixMs());
   std::string gpus;  // "; GPUs 0,1 | 2,3" (per rank), for whoever reads the agent log
   for (int r = 0; r < run.rec.info.rank_gpus_size(); ++r) {
     gpus += r == 0 ? "; GPUs " : " | ";
@@ -1537,10 +1529,7 @@ void Head::KillJobProcesses(JobRun& run) {
   std::set<std::string> nodes;
   for (const auto& [name, proc] : run.procs) nodes.insert(proc.node_id);
   for (const auto& n : nodes) {
-    HeadToAgent kill;
-    kill.mutable_kill()->set_job_id(run.rec.info.job_id());
-    kill.mutable_kill()->set_attempt(run.rec.info.attempt());
-    SendToAgent(n, kill);
+    SendToAgent(n, KillJobMessage(run.rec.info.job_id(), run.rec.info.attempt()));
   }
 }
 
@@ -1550,7 +1539,7 @@ void Head::Finalize(int64_t job_id, JobState state, const std::string& error_lin
   JobRun& run = it->second;
   if (!error_line.empty()) AppendLog(run, error_line + "\n");
   run.rec.info.set_state(state);
-  run.rec.info.set_ended_unix_ms(NowMs());
+  run.rec.info.set_ended_unix_ms(NowUnixMs());
   run.rec.info.clear_exits();
   std::vector<std::pair<int, const ProcEntry*>> ranks;
   for (const auto& [name, proc] : run.procs) {

@@ -10,6 +10,7 @@
 
 #include "agent/gpu/system_gpu_probe.hpp"
 #include "shared/common/file_util.hpp"
+#include "shared/common/unix_time.hpp"
 
 namespace herd::agent {
 
@@ -42,10 +43,7 @@ Result<uint64_t> NextIncarnation(const std::string& state_dir) {
   }
   // At least the wall clock in ms: a node whose state dir was lost (a replaced machine) still
   // comes back newer than the incarnation the head persisted for it.
-  const auto now_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                std::chrono::system_clock::now().time_since_epoch())
-                                                .count());
-  n = std::max(n + 1, now_ms);
+  n = std::max(n + 1, static_cast<uint64_t>(NowUnixMs()));
   // Synced, with its directory: the incarnation fences off an older agent process, so a power
   // failure must not bring back a smaller one.
   HERD_RETURN_IF_ERROR(WriteFileAtomic(path, std::to_string(n) + "\n", 0644));

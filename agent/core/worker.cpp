@@ -14,6 +14,7 @@
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
+#include "shared/common/unix_time.hpp"
 #include "shared/proto/frame.hpp"
 
 namespace herd::agent {
@@ -235,9 +236,7 @@ void Worker::SendHeartbeat() {
   if (state_ != State::kRunning) return;
   AgentToHead msg;
   msg.mutable_heartbeat()->set_incarnation(incarnation_);
-  msg.mutable_heartbeat()->set_sent_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                std::chrono::system_clock::now().time_since_epoch())
-                                                .count());
+  msg.mutable_heartbeat()->set_sent_unix_ms(NowUnixMs());
   Send(msg);
   heartbeat_timer_.expires_after(limits::kHeartbeatInterval);
   auto alive = alive_;
