@@ -27,6 +27,7 @@
 #include "shared/common/unix_time.hpp"
 #include "shared/proto/frame.hpp"
 #include "shared/proto/job_state.hpp"
+#include "shared/proto/resources_summary.hpp"
 
 namespace herd::agent {
 
@@ -34,12 +35,6 @@ namespace fs = std::filesystem;
 using namespace herd::v1;
 
 namespace {
-
-std::string FormatNumber(double v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
-}
 
 std::string SafeName(const std::string& name) {
   std::string out;
@@ -95,22 +90,6 @@ HeadToClient JobStatusReply(const JobInfo& info, bool end_of_stream) {
 }
 
 }  // namespace
-
-std::string ResourcesString(const TaskSpec& spec) {
-  std::vector<std::string> parts;
-  const auto& r = spec.resources();
-  if (!r.accelerator().empty() && r.accelerator_count() > 0) {
-    parts.push_back("gpus=" + r.accelerator() + ":" + FormatNumber(r.accelerator_count()));
-  }
-  double cpus = r.cpus() > 0 ? r.cpus() : limits::kDefaultTaskCpus;
-  parts.push_back("cpus=" + FormatNumber(cpus) + (r.cpus_at_least() ? "+" : ""));
-  if (r.memory_gb() > 0) {
-    parts.push_back("mem=" + FormatNumber(r.memory_gb()) + (r.memory_at_least() ? "+" : ""));
-  }
-  std::string out = std::to_string(std::max(1, spec.num_nodes())) + "x(";
-  for (std::size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + parts[i];
-  return out + ")";
-}
 
 Head::Head(boost::asio::io_context& io, Options options)
     : io_(io), options_(std::move(options)), check_timer_(io), catch_up_timer_(io) {}
@@ -736,7 +715,7 @@ void Head::Submit(const ConnPtr& conn, uint64_t request_id, const SubmitJob& sub
   rec.info.set_submitted_unix_ms(NowUnixMs());
   rec.info.set_state(JOB_STATE_PENDING);
   rec.info.set_num_nodes(spec.num_nodes());
-  rec.info.set_resources(ResourcesString(spec));
+  rec.info.set_resources(proto::ResourcesSummary(spec));
   rec.info.set_first_failed_rank(-1);
   if (submit.attempt() < 0) {
     return ReplyError(conn, request_id, InvalidArgument("attempt must not be negative"));

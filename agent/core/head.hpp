@@ -251,7 +251,4 @@ class Head {
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 
-// "2x(gpus=L4:4, cpus=4+)".
-std::string ResourcesString(const herd::v1::TaskSpec& spec);
-
 }  // namespace herd::agent
