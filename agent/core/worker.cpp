@@ -206,8 +206,9 @@ void Worker::OnMessage(const std::shared_ptr<transport::Connection>& conn, std::
       backoff_ = limits::kReconnectBackoffInitial;
       HERD_LOG(kInfo) << "registered with head of cluster " << msg.register_ack().cluster_name();
       SendHeartbeat();
-      // Start-up is over: give back the executable's pages that only it needed (bench/SCALE.md,
-      // P6). Not in the head's process, whose head keeps running much more of the code.
+      // Start-up is over: give back the executable's pages that only it needed
+      // (ReleaseStartupPages). Not in the head's process, whose head keeps running much more of
+      // the code.
       if (!is_head_ && !startup_pages_released_) {
         startup_pages_released_ = true;
         auto released = ReleaseStartupPages();

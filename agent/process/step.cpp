@@ -80,10 +80,11 @@ void SignalGroup(pid_t child, bool child_done, const std::string& marker, int si
 }
 
 // The exit record goes over the bytes reserved at start (no new blocks needed on a full disk),
-// then takes its name atomically. Falls back to a fresh file where that fails. No fsync (as the
-// registration and the agent's process table): the record is read by this node's agent, also
-// after the agent's crash; a power failure or kernel crash ends the job and its supervisor anyway
-// (the agent then reports it killed). It was one fsync (0.2-15 ms here) per process before its end.
+// then takes its name atomically: not WriteFileAtomic, which would need new blocks, but its
+// WriteAll. Falls back to WriteFileAtomic where that fails. No fsync (as the registration and the
+// agent's process table), which would delay every process's end: the record is read by this
+// node's agent, also after the agent's crash; a power failure or kernel crash ends the job and its
+// supervisor anyway (the agent then reports it killed).
 bool WriteExitRecord(const std::string& path, int reserve_fd, const std::string& reserve_path,
                      const std::string& record) {
   if (reserve_fd >= 0) {

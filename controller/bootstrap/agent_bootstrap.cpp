@@ -237,7 +237,7 @@ Result<NodeOutcome> InstallOne(SshRunner& ssh, const SshTarget& t, const AgentIn
     probe_hashes = RemoteHashedFiles();
   }
   // A local node has nothing to receive in the supervise mode, so its probe also (re)starts the
-  // agent there when it must: one ssh session per node fewer (~50 ms of CPU on the bench VM).
+  // agent there when it must: one ssh session per node fewer.
   HERD_ASSIGN_OR_RETURN(
       std::string probe_out,
       RunScript(

@@ -70,9 +70,9 @@ std::string HostVeth(int subnet) { return "herdl" + std::to_string(subnet); }
 // The route to the cluster's subnet through `dev` (from address `src`), as the kernel makes it for
 // the address, with delayed ACKs off. OpenSSH turns Nagle off only for sessions with a pty, so
 // every exchange of a non-interactive session (a connection's key exchange and authentication, a
-// session's open and exit) waited ~40 ms for the peer's delayed ACK: a fresh `ssh node true` took
-// 180 ms here, 96 ms with quickack (bench/README.md, eighth round). Both ends get it: the nodes'
-// routes (node <-> node, node -> this machine) and this machine's (this machine -> node).
+// session's open and exit) would wait for the peer's delayed ACK, most of a fresh `ssh node true`.
+// Both ends get it: the nodes' routes (node <-> node, node -> this machine) and this machine's
+// (this machine -> node).
 std::string QuickAckRoute(int subnet, const std::string& dev, const std::string& src) {
   return "route replace 10.213." + std::to_string(subnet) + ".0/24 dev " + dev +
          " proto kernel scope link src " + src + " quickack 1";
@@ -388,16 +388,16 @@ std::string SshdConfig(const std::string& node) {
          "PasswordAuthentication no\n"
          "KbdInteractiveAuthentication no\n"
          "UsePAM no\n"
-         // OpenSSH 9's default key exchange (sntrup761x25519) costs ~0.3 s of CPU per new
-         // connection on a small VM; these nodes are namespaces of this machine, so the classic
-         // curve25519 exchange loses nothing and every fresh connection is ~10x cheaper.
+         // OpenSSH 9's default key exchange (sntrup761x25519) costs many times the CPU of
+         // curve25519 per new connection; these nodes are namespaces of this machine, so the
+         // classic exchange loses nothing.
          "KexAlgorithms curve25519-sha256,curve25519-sha256@libssh.org\n"
          // AES-GCM runs on AES-NI; clients prefer chacha20-poly1305, which costs more CPU per
          // byte here, where both ends of every transfer (the agent upload) share the machine.
          "Ciphers aes128-gcm@openssh.com,aes256-gcm@openssh.com\n"
          // Written by sshd once its listening socket is bound: the provider waits for this file
          // instead of connecting (a banner probe is a connection: sshd forks and re-executes
-         // itself for it, ~30 ms of CPU per node on the bench machine).
+         // itself for it).
          "PidFile " +
          m + "/" + kSshdListeningFile +
          "\n"
@@ -414,9 +414,9 @@ std::string SshdConfig(const std::string& node) {
 
 // What makes a process the node's sshd: the node's network namespace, a UTS and mount namespace
 // of its own (hostname; /run, /etc/hosts and /root from the node's directory), then sshd. Done
-// with system calls in the new process before the exec (SpawnDetached's before_exec): as
-// `nsenter | unshare | sh -c 'hostname; umount; mount...'` it was ten program starts per node,
-// 0.6 CPU-seconds of a cold 8-node launch on the bench machine.
+// with system calls in the new process before the exec (SpawnDetached's before_exec), not as
+// `nsenter | unshare | sh -c 'hostname; umount; mount...'`: that would be ten program starts per
+// node on the path of every cold launch.
 struct NodeSshd {
   std::string netns_path, hostname, dir, mount_point, hosts, home;
   std::vector<std::string> argv;
