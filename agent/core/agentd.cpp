@@ -9,7 +9,6 @@
 #include <boost/asio/signal_set.hpp>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 
 #include "agent/core/head.hpp"
 #include "agent/core/node_probe.hpp"
@@ -98,9 +97,13 @@ int RunAgent(const AgentConfig& config, int ready_fd) {
     // The head node runs jobs too: its worker dials the head like any other.
     worker_config.head = {config.listen.host, head->port()};
     if (!config.port_file.empty()) {
-      std::string tmp = config.port_file + ".tmp";
-      std::ofstream(tmp) << head->port() << "\n";
-      std::rename(tmp.c_str(), config.port_file.c_str());
+      // For whoever started this agent, about this process: void after a power failure.
+      if (auto s = WriteFileAtomic(config.port_file, std::to_string(head->port()) + "\n", 0644,
+                                   Durability::kProcessCrash);
+          !s.ok()) {
+        HERD_LOG(kError) << "cannot write the port file: " << s.message();
+        return 1;
+      }
     }
   }
   Worker worker(io, worker_config, launcher, gpus, head != nullptr);

@@ -21,10 +21,13 @@
 #include "agent/nodes/node_order.hpp"
 #include "agent/process/crash_point.hpp"
 #include "agent/sched/scheduler.hpp"
+#include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
+#include "shared/common/unix_time.hpp"
 #include "shared/proto/frame.hpp"
 #include "shared/proto/job_state.hpp"
+#include "shared/proto/resources_summary.hpp"
 
 namespace herd::agent {
 
@@ -32,18 +35,6 @@ namespace fs = std::filesystem;
 using namespace herd::v1;
 
 namespace {
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string FormatNumber(double v) {
-  std::ostringstream s;
-  s << v;
-  return s.str();
-}
 
 std::string SafeName(const std::string& name) {
   std::string out;
@@ -80,6 +71,14 @@ void FitRecord(JobInfo& info) {
   info.clear_rank_gpus();
 }
 
+// Tells a node to stop what it runs of this attempt of the job (its supervisors and their groups).
+HeadToAgent KillJobMessage(int64_t job_id, int32_t attempt) {
+  HeadToAgent msg;
+  msg.mutable_kill()->set_job_id(job_id);
+  msg.mutable_kill()->set_attempt(attempt);
+  return msg;
+}
+
 // A JobStatus reply of the job's record (FitRecord).
 HeadToClient JobStatusReply(const JobInfo& info, bool end_of_stream) {
   HeadToClient msg;
@@ -91,22 +90,6 @@ HeadToClient JobStatusReply(const JobInfo& info, bool end_of_stream) {
 }
 
 }  // namespace
-
-std::string ResourcesString(const TaskSpec& spec) {
-  std::vector<std::string> parts;
-  const auto& r = spec.resources();
-  if (!r.accelerator().empty() && r.accelerator_count() > 0) {
-    parts.push_back("gpus=" + r.accelerator() + ":" + FormatNumber(r.accelerator_count()));
-  }
-  double cpus = r.cpus() > 0 ? r.cpus() : limits::kDefaultTaskCpus;
-  parts.push_back("cpus=" + FormatNumber(cpus) + (r.cpus_at_least() ? "+" : ""));
-  if (r.memory_gb() > 0) {
-    parts.push_back("mem=" + FormatNumber(r.memory_gb()) + (r.memory_at_least() ? "+" : ""));
-  }
-  std::string out = std::to_string(std::max(1, spec.num_nodes())) + "x(";
-  for (std::size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + parts[i];
-  return out + ")";
-}
 
 Head::Head(boost::asio::io_context& io, Options options)
     : io_(io), options_(std::move(options)), check_timer_(io), catch_up_timer_(io) {}
@@ -137,10 +120,9 @@ Status Head::Start() {
   }
   Recover();
   autostop_.set_idle_minutes(-1);
-  {
-    std::ifstream in(options_.state_dir + "/autostop.pb", std::ios::binary);
+  if (auto saved_bytes = ReadFile(options_.state_dir + "/autostop.pb"); saved_bytes.ok()) {
     herd::v1::SetAutostop saved;
-    if (in && saved.ParseFromIstream(&in)) autostop_ = saved;
+    if (saved.ParseFromString(*saved_bytes)) autostop_ = saved;
   }
 
   transport::ServerOptions so;
@@ -393,12 +375,7 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
       }
       conn->Send(proto::Encode(m));
     }
-    if (run.killing) {
-      HeadToAgent kill;
-      kill.mutable_kill()->set_job_id(job_id);
-      kill.mutable_kill()->set_attempt(run.rec.info.attempt());
-      conn->Send(proto::Encode(kill));
-    }
+    if (run.killing) conn->Send(proto::Encode(KillJobMessage(job_id, run.rec.info.attempt())));
   }
   // Processes the agent still runs of jobs that are over here (failed while its node was lost,
   // or ended while it was away): kill them, once per job.
@@ -411,16 +388,10 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
   }
   for (const auto& [job_id, attempt] : stale) {
     HERD_LOG(kInfo) << "node " << id << " still runs job " << job_id << ", which is over: killing";
-    HeadToAgent kill;
-    kill.mutable_kill()->set_job_id(job_id);
-    kill.mutable_kill()->set_attempt(attempt);
-    conn->Send(proto::Encode(kill));
+    conn->Send(proto::Encode(KillJobMessage(job_id, attempt)));
   }
   for (const auto& [job_id, attempt] : orphaned_) {
-    HeadToAgent kill;
-    kill.mutable_kill()->set_job_id(job_id);
-    kill.mutable_kill()->set_attempt(attempt);
-    conn->Send(proto::Encode(kill));
+    conn->Send(proto::Encode(KillJobMessage(job_id, attempt)));
   }
   for (int64_t job_id : lost_jobs) {
     JobRun& run = jobs_.at(job_id);
@@ -621,7 +592,7 @@ void Head::HandleLeaving(const ConnPtr& conn, const Leaving& leaving) {
     --keep;
   }
   n.left_reason = leaving.reason().substr(0, keep);
-  n.left_unix_ms = NowMs();
+  n.left_unix_ms = NowUnixMs();
   // Its connection closes next (OnClose); its processes fail only if it is not back in time
   // (CheckNodes), as for any silent node: a restart is a stop and a start.
   HERD_LOG(kWarn) << "node " << node->first << " is stopping: " << n.left_reason
@@ -741,10 +712,10 @@ void Head::Submit(const ConnPtr& conn, uint64_t request_id, const SubmitJob& sub
   rec.spec = spec;
   rec.info.set_name(spec.name());
   rec.info.set_user(submit.user());
-  rec.info.set_submitted_unix_ms(NowMs());
+  rec.info.set_submitted_unix_ms(NowUnixMs());
   rec.info.set_state(JOB_STATE_PENDING);
   rec.info.set_num_nodes(spec.num_nodes());
-  rec.info.set_resources(ResourcesString(spec));
+  rec.info.set_resources(proto::ResourcesSummary(spec));
   rec.info.set_first_failed_rank(-1);
   if (submit.attempt() < 0) {
     return ReplyError(conn, request_id, InvalidArgument("attempt must not be negative"));
@@ -1007,15 +978,8 @@ void Head::SetAutostop(const ConnPtr& conn, uint64_t request_id, const herd::v1:
     return ReplyError(conn, request_id, InvalidArgument("autostop needs a command"));
   }
   std::string path = options_.state_dir + "/autostop.pb";
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out || !req.SerializeToOstream(&out)) {
-      return ReplyError(conn, request_id, IoError("cannot write " + tmp));
-    }
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    return ReplyError(conn, request_id, ErrnoError("cannot write " + path, errno));
+  if (auto s = WriteFileAtomic(path, req.SerializeAsString(), 0644); !s.ok()) {
+    return ReplyError(conn, request_id, s);
   }
   autostop_ = req;
   autostop_fired_ = false;
@@ -1361,7 +1325,7 @@ void Head::StartJob(JobRun& run, const Placement& placement) {
       run.rec.info.add_rank_gpus()->mutable_indices()->Add(gpus.begin(), gpus.end());
     }
   }
-  run.rec.info.set_started_unix_ms(NowMs());
+  run.rec.info.set_started_unix_ms(NowUnixMs());
   std::string gpus;  // "; GPUs 0,1 | 2,3" (per rank), for whoever reads the agent log
   for (int r = 0; r < run.rec.info.rank_gpus_size(); ++r) {
     gpus += r == 0 ? "; GPUs " : " | ";
@@ -1544,10 +1508,7 @@ void Head::KillJobProcesses(JobRun& run) {
   std::set<std::string> nodes;
   for (const auto& [name, proc] : run.procs) nodes.insert(proc.node_id);
   for (const auto& n : nodes) {
-    HeadToAgent kill;
-    kill.mutable_kill()->set_job_id(run.rec.info.job_id());
-    kill.mutable_kill()->set_attempt(run.rec.info.attempt());
-    SendToAgent(n, kill);
+    SendToAgent(n, KillJobMessage(run.rec.info.job_id(), run.rec.info.attempt()));
   }
 }
 
@@ -1557,7 +1518,7 @@ void Head::Finalize(int64_t job_id, JobState state, const std::string& error_lin
   JobRun& run = it->second;
   if (!error_line.empty()) AppendLog(run, error_line + "\n");
   run.rec.info.set_state(state);
-  run.rec.info.set_ended_unix_ms(NowMs());
+  run.rec.info.set_ended_unix_ms(NowUnixMs());
   run.rec.info.clear_exits();
   std::vector<std::pair<int, const ProcEntry*>> ranks;
   for (const auto& [name, proc] : run.procs) {
@@ -1596,29 +1557,21 @@ void Head::Finalize(int64_t job_id, JobState state, const std::string& error_lin
 
 void Head::AppendLog(JobRun& run, std::string_view bytes, const std::string& journal) {
   if (run.fd >= 0) {
-    std::size_t done = 0;
-    while (done < bytes.size()) {
-      ssize_t n = ::write(run.fd, bytes.data() + done, bytes.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        const int err = n < 0 ? errno : EIO;
-        HERD_LOG(kError) << "cannot append to " << run.rec.info.log_path() << ": "
-                         << std::strerror(err) << "; stopping job " << run.rec.info.job_id();
-        // Output that cannot be kept (disk full): the job is stopped, not left running blind.
-        // Later bytes still reach following clients; run.log is not written again.
-        ::close(run.fd);
-        run.fd = -1;
-        if (run.driver_error.empty()) {
-          char host[256] = "";
-          ::gethostname(host, sizeof host - 1);
-          run.driver_error = "ERROR: Job " + std::to_string(run.rec.info.job_id()) +
-                             " failed: the head (" + host + ") cannot write " +
-                             run.rec.info.log_path() + ": " + std::strerror(err);
-        }
-        if (!run.killing && !run.procs.empty()) KillJobProcesses(run);
-        break;
+    if (const int err = WriteAll(run.fd, bytes); err != 0) {
+      HERD_LOG(kError) << "cannot append to " << run.rec.info.log_path() << ": "
+                       << std::strerror(err) << "; stopping job " << run.rec.info.job_id();
+      // Output that cannot be kept (disk full): the job is stopped, not left running blind.
+      // Later bytes still reach following clients; run.log is not written again.
+      ::close(run.fd);
+      run.fd = -1;
+      if (run.driver_error.empty()) {
+        char host[256] = "";
+        ::gethostname(host, sizeof host - 1);
+        run.driver_error = "ERROR: Job " + std::to_string(run.rec.info.job_id()) +
+                           " failed: the head (" + host + ") cannot write " +
+                           run.rec.info.log_path() + ": " + std::strerror(err);
       }
-      done += static_cast<std::size_t>(n);
+      if (!run.killing && !run.procs.empty()) KillJobProcesses(run);
     }
   }
   // Journaled before any client sees the bytes: a restarted head never takes back what a client

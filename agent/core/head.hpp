@@ -201,7 +201,8 @@ class Head {
   std::vector<herd::v1::NodeInfo> OrderedNodes(bool alive_only) const;
   // Every known node in cluster order (SortClusterOrder), kept across scheduling passes and rebuilt
   // only when a node is added or its info changes (NodeEntry addresses in nodes_ are stable):
-  // each pass used to copy and sort every NodeInfo, the head's main cost in a burst of small jobs.
+  // copying and sorting every NodeInfo at each pass would be the head's main cost in a burst of
+  // small jobs.
   const std::vector<NodeEntry*>& NodeOrder();
   // Why no set of the cluster's nodes, alive or not, could ever hold `spec` (a Submit is refused
   // then, before it is queued); nullopt when some could, or while nodes are still to register.
@@ -250,8 +251,5 @@ class Head {
   bool autostop_fired_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
-
-// "2x(gpus=L4:4, cpus=4+)".
-std::string ResourcesString(const herd::v1::TaskSpec& spec);
 
 }  // namespace herd::agent

@@ -1,16 +1,16 @@
 #include "agent/core/node_probe.hpp"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <thread>
 
 #include "agent/gpu/system_gpu_probe.hpp"
+#include "shared/common/file_util.hpp"
+#include "shared/common/unix_time.hpp"
 
 namespace herd::agent {
 
@@ -43,20 +43,10 @@ Result<uint64_t> NextIncarnation(const std::string& state_dir) {
   }
   // At least the wall clock in ms: a node whose state dir was lost (a replaced machine) still
   // comes back newer than the incarnation the head persisted for it.
-  const auto now_ms = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                std::chrono::system_clock::now().time_since_epoch())
-                                                .count());
-  n = std::max(n + 1, now_ms);
-  std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("cannot write " + tmp, errno);
-  std::string text = std::to_string(n) + "\n";
-  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
-            ::fsync(fd) == 0;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    return ErrnoError("cannot write " + path, errno);
-  }
+  n = std::max(n + 1, static_cast<uint64_t>(NowUnixMs()));
+  // Synced, with its directory: the incarnation fences off an older agent process, so a power
+  // failure must not bring back a smaller one.
+  HERD_RETURN_IF_ERROR(WriteFileAtomic(path, std::to_string(n) + "\n", 0644));
   return n;
 }
 
@@ -79,9 +69,7 @@ Result<std::string> AgentInstanceId(const std::string& state_dir) {
     id += kHex[b >> 4];
     id += kHex[b & 15];
   }
-  std::string tmp = path + ".tmp";
-  std::ofstream(tmp) << id << "\n";
-  if (::rename(tmp.c_str(), path.c_str()) != 0) return ErrnoError("cannot write " + path, errno);
+  HERD_RETURN_IF_ERROR(WriteFileAtomic(path, id + "\n", 0644));
   return id;
 }
 

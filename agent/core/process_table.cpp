@@ -43,17 +43,7 @@ Status AppendAll(const std::string& path, const std::string& data) {
     ::close(fd);
     return ErrnoError("fstat " + path, e);
   }
-  size_t done = 0;
-  int err = 0;
-  while (done < data.size()) {
-    ssize_t w = ::write(fd, data.data() + done, data.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) {
-      err = w < 0 ? errno : EIO;
-      break;
-    }
-    done += static_cast<size_t>(w);
-  }
+  const int err = WriteAll(fd, data);
   if (err != 0 && ::ftruncate(fd, st.st_size) != 0) {
     HERD_LOG(kWarn) << "cannot cut " << path
                     << " back after a failed append: " << ErrnoError("ftruncate", errno).message();

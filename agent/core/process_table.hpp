@@ -11,12 +11,12 @@
 //                    the worker's memory once it holds more than twice
 //                    limits::kMaxExitedProcessesKept records, so it stays bounded too.
 //
-// Until stop 13 the exits were kept in processes.pb itself: with 1000 of them remembered (110 KB)
-// the file was serialised and rewritten three times per job, the head node's largest per-job cost
-// in a burst of `herd exec -d` (bench/SCALE.md, P7 fifth round). A processes.pb written by such an
-// agent (exits in it) still loads: an in-place upgrade keeps what it knew.
+// The exits are appended, not kept in processes.pb: with limits::kMaxExitedProcessesKept of them
+// remembered, rewriting them all a few times per job would cost more than the job's own
+// bookkeeping in a burst of `herd exec -d`. A processes.pb written by an older agent (exits in it)
+// still loads: an in-place upgrade keeps what it knew.
 //
-// Durability is the process table's as before: no fsync (Durability::kProcessCrash). The table is
+// No fsync (Durability::kProcessCrash): the table is
 // for a restarted agent; a power failure or kernel crash leaves no live process to adopt. A record
 // torn by such a crash ends the journal where it starts (the exits after it are lost, the live
 // entries are not); Load() cuts it off there. Not thread-safe: the worker's event loop owns it.

@@ -70,8 +70,8 @@ Result<size_t> ReleaseStartupPages() {
     if (!status.ok()) break;
     void* p = reinterpret_cast<void*>(r.begin);
     // MADV_RANDOM first: a fault in these pages then reads that page alone. The default
-    // read-around reads the device's read_ahead_kb around each fault (8 MB on the bench machine):
-    // the first heartbeat after the page-out would read the whole file back into the cache.
+    // read-around reads the device's read_ahead_kb around each fault (often megabytes): the first
+    // heartbeat after the page-out would read the whole file back into the cache.
     if (madvise(p, r.end - r.begin, MADV_RANDOM) != 0) {
       status = ErrnoError("madvise(MADV_RANDOM) of the agent's executable", errno);
     } else if (madvise(p, r.end - r.begin, MADV_PAGEOUT) != 0) {

@@ -1,4 +1,4 @@
-// Gives back the memory that only the agent's start-up needed (issue 8 P6, bench/SCALE.md).
+// Gives back the memory that only the agent's start-up needed.
 //
 // An idle agent runs a small part of its code (the heartbeat: a timer, protobuf, a websocket write
 // over TLS), but start-up runs much more once: OpenSSL's provider and certificate loading,

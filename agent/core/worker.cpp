@@ -14,6 +14,7 @@
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
+#include "shared/common/unix_time.hpp"
 #include "shared/proto/frame.hpp"
 
 namespace herd::agent {
@@ -205,8 +206,9 @@ void Worker::OnMessage(const std::shared_ptr<transport::Connection>& conn, std::
       backoff_ = limits::kReconnectBackoffInitial;
       HERD_LOG(kInfo) << "registered with head of cluster " << msg.register_ack().cluster_name();
       SendHeartbeat();
-      // Start-up is over: give back the executable's pages that only it needed (bench/SCALE.md,
-      // P6). Not in the head's process, whose head keeps running much more of the code.
+      // Start-up is over: give back the executable's pages that only it needed
+      // (ReleaseStartupPages). Not in the head's process, whose head keeps running much more of
+      // the code.
       if (!is_head_ && !startup_pages_released_) {
         startup_pages_released_ = true;
         auto released = ReleaseStartupPages();
@@ -235,9 +237,7 @@ void Worker::SendHeartbeat() {
   if (state_ != State::kRunning) return;
   AgentToHead msg;
   msg.mutable_heartbeat()->set_incarnation(incarnation_);
-  msg.mutable_heartbeat()->set_sent_unix_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                std::chrono::system_clock::now().time_since_epoch())
-                                                .count());
+  msg.mutable_heartbeat()->set_sent_unix_ms(NowUnixMs());
   Send(msg);
   heartbeat_timer_.expires_after(limits::kHeartbeatInterval);
   auto alive = alive_;

@@ -70,20 +70,7 @@ bool ParseArgs(int argc, char** argv, StepArgs& a) {
          a.marker.find('=') != std::string::npos;
 }
 
-// 0, or the errno of the write that failed (ENOSPC, EDQUOT, EIO, ...).
-int WriteAll(int fd, const char* data, size_t n) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, data, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return errno;
-    if (w == 0) return EIO;
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
-  return 0;
-}
-
-void Report(const std::string& line) { WriteAll(STDOUT_FILENO, line.data(), line.size()); }
+void Report(const std::string& line) { WriteAll(STDOUT_FILENO, line); }
 
 // The job process and every process of its group (found by the marker, as the agent's KillGroup
 // finds them; the supervisor does not carry the marker itself).
@@ -93,15 +80,15 @@ void SignalGroup(pid_t child, bool child_done, const std::string& marker, int si
 }
 
 // The exit record goes over the bytes reserved at start (no new blocks needed on a full disk),
-// then takes its name atomically. Falls back to a fresh file where that fails. No fsync (as the
-// registration and the agent's process table): the record is read by this node's agent, also
-// after the agent's crash; a power failure or kernel crash ends the job and its supervisor anyway
-// (the agent then reports it killed). It was one fsync (0.2-15 ms here) per process before its end.
+// then takes its name atomically: not WriteFileAtomic, which would need new blocks, but its
+// WriteAll. Falls back to WriteFileAtomic where that fails. No fsync (as the registration and the
+// agent's process table), which would delay every process's end: the record is read by this
+// node's agent, also after the agent's crash; a power failure or kernel crash ends the job and its
+// supervisor anyway (the agent then reports it killed).
 bool WriteExitRecord(const std::string& path, int reserve_fd, const std::string& reserve_path,
                      const std::string& record) {
   if (reserve_fd >= 0) {
-    bool ok = ::pwrite(reserve_fd, record.data(), record.size(), 0) ==
-                  static_cast<ssize_t>(record.size()) &&
+    bool ok = ::lseek(reserve_fd, 0, SEEK_SET) == 0 && WriteAll(reserve_fd, record) == 0 &&
               ::ftruncate(reserve_fd, static_cast<off_t>(record.size())) == 0;
     ::close(reserve_fd);
     if (ok && ::rename(reserve_path.c_str(), path.c_str()) == 0) return true;
@@ -312,7 +299,7 @@ int RunStep(int argc, char** argv) {
   int reserve_err = reserve_fd < 0 ? errno : 0;
   if (reserve_fd >= 0) {
     std::string fill(limits::kExitRecordReserveBytes, '\n');
-    reserve_err = WriteAll(reserve_fd, fill.data(), fill.size());
+    reserve_err = WriteAll(reserve_fd, fill);
   }
   if (reserve_err != 0) {
     if (reserve_fd >= 0) ::close(reserve_fd);
@@ -437,7 +424,7 @@ int RunStep(int argc, char** argv) {
           filled = 0;
           return;
         }
-        int e = WriteAll(log_fd, buf.data(), filled);
+        int e = WriteAll(log_fd, std::string_view(buf.data(), filled));
         filled = 0;
         if (e == 0) return;
         log_error = "cannot write " + a.log + ": " + std::strerror(e);

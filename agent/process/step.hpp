@@ -34,8 +34,8 @@ int RunStep(int argc, char** argv);
 // clone3(CLONE_INTO_CGROUP); otherwise (or with `via_clone3` false) it is forked and moves itself
 // by writing its pid to cgroup.procs before this returns in it. The move takes the kernel's
 // cgroup_threadgroup_rwsem for writing, which waits for an RCU grace period unless another move
-// happened just before: 7.2 ms median per job process on this machine, against 0.2 ms for
-// CLONE_INTO_CGROUP (bench/README.md, fifth round). A failed move only costs the cgroup (the
+// happened just before: milliseconds per job process, where CLONE_INTO_CGROUP takes a fraction
+// of one. A failed move only costs the cgroup (the
 // agent's environment sweep still finds the process). Only async-signal-safe calls in the child.
 // In the parent, *by_clone3 (when given) says whether clone3 created the child.
 pid_t ForkIntoCgroup(const std::string& cgroup_dir, bool via_clone3 = true,

@@ -149,7 +149,7 @@ Status JobStore::Init() {
   // In WAL mode NORMAL syncs the WAL at checkpoints, not at every commit: a commit survives a crash
   // of the process (the WAL is in the page cache) but the last ones may be lost on a power failure
   // or kernel crash, which also ends the node's jobs. Every job state change is a commit; FULL
-  // cost one fdatasync each (3-4 per job, 1-6 ms each here; bench/README.md).
+  // would cost an fdatasync each, several per job, on the head's event loop.
   HERD_RETURN_IF_ERROR(Exec("PRAGMA synchronous = NORMAL"));
   // Deleted and overwritten content is zeroed, so a migrated clear secret does not stay behind in
   // a free page.

@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <memory>
 
+#include "shared/common/file_util.hpp"
+
 namespace herd::agent {
 namespace {
 
@@ -99,8 +101,9 @@ Result<SecretBox> SecretBox::Load(const std::string& path) {
 Result<SecretBox> SecretBox::Create(const std::string& path) {
   unsigned char key[kKeyBytes];
   if (RAND_bytes(key, sizeof(key)) != 1) return Internal("no random bytes for a secrets key");
-  // Written whole under a temporary name, then linked into place: link() never replaces a file,
-  // so when another process created the key first, it wins and its key is the one used.
+  // Not WriteFileAtomic, whose rename replaces a file: written whole under a temporary name, then
+  // linked into place. link() never replaces a file, so when another process created the key
+  // first, it wins and its key is the one used.
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   ::unlink(tmp.c_str());  // a leftover of a crashed run with this pid
   {
@@ -109,20 +112,9 @@ Result<SecretBox> SecretBox::Create(const std::string& path) {
       OPENSSL_cleanse(key, sizeof(key));
       return ErrnoError("cannot create secrets key " + tmp, errno);
     }
-    std::size_t done = 0;
-    while (done < sizeof(key)) {
-      ssize_t n = ::write(fd.get(), key + done, sizeof(key) - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        int err = errno;
-        OPENSSL_cleanse(key, sizeof(key));
-        ::unlink(tmp.c_str());
-        return ErrnoError("cannot write secrets key " + tmp, err);
-      }
-      done += static_cast<std::size_t>(n);
-    }
-    if (::fsync(fd.get()) != 0) {
-      int err = errno;
+    int err = WriteAll(fd.get(), std::string_view(reinterpret_cast<const char*>(key), sizeof(key)));
+    if (err == 0 && ::fsync(fd.get()) != 0) err = errno;
+    if (err != 0) {
       OPENSSL_cleanse(key, sizeof(key));
       ::unlink(tmp.c_str());
       return ErrnoError("cannot write secrets key " + tmp, err);
@@ -135,9 +127,7 @@ Result<SecretBox> SecretBox::Create(const std::string& path) {
   if (linked != 0 && link_errno != EEXIST) {
     return ErrnoError("cannot create secrets key " + path, link_errno);
   }
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  Fd dfd(::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (dfd.get() >= 0) ::fsync(dfd.get());
+  SyncParentDir(path);
   return Load(path);  // ours, or the one another process linked first
 }
 

@@ -411,8 +411,8 @@ int Run(Options opt) {
     return 2;
   }
   herd::tls::Pem ca;
-  ca.cert = *herd::tls::ReadFile(ca_dir + "/ca.crt");
-  ca.key = *herd::tls::ReadFile(ca_dir + "/ca.key");
+  ca.cert = *herd::ReadFile(ca_dir + "/ca.crt");
+  ca.key = *herd::ReadFile(ca_dir + "/ca.key");
   auto t_certs = Clock::now();
   Fleet fleet;
   fleet.opt = opt;

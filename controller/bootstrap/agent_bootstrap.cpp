@@ -112,9 +112,9 @@ struct NodeCerts {
 
 Result<NodeCerts> ReadCerts(const std::string& dir) {
   NodeCerts c;
-  HERD_ASSIGN_OR_RETURN(c.ca, tls::ReadFile(dir + "/" + std::string(tls::kCaCertFile)));
-  HERD_ASSIGN_OR_RETURN(c.cert, tls::ReadFile(dir + "/" + std::string(tls::kAgentCertFile)));
-  HERD_ASSIGN_OR_RETURN(c.key, tls::ReadFile(dir + "/" + std::string(tls::kAgentKeyFile)));
+  HERD_ASSIGN_OR_RETURN(c.ca, ReadFile(dir + "/" + std::string(tls::kCaCertFile)));
+  HERD_ASSIGN_OR_RETURN(c.cert, ReadFile(dir + "/" + std::string(tls::kAgentCertFile)));
+  HERD_ASSIGN_OR_RETURN(c.key, ReadFile(dir + "/" + std::string(tls::kAgentKeyFile)));
   return c;
 }
 
@@ -237,7 +237,7 @@ Result<NodeOutcome> InstallOne(SshRunner& ssh, const SshTarget& t, const AgentIn
     probe_hashes = RemoteHashedFiles();
   }
   // A local node has nothing to receive in the supervise mode, so its probe also (re)starts the
-  // agent there when it must: one ssh session per node fewer (~50 ms of CPU on the bench VM).
+  // agent there when it must: one ssh session per node fewer.
   HERD_ASSIGN_OR_RETURN(
       std::string probe_out,
       RunScript(
@@ -330,16 +330,16 @@ Result<BootstrapResult> BootstrapAgents(SshRunner& ssh, const std::vector<AgentI
   HERD_RETURN_IF_ERROR(CheckOptions(options));
   if (options.herdlet_path.empty()) return InvalidArgument("bootstrap: no herdlet binary given");
   // Read and hashed once for all nodes.
-  auto herdlet = tls::ReadFile(options.herdlet_path);
+  auto herdlet = ReadFile(options.herdlet_path);
   if (!herdlet.ok()) {
     return Status(herdlet.status().code(), "cannot install herdlet: " + herdlet.status().message());
   }
   const std::string herdlet_sha = Sha256Hex(*herdlet);
   // Its gzip copy, where the build left one made from this very file.
   std::string herdlet_gz;
-  auto gz_of = tls::ReadFile(options.herdlet_path + ".gz.sha256");
+  auto gz_of = ReadFile(options.herdlet_path + ".gz.sha256");
   if (gz_of.ok() && gz_of->substr(0, herdlet_sha.size()) == herdlet_sha) {
-    if (auto gz = tls::ReadFile(options.herdlet_path + ".gz"); gz.ok()) herdlet_gz = std::move(*gz);
+    if (auto gz = ReadFile(options.herdlet_path + ".gz"); gz.ok()) herdlet_gz = std::move(*gz);
   }
 
   std::vector<SshTarget> targets;

@@ -31,17 +31,17 @@ struct AgentInstall {
   // The node's home as a directory of this machine (the local provider's nodes), "" for a remote
   // node. Such a node gets the agent binary put into <host_home>/<remote_dir>/bin/herdlet (a hard
   // link to BootstrapOptions::host_cache_dir's copy, else a copy), as a machine image would carry
-  // it, instead of through ssh (12 MB cost the node's sshd 0.7 CPU seconds on the bench machine);
-  // a changed binary restarts the agent like an upload.
+  // it, instead of through ssh (whose encryption of the whole binary costs the node's sshd CPU on
+  // the same machine); a changed binary restarts the agent like an upload.
   std::string host_home{};
 };
 
 struct BootstrapOptions {
   // Local binary to install (the build's herdlet.upload). Where PATH.gz lies beside it with
   // PATH.gz.sha256 naming this very binary (packaging/compress_upload.cmake), nodes that have gzip
-  // get the compressed copy (5.3 of 12.3 MB) and check the SHA-256 of what they unpacked: 8 nodes
-  // behind a shared 100 Mbit/s link re-bootstrap in 7.1 s instead of 11.1 s (bench/README.md,
-  // seventh round). Nodes with a host_home get a copy instead (AgentInstall).
+  // get the compressed copy (less than half the size) and check the SHA-256 of what they unpacked:
+  // on a shared link the upload is most of a re-bootstrap. Nodes with a host_home get a copy
+  // instead (AgentInstall).
   std::string herdlet_path;
   std::string remote_dir = kDefaultAgentDir;  // relative to the node user's home, or absolute
   // Where the binary for nodes with a host_home is kept once (herdlet-<hash>), each node getting a

@@ -29,10 +29,10 @@ long WholeSeconds(milliseconds d) { return std::max<long>(1, d.count() / 1000); 
 // Shell functions every script shares. D is the agent directory as given (relative to $HOME or
 // absolute). After `enter`, DIR is its absolute path and NEEDLE what herdlet's command line holds
 // (a pid file may name a recycled pid: a process counts only when its command line matches).
-// A process start costs 1-2 ms of CPU on a small VM and a cold launch runs these scripts on every
-// node at once, so they use builtins where one does: `read` instead of cat and sed, variables
-// instead of $(...) (a fork each), `cd -P` instead of pwd -P, `id -u` once and only where systemd
-// runs.
+// A cold launch runs these scripts on every node at once, and each program they start costs more
+// CPU than the builtin doing its work, so they use builtins where one does: `read` instead of cat
+// and sed, variables instead of $(...) (a fork each), `cd -P` instead of pwd -P, `id -u` once and
+// only where systemd runs.
 std::string Prelude(const std::string& remote_dir) {
   std::ostringstream s;
   s << "set -u\n"

@@ -25,7 +25,9 @@
 #include "controller/ssh/subprocess.hpp"
 #include "controller/ssh/tcp_probe.hpp"
 #include "controller/state/herd_home.hpp"
+#include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
+#include "shared/common/unix_time.hpp"
 #include "shared/proto/job_state.hpp"
 
 namespace herd::controller {
@@ -49,16 +51,9 @@ constexpr const char* kSecretsOnStdinEnv = "HERD_MANAGED_SECRETS_ON_STDIN";
 Result<int> SecretsFile(const std::string& json) {
   int fd = ::memfd_create("herd-managed-secrets", MFD_CLOEXEC);
   if (fd < 0) return ErrnoError("cannot hand the secrets to the controller: memfd_create", errno);
-  std::size_t done = 0;
-  while (done < json.size()) {
-    ssize_t n = ::write(fd, json.data() + done, json.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      Status s = ErrnoError("cannot hand the secrets to the controller: write", errno);
-      ::close(fd);
-      return s;
-    }
-    done += static_cast<std::size_t>(n);
+  if (const int err = WriteAll(fd, json); err != 0) {
+    ::close(fd);
+    return ErrnoError("cannot hand the secrets to the controller: write", err);
   }
   return fd;
 }
@@ -85,12 +80,6 @@ Result<std::string> TakeSecretsFromStdin() {
   }
   ::close(null);
   return json;
-}
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 Result<std::unique_ptr<ManagedJobStore>> OpenJobs() {
@@ -138,12 +127,13 @@ std::string AttemptCluster(const ManagedJob& job, int attempt) {
 // The controller process is alive when /proc/PID is this job's `herd jobs _controller ID`.
 bool ControllerAlive(const ManagedJob& job) {
   if (job.controller_pid <= 0) {
-    return NowMs() - job.submitted_unix_ms < std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                 limits::kManagedControllerStartGrace)
-                                                 .count();
+    return NowUnixMs() - job.submitted_unix_ms <
+           std::chrono::duration_cast<std::chrono::milliseconds>(
+               limits::kManagedControllerStartGrace)
+               .count();
   }
-  std::ifstream in("/proc/" + std::to_string(job.controller_pid) + "/cmdline");
-  std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto cmdline = ReadFile("/proc/" + std::to_string(job.controller_pid) + "/cmdline");
+  const std::string cmd = cmdline.ok() ? std::move(cmdline).value() : std::string();
   std::vector<std::string> argv;
   std::string cur;
   for (char c : cmd) {
@@ -162,7 +152,7 @@ bool ControllerAlive(const ManagedJob& job) {
 void JudgeController(ManagedJobStore& store, ManagedJob& job) {
   if (jobs::IsTerminal(job.state) || ControllerAlive(job)) return;
   job.state = ManagedState::kFailedController;
-  job.ended_unix_ms = NowMs();
+  job.ended_unix_ms = NowUnixMs();
   job.message = job.controller_pid > 0 ? "the controller process (pid " +
                                              std::to_string(job.controller_pid) + ") is gone"
                                        : "the controller process never started";
@@ -212,7 +202,7 @@ class Controller {
       job_.attempts.push_back({.attempt = attempt,
                                .cluster = cluster,
                                .cluster_job_id = 0,
-                               .start_unix_ms = NowMs(),
+                               .start_unix_ms = NowUnixMs(),
                                .end_unix_ms = 0,
                                .outcome = "",
                                .reason = ""});
@@ -224,7 +214,7 @@ class Controller {
       std::string why;
       AttemptOutcome outcome = RunAttempt(cluster, attempt, why);
       auto& rec = job_.attempts.back();
-      rec.end_unix_ms = NowMs();
+      rec.end_unix_ms = NowUnixMs();
       rec.outcome = std::string(jobs::OutcomeName(outcome));
       jobs::Decision d = jobs::Decide(outcome, counters, policy, CancelRequested(),
                                       limits::kManagedLaunchAttempts);
@@ -292,7 +282,7 @@ class Controller {
       }
       auto& rec = job_.attempts.empty() ? dummy_ : job_.attempts.back();
       if (rec.end_unix_ms == 0) {
-        rec.end_unix_ms = NowMs();
+        rec.end_unix_ms = NowUnixMs();
         rec.outcome = std::string(jobs::OutcomeName(AttemptOutcome::kCancelled));
         rec.reason = "cancelled by the user";
       }
@@ -300,7 +290,7 @@ class Controller {
     job_.message = reason;
     TearDown(cluster.empty() ? job_.cluster : cluster);
     job_.state = state;
-    job_.ended_unix_ms = NowMs();
+    job_.ended_unix_ms = NowUnixMs();
     Save();
     Log("job ended " + std::string(jobs::StateName(state)) + ": " + job_.message);
     return 0;
@@ -323,7 +313,7 @@ class Controller {
     if (CancelRequested()) return AttemptOutcome::kCancelled;
     job_.state = ManagedState::kRunning;
     job_.message = "";
-    if (job_.started_unix_ms == 0) job_.started_unix_ms = NowMs();
+    if (job_.started_unix_ms == 0) job_.started_unix_ms = NowUnixMs();
     Save();
     if (launched->job_id == 0) return AttemptOutcome::kSucceeded;  // nothing to run
 
@@ -418,7 +408,7 @@ Result<int64_t> LaunchManagedJob(task::Task task, const ManagedLaunchOptions& op
   job.name = task.name;
   job.user = options.user;
   job.state = ManagedState::kPending;
-  job.submitted_unix_ms = NowMs();
+  job.submitted_unix_ms = NowUnixMs();
   job.task_json = jobs::EncodeTask(task);
   job.resources = task::ResourcesSummary(task);
   job.infra = options.infra;
@@ -446,7 +436,7 @@ Result<int64_t> LaunchManagedJob(task::Task task, const ManagedLaunchOptions& op
   }
   if (!pid.ok()) {
     job.state = ManagedState::kFailedController;
-    job.ended_unix_ms = NowMs();
+    job.ended_unix_ms = NowUnixMs();
     job.message = "cannot start the controller: " + pid.status().message();
     (void)store->Put(job);
     return pid.status();
@@ -499,7 +489,7 @@ int RunManagedController(int64_t id) {
   job->controller_pid = ::getpid();
   if (!task.ok()) {
     job->state = ManagedState::kFailedController;
-    job->ended_unix_ms = NowMs();
+    job->ended_unix_ms = NowUnixMs();
     job->message = task.status().message();
     (void)(*store)->Put(*job);
     return 1;
@@ -649,7 +639,7 @@ int CancelManagedJobs(const std::vector<int64_t>& ids, bool all, std::ostream& o
           }
         }
         job->state = ManagedState::kCancelled;
-        job->ended_unix_ms = NowMs();
+        job->ended_unix_ms = NowUnixMs();
         job->message = "cancelled by the user (its controller was gone)";
         (void)(*store)->Put(*job);
       }

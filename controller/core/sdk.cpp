@@ -39,6 +39,7 @@
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
+#include "shared/common/unix_time.hpp"
 #include "shared/tls/certs.hpp"
 
 namespace herd::sdk {
@@ -56,12 +57,6 @@ constexpr int kHeadPort = 46590;
 std::string CurrentUser() {
   if (const char* u = ::getenv("USER"); u && *u) return u;
   return "root";
-}
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 void Report(const ProgressFn& p, const std::string& stage, int done, int total) {
@@ -513,7 +508,7 @@ Result<LaunchResult> Launch(const Task& task, const LaunchOptions& o) {
     c.known_hosts_path = c.state_dir + "/ssh/known_hosts";
     c.control_dir = ControlDirFor(c.state_dir);
     c.head_port = kHeadPort;
-    c.launched_unix_ms = NowMs();
+    c.launched_unix_ms = NowUnixMs();
     c.resources = task::ResourcesSummary(task);
     if (o.num_nodes > 0) {
       c.resources = std::to_string(n) + c.resources.substr(c.resources.find('x'));

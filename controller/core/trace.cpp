@@ -5,14 +5,16 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
 #include <string>
+
+#include "shared/common/file_util.hpp"
 
 namespace herd::controller {
 namespace {
 
-double NowMs(clockid_t clock) {
+// The time of `clock` (the boot clock, this process's CPU time) in ms.
+double ClockMs(clockid_t clock) {
   timespec ts{};
   ::clock_gettime(clock, &ts);
   return static_cast<double>(ts.tv_sec) * 1e3 + static_cast<double>(ts.tv_nsec) / 1e6;
@@ -21,8 +23,9 @@ double NowMs(clockid_t clock) {
 // When the kernel started this process, in CLOCK_BOOTTIME milliseconds (field 22 of
 // /proc/self/stat, in clock ticks); the first mark's time when it cannot be read.
 double ProcessStartMs(double fallback) {
-  std::ifstream in("/proc/self/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto file = ReadFile("/proc/self/stat");
+  if (!file.ok()) return fallback;
+  const std::string& stat = *file;
   auto close = stat.rfind(')');  // the command name may hold spaces
   if (close == std::string::npos) return fallback;
   std::istringstream fields(stat.substr(close + 2));
@@ -45,7 +48,7 @@ struct Tracer {
     const char* env = std::getenv("HERD_TRACE");
     on = env && *env && std::string_view(env) != "0";
     if (!on) return;
-    start = ProcessStartMs(NowMs(CLOCK_BOOTTIME));
+    start = ProcessStartMs(ClockMs(CLOCK_BOOTTIME));
     last = start;
   }
 };
@@ -55,11 +58,11 @@ struct Tracer {
 void TraceMark(std::string_view stage) {
   static Tracer t;
   if (!t.on) return;
-  double now = NowMs(CLOCK_BOOTTIME);
+  double now = ClockMs(CLOCK_BOOTTIME);
   // The process's own CPU time so far (user and system, all threads) at the end of the line.
   std::fprintf(stderr, "herd trace: %7.1f ms (+%6.1f) %.*s [cpu %.1f ms]\n", now - t.start,
                now - t.last, static_cast<int>(stage.size()), stage.data(),
-               NowMs(CLOCK_PROCESS_CPUTIME_ID));
+               ClockMs(CLOCK_PROCESS_CPUTIME_ID));
   t.last = now;
 }
 

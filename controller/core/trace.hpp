@@ -2,8 +2,8 @@
 // milliseconds since the process started (kernel start time of this process, so the exec and the
 // dynamic loader count) and since the previous stage:
 //   herd trace:   12.3 ms (+  1.1) state db open
-// Off (the default) it costs one getenv at the first mark. For finding where a warm `herd exec`
-// spends its time (bench/README.md, "Where a warm herd exec spends its time").
+// Off (the default) it costs one getenv at the first mark. For finding where a command spends its
+// time.
 #pragma once
 
 #include <string_view>

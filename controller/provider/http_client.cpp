@@ -14,9 +14,9 @@ HttpClient::~HttpClient() = default;
 
 namespace {
 
-// libcurl is loaded on the first request, not linked: its shared objects and their dependencies
-// (GnuTLS, Kerberos, LDAP, ... 33 in all on Debian 12) cost every `herd` command about 7 ms at
-// start (bench/README.md, P1), and only the aws provider sends HTTP.
+// libcurl is loaded on the first request, not linked: the loader would map and relocate its shared
+// objects and their dependencies (GnuTLS, Kerberos, LDAP, ... dozens on Debian) at the start of
+// every `herd` command, and only the aws provider sends HTTP.
 struct Curl {
   decltype(&curl_global_init) global_init = nullptr;
   decltype(&curl_easy_init) easy_init = nullptr;

@@ -24,7 +24,6 @@
 #include "controller/provider/user_nodes.hpp"
 #include "controller/ssh/parallel.hpp"
 #include "controller/ssh/ssh_command.hpp"
-#include "controller/ssh/ssh_key.hpp"
 #include "controller/ssh/subprocess.hpp"
 #include "shared/common/agent_layout.hpp"
 #include "shared/common/file_util.hpp"
@@ -34,6 +33,7 @@
 namespace herd::controller {
 namespace {
 
+using node_files::EnsureNodeFiles;
 using node_files::MakeDir;
 using node_files::ReadIfAny;
 using node_files::ReadProc;
@@ -70,9 +70,9 @@ std::string HostVeth(int subnet) { return "herdl" + std::to_string(subnet); }
 // The route to the cluster's subnet through `dev` (from address `src`), as the kernel makes it for
 // the address, with delayed ACKs off. OpenSSH turns Nagle off only for sessions with a pty, so
 // every exchange of a non-interactive session (a connection's key exchange and authentication, a
-// session's open and exit) waited ~40 ms for the peer's delayed ACK: a fresh `ssh node true` took
-// 180 ms here, 96 ms with quickack (bench/README.md, eighth round). Both ends get it: the nodes'
-// routes (node <-> node, node -> this machine) and this machine's (this machine -> node).
+// session's open and exit) would wait for the peer's delayed ACK, most of a fresh `ssh node true`.
+// Both ends get it: the nodes' routes (node <-> node, node -> this machine) and this machine's
+// (this machine -> node).
 std::string QuickAckRoute(int subnet, const std::string& dev, const std::string& src) {
   return "route replace 10.213." + std::to_string(subnet) + ".0/24 dev " + dev +
          " proto kernel scope link src " + src + " quickack 1";
@@ -388,16 +388,16 @@ std::string SshdConfig(const std::string& node) {
          "PasswordAuthentication no\n"
          "KbdInteractiveAuthentication no\n"
          "UsePAM no\n"
-         // OpenSSH 9's default key exchange (sntrup761x25519) costs ~0.3 s of CPU per new
-         // connection on a small VM; these nodes are namespaces of this machine, so the classic
-         // curve25519 exchange loses nothing and every fresh connection is ~10x cheaper.
+         // OpenSSH 9's default key exchange (sntrup761x25519) costs many times the CPU of
+         // curve25519 per new connection; these nodes are namespaces of this machine, so the
+         // classic exchange loses nothing.
          "KexAlgorithms curve25519-sha256,curve25519-sha256@libssh.org\n"
          // AES-GCM runs on AES-NI; clients prefer chacha20-poly1305, which costs more CPU per
          // byte here, where both ends of every transfer (the agent upload) share the machine.
          "Ciphers aes128-gcm@openssh.com,aes256-gcm@openssh.com\n"
          // Written by sshd once its listening socket is bound: the provider waits for this file
          // instead of connecting (a banner probe is a connection: sshd forks and re-executes
-         // itself for it, ~30 ms of CPU per node on the bench machine).
+         // itself for it).
          "PidFile " +
          m + "/" + kSshdListeningFile +
          "\n"
@@ -414,9 +414,9 @@ std::string SshdConfig(const std::string& node) {
 
 // What makes a process the node's sshd: the node's network namespace, a UTS and mount namespace
 // of its own (hostname; /run, /etc/hosts and /root from the node's directory), then sshd. Done
-// with system calls in the new process before the exec (SpawnDetached's before_exec): as
-// `nsenter | unshare | sh -c 'hostname; umount; mount...'` it was ten program starts per node,
-// 0.6 CPU-seconds of a cold 8-node launch on the bench machine.
+// with system calls in the new process before the exec (SpawnDetached's before_exec), not as
+// `nsenter | unshare | sh -c 'hostname; umount; mount...'`: that would be ten program starts per
+// node on the path of every cold launch.
 struct NodeSshd {
   std::string netns_path, hostname, dir, mount_point, hosts, home;
   std::vector<std::string> argv;
@@ -500,25 +500,9 @@ void RemoveAgentCgroups(const std::string& node_dir) {
   }
 }
 
-// Files of one node; the host key is made once and kept (so known_hosts stays valid).
-Status EnsureNodeFiles(const Record& r, const NodeSpec& n, const std::string* public_key) {
-  HERD_RETURN_IF_ERROR(MakeDir(n.dir, 0700));
-  HERD_RETURN_IF_ERROR(MakeDir(n.dir + "/home", 0700));
-  std::string key = n.dir + "/ssh_host_ed25519_key";
-  if (::access(key.c_str(), R_OK) != 0) {
-    std::error_code ec;
-    fs::remove(key + ".pub", ec);
-    HERD_RETURN_IF_ERROR(MakeEd25519KeyPair(key, "herd-host-" + n.name)
-                             .WithContext(n.name + ": making its host key"));
-  }
-  if (public_key != nullptr) {
-    std::string k = *public_key;
-    while (!k.empty() && (k.back() == '\n' || k.back() == '\r')) k.pop_back();
-    HERD_RETURN_IF_ERROR(WriteIfChanged(n.dir + "/authorized_keys", k + "\n", 0600));
-  } else if (::access((n.dir + "/authorized_keys").c_str(), R_OK) != 0) {
-    return FailedPrecondition(n.name + ": no authorized_keys in " + n.dir +
-                              "; provision the cluster again");
-  }
+// Files of one node: those of both modes (EnsureNodeFiles), /etc/hosts and sshd_config.
+Status EnsureNetnsNodeFiles(const Record& r, const NodeSpec& n, const std::string* public_key) {
+  HERD_RETURN_IF_ERROR(EnsureNodeFiles(n.dir, n.name, public_key));
   // Written in place (not renamed) when it changes: a running node has it bind-mounted.
   std::string hosts = HostsFile(r);
   auto old = ReadIfAny(n.dir + "/hosts");
@@ -599,7 +583,7 @@ Result<std::vector<NodeHandle>> BringUp(const Record& r, const std::string& stat
       static_cast<size_t>(r.num_nodes),
       [&](size_t i) -> Status {
         NodeSpec n = Spec(r, state_dir, static_cast<int>(i));
-        HERD_RETURN_IF_ERROR(EnsureNodeFiles(r, n, public_key));
+        HERD_RETURN_IF_ERROR(EnsureNetnsNodeFiles(r, n, public_key));
         return EnsureSshd(n);
       },
       [&](size_t i) { return LocalProvider::NodeName(r.cluster, static_cast<int>(i)); }));

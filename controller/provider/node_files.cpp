@@ -1,10 +1,12 @@
 #include "controller/provider/node_files.hpp"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <filesystem>
 
+#include "controller/ssh/ssh_key.hpp"
 #include "shared/common/file_util.hpp"
 
 namespace herd::controller::node_files {
@@ -38,6 +40,29 @@ Status MakeDir(const std::string& path, mode_t mode) {
 
 Status WriteIfChanged(const std::string& path, const std::string& content, mode_t mode) {
   return herd::WriteFileIfChanged(path, content, mode).status();
+}
+
+Status EnsureNodeFiles(const std::string& dir, const std::string& name,
+                       const std::string* public_key) {
+  HERD_RETURN_IF_ERROR(MakeDir(dir, 0700));
+  HERD_RETURN_IF_ERROR(MakeDir(dir + "/home", 0700));
+  const std::string key = dir + "/ssh_host_ed25519_key";
+  if (::access(key.c_str(), R_OK) != 0) {
+    std::error_code ec;
+    std::filesystem::remove(key + ".pub", ec);
+    HERD_RETURN_IF_ERROR(
+        MakeEd25519KeyPair(key, "herd-host-" + name).WithContext(name + ": making its host key"));
+  }
+  if (public_key != nullptr) {
+    std::string k = *public_key;
+    while (!k.empty() && (k.back() == '\n' || k.back() == '\r')) k.pop_back();
+    return WriteIfChanged(dir + "/authorized_keys", k + "\n", 0600);
+  }
+  if (::access((dir + "/authorized_keys").c_str(), R_OK) != 0) {
+    return FailedPrecondition(name + ": no authorized_keys in " + dir +
+                              "; provision the cluster again");
+  }
+  return Status::Ok();
 }
 
 }  // namespace herd::controller::node_files

@@ -22,4 +22,11 @@ Status MakeDir(const std::string& path, mode_t mode);
 // Rewrites (atomically) only when the content differs, so a repeated Provision changes nothing.
 Status WriteIfChanged(const std::string& path, const std::string& content, mode_t mode);
 
+// The files every local node has in `dir` (0700): home/ (0700), an ed25519 host key, made once
+// and kept so that known_hosts stays valid, and authorized_keys holding public_key. Without a
+// public_key (a node started again), authorized_keys must already be there. `name` is the node's,
+// for the key's comment and for messages.
+Status EnsureNodeFiles(const std::string& dir, const std::string& name,
+                       const std::string* public_key);
+
 }  // namespace herd::controller::node_files

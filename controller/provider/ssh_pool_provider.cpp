@@ -17,7 +17,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -324,11 +323,9 @@ std::string RecordPath(const std::string& state_dir) { return state_dir + "/" + 
 
 Result<std::optional<Record>> ReadRecord(const std::string& state_dir) {
   const std::string path = RecordPath(state_dir);
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return std::optional<Record>();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return IoError("cannot read " + path);
-  std::string text((std::istreambuf_iterator<char>(in)), {});
+  HERD_ASSIGN_OR_RETURN(std::optional<std::string> file, ReadFileIfExists(path));
+  if (!file) return std::optional<Record>();
+  const std::string& text = *file;
   const std::string damaged = path + ": damaged ssh pool record; `herd down` forgets it";
   try {
     YAML::Node root = YAML::Load(text);
@@ -466,17 +463,13 @@ Result<std::vector<SshPool>> ParseSshNodePools(std::string_view text, const std:
 }
 
 Result<SshPool> LoadSshNodePool(const std::string& file, const std::string& pool) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) {
-    int err = errno;
-    if (!fs::exists(file)) {
-      return NotFound("no ssh node pools file at " + file +
-                      " (write the pools there; HERD_HOME sets its directory)");
-    }
-    return ErrnoError("open " + file, err);
+  auto text = ReadFile(file);
+  if (!text.ok() && text.status().code() == Code::kNotFound) {
+    return NotFound("no ssh node pools file at " + file +
+                    " (write the pools there; HERD_HOME sets its directory)");
   }
-  std::string text((std::istreambuf_iterator<char>(in)), {});
-  HERD_ASSIGN_OR_RETURN(std::vector<SshPool> pools, ParseSshNodePools(text, file));
+  if (!text.ok()) return text.status();
+  HERD_ASSIGN_OR_RETURN(std::vector<SshPool> pools, ParseSshNodePools(*text, file));
   std::string names;
   for (auto& p : pools) {
     if (p.name == pool) return std::move(p);

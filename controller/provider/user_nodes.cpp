@@ -25,7 +25,6 @@
 #include "controller/provider/node_files.hpp"
 #include "controller/ssh/parallel.hpp"
 #include "controller/ssh/ssh_command.hpp"
-#include "controller/ssh/ssh_key.hpp"
 #include "controller/ssh/subprocess.hpp"
 #include "controller/ssh/tcp_probe.hpp"
 #include "shared/common/file_util.hpp"
@@ -35,6 +34,7 @@
 namespace herd::controller {
 namespace {
 
+using node_files::EnsureNodeFiles;
 using node_files::MakeDir;
 using node_files::ReadIfAny;
 using node_files::ReadProc;
@@ -407,25 +407,9 @@ std::string SessionScript(const NodeSpec& n) {
          "exec \"${SHELL:-/bin/sh}\" -l\n";
 }
 
-// Files of one node; the host key is made once and kept (so known_hosts stays valid).
-Status EnsureNodeFiles(const NodeSpec& n, const std::string* public_key) {
-  HERD_RETURN_IF_ERROR(MakeDir(n.dir, 0700));
-  HERD_RETURN_IF_ERROR(MakeDir(n.dir + "/home", 0700));
-  std::string key = n.dir + "/ssh_host_ed25519_key";
-  if (::access(key.c_str(), R_OK) != 0) {
-    std::error_code ec;
-    fs::remove(key + ".pub", ec);
-    HERD_RETURN_IF_ERROR(MakeEd25519KeyPair(key, "herd-host-" + n.name)
-                             .WithContext(n.name + ": making its host key"));
-  }
-  if (public_key != nullptr) {
-    std::string k = *public_key;
-    while (!k.empty() && (k.back() == '\n' || k.back() == '\r')) k.pop_back();
-    HERD_RETURN_IF_ERROR(WriteIfChanged(n.dir + "/authorized_keys", k + "\n", 0600));
-  } else if (::access((n.dir + "/authorized_keys").c_str(), R_OK) != 0) {
-    return FailedPrecondition(n.name + ": no authorized_keys in " + n.dir +
-                              "; provision the cluster again");
-  }
+// Files of one node: those of both modes (EnsureNodeFiles) and the session script.
+Status EnsureUserNodeFiles(const NodeSpec& n, const std::string* public_key) {
+  HERD_RETURN_IF_ERROR(EnsureNodeFiles(n.dir, n.name, public_key));
   return WriteIfChanged(n.dir + "/session", SessionScript(n), 0600);
 }
 
@@ -490,7 +474,7 @@ Result<std::vector<NodeHandle>> BringUp(Record r, const std::string& state_dir,
       static_cast<size_t>(r.num_nodes),
       [&](size_t i) -> Status {
         NodeSpec n = Spec(r, state_dir, static_cast<int>(i));
-        HERD_RETURN_IF_ERROR(EnsureNodeFiles(n, public_key));
+        HERD_RETURN_IF_ERROR(EnsureUserNodeFiles(n, public_key));
         return EnsureSshd(n, &ports[i]);
       },
       [&](size_t i) { return NodeName(r.cluster, static_cast<int>(i)); });

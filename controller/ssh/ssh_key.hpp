@@ -1,6 +1,5 @@
 // SSH key pairs made in-process (OpenSSL), in the files ssh-keygen writes: a program start fewer
-// per node on a cold launch (ssh-keygen costs ~20 ms of CPU on the bench VM; the key itself
-// microseconds).
+// per node on a cold launch (starting ssh-keygen costs far more CPU than making the key).
 #pragma once
 
 #include <string>

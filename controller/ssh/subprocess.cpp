@@ -163,7 +163,7 @@ Result<ProcResult> RunProcess(const std::vector<std::string>& argv, std::string_
   const auto deadline = Clock::now() + timeout;
   // posix_spawn, not fork: glibc starts the child with CLONE_VM|CLONE_VFORK, so the controller's
   // page tables (tens of MB mapped, several threads) are not copied and then faulted back in
-  // copy-on-write for every ssh, ip and ssh-keygen (~2.5 ms per start on the bench VM). The child
+  // copy-on-write for every ssh, ip and ssh-keygen the controller starts. The child
   // gets its own process group (kill(-pid) reaches what it starts), SIGPIPE back to default and
   // no blocked signals, and exec's errno comes back as the return value.
   posix_spawn_file_actions_t files;

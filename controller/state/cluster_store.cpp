@@ -79,7 +79,7 @@ Status ClusterStore::Init() {
   HERD_RETURN_IF_ERROR(sqlite::EnableWal(db_, LabelFor(path_)));
   // The -wal and -shm files stay when the last connection closes: otherwise every `herd` command
   // that is alone with the file creates both, sizes and maps the index, checkpoints and deletes
-  // them at exit (bench/README.md, tenth round). Cluster records hold no secret, so what earlier
+  // them at exit. Cluster records hold no secret, so what earlier
   // frames leave in the kept WAL is no more than the database itself holds (unlike the stores of
   // jobs, whose secrets are scrubbed and must not linger in a WAL: job_store_test).
   int persist = 1;

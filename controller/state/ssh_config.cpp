@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <sstream>
 
-#include "controller/state/fs_util.hpp"
 #include "controller/state/herd_home.hpp"
+#include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 
@@ -116,7 +116,7 @@ Status EnsureUserSshInclude() {
     if (!ec) path = target.string();
   }
   HERD_ASSIGN_OR_RETURN(SshConfigEditLock edit_lock, SshConfigEditLock::Acquire());
-  HERD_ASSIGN_OR_RETURN(std::optional<std::string> old, internal::ReadFileIfExists(path));
+  HERD_ASSIGN_OR_RETURN(std::optional<std::string> old, ReadFileIfExists(path));
   const std::string include = SshIncludeLine();
   if (old && HasLine(*old, include)) return Status::Ok();
   unsigned mode = 0600;
@@ -125,7 +125,7 @@ Status EnsureUserSshInclude() {
       "# Added by herd: `ssh <cluster>` and `ssh <cluster>-worker<i>` for herd clusters.\n" +
       include + "\n";
   if (old && !old->empty()) text += "\n" + *old;
-  HERD_RETURN_IF_ERROR(internal::WriteFileAtomic(path, text, mode));
+  HERD_RETURN_IF_ERROR(WriteFileAtomic(path, text, mode));
   HERD_LOG(kInfo) << "added '" << include << "' to " << path;
   return Status::Ok();
 }
@@ -173,8 +173,7 @@ Status WriteSshConfig(const ClusterRecord& c) {
   const std::string dir = HerdHome() + "/ssh";
   if (Status s = EnsureDir(dir, 0700); !s.ok()) return context(s);
   // ssh refuses an included file that others can write; 0600 like ~/.ssh/config.
-  if (Status s = internal::WriteFileAtomic(SshConfigPath(c.name), RenderSshConfig(c), 0600);
-      !s.ok()) {
+  if (Status s = WriteFileAtomic(SshConfigPath(c.name), RenderSshConfig(c), 0600); !s.ok()) {
     return context(s);
   }
   if (Status s = EnsureUserSshInclude(); !s.ok()) return context(s);

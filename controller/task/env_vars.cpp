@@ -1,15 +1,9 @@
 #include "controller/task/env_vars.hpp"
 
 #include <cctype>
-#include <cerrno>
-#include <cstdint>
-#include <cstring>
-
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "controller/task/resource_values.hpp"
+#include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 
 namespace herd::task {
@@ -167,36 +161,14 @@ std::string BytesText(std::size_t bytes) {
 
 Result<std::string> ReadTextFile(const std::string& path, std::size_t max_bytes,
                                  std::string_view limit_text) {
-  // POSIX calls rather than ifstream, so that a directory or an unreadable file gives its errno.
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return IoError("cannot read " + path + ": " + std::strerror(errno));
-  auto too_big = [&](const std::string& size) {
-    ::close(fd);
-    return InvalidArgument(path + ": the file is " + size + "; " + std::string(limit_text));
-  };
-  struct stat st {};
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
-      static_cast<std::uintmax_t>(st.st_size) > max_bytes) {
-    return too_big(std::to_string(st.st_size) + " bytes");
+  auto text = ReadFile(path, max_bytes);
+  if (text.ok()) return text;
+  const Status& s = text.status();
+  if (s.code() == Code::kInvalidArgument) {
+    return InvalidArgument(s.message() + "; " + std::string(limit_text));
   }
-  std::string text;
-  char buf[16384];
-  while (true) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      return IoError("cannot read " + path + ": " + std::strerror(err));
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
-    // A pipe or a file that grew since fstat: never hold more than the limit and a buffer.
-    if (text.size() > max_bytes)
-      return too_big("more than " + std::to_string(max_bytes) + " bytes");
-  }
-  ::close(fd);
-  return text;
+  // kIo for a missing file too: the CLI keeps its not-found exit code for jobs and clusters.
+  return IoError(s.message());
 }
 
 }  // namespace herd::task

@@ -88,8 +88,8 @@ const Resources& PrimaryResources(const Task& task);
 
 // Normalised JSON (boost::json), secrets' values replaced by "<redacted>".
 std::string ToJson(const Task& task);
-// "2x(gpus=L4:4, cpus=4+)" / "1x(cpus=0.5)" style summary for tables. A task that names neither
-// GPUs nor CPUs shows the default demand (limits::kDefaultTaskCpus).
+// proto::ResourcesSummary of the task's first resources choice: "2x(gpus=L4:4, cpus=4+)",
+// "1x(cpus=0.5)", the text the head shows for it in `herd queue`.
 std::string ResourcesSummary(const Task& task);
 // Conversion to the wire form. workdir on the node is "~/sky_workdir" when the task has a
 // workdir, else "".

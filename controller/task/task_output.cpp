@@ -10,6 +10,7 @@
 #include "controller/task/resource_values.hpp"
 #include "controller/task/task.hpp"
 #include "shared/common/limits.hpp"
+#include "shared/proto/resources_summary.hpp"
 
 namespace herd::task {
 namespace {
@@ -63,8 +64,16 @@ boost::json::object MapJson(const std::map<std::string, std::string>& m, bool re
   return o;
 }
 
-std::string AmountText(double value, bool at_least) {
-  return FormatNumber(value) + (at_least ? "+" : "");
+// The request the head schedules by; unset amounts are 0 (the head applies the default demand).
+herd::v1::ResourceRequest ToRequest(const Resources& r) {
+  herd::v1::ResourceRequest req;
+  req.set_cpus(r.cpus.value_or(0));
+  req.set_cpus_at_least(r.cpus_at_least);
+  req.set_memory_gb(r.memory_gb.value_or(0));
+  req.set_memory_at_least(r.memory_at_least);
+  req.set_accelerator(r.accelerator);
+  req.set_accelerator_count(r.accelerator_count);
+  return req;
 }
 
 size_t LineCount(const std::string& script) {
@@ -147,21 +156,7 @@ std::string ToJson(const Task& task) {
 }
 
 std::string ResourcesSummary(const Task& task) {
-  const Resources& r = PrimaryResources(task);
-  std::vector<std::string> parts;
-  if (!r.accelerator.empty()) {
-    parts.push_back("gpus=" + r.accelerator + ":" + FormatNumber(r.accelerator_count));
-  }
-  if (r.cpus) {
-    parts.push_back("cpus=" + AmountText(*r.cpus, r.cpus_at_least));
-  } else if (r.accelerator.empty()) {
-    parts.push_back("cpus=" + FormatNumber(limits::kDefaultTaskCpus));
-  }
-  if (r.memory_gb)
-    parts.push_back("mem=" + FormatNumber(*r.memory_gb) + "GB" + (r.memory_at_least ? "+" : ""));
-  std::string out = std::to_string(task.num_nodes) + "x(";
-  for (size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + parts[i];
-  return out + ")";
+  return proto::ResourcesSummary(ToRequest(PrimaryResources(task)), task.num_nodes);
 }
 
 herd::v1::TaskSpec ToSpec(const Task& task) {
@@ -169,13 +164,7 @@ herd::v1::TaskSpec ToSpec(const Task& task) {
   herd::v1::TaskSpec spec;
   spec.set_name(task.name);
   spec.set_num_nodes(task.num_nodes);
-  herd::v1::ResourceRequest* req = spec.mutable_resources();
-  req->set_cpus(r.cpus.value_or(0));  // 0: the head applies the default demand
-  req->set_cpus_at_least(r.cpus_at_least);
-  req->set_memory_gb(r.memory_gb.value_or(0));
-  req->set_memory_at_least(r.memory_at_least);
-  req->set_accelerator(r.accelerator);
-  req->set_accelerator_count(r.accelerator_count);
+  *spec.mutable_resources() = ToRequest(r);
   for (const auto& [k, v] : task.envs) (*spec.mutable_envs())[k] = v;
   for (const auto& [k, v] : task.secrets) (*spec.mutable_secrets())[k] = v;
   spec.set_setup(task.setup);

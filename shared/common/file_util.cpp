@@ -5,11 +5,33 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 
 namespace herd {
+
+int WriteAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) return EIO;
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return 0;
+}
+
+void SyncParentDir(const std::string& path) {
+  std::filesystem::path target(path);
+  std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
+  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return;
+  ::fsync(dfd);
+  ::close(dfd);
+}
 
 Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode,
                        Durability durability) {
@@ -24,23 +46,14 @@ Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mo
   std::string tmp = (std::filesystem::path(dir) / name).string();
   int fd = ::mkstemp(tmp.data());
   if (fd < 0) return ErrnoError("create temporary file for " + path, errno);
-  auto fail = [&](std::string_view what) {
-    int err = errno;
+  auto fail = [&](std::string_view what, int err) {
     ::close(fd);
     ::unlink(tmp.c_str());
     return ErrnoError(std::string(what) + " " + tmp, err);
   };
-  if (::fchmod(fd, mode) != 0) return fail("fchmod");
-  std::size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail("write");
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (sync && ::fsync(fd) != 0) return fail("fsync");
+  if (::fchmod(fd, mode) != 0) return fail("fchmod", errno);
+  if (int err = WriteAll(fd, data); err != 0) return fail("write", err);
+  if (sync && ::fsync(fd) != 0) return fail("fsync", errno);
   if (::close(fd) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
@@ -52,11 +65,7 @@ Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mo
     return ErrnoError("rename to " + path, err);
   }
   // The rename itself must survive a crash too.
-  int dfd = sync ? ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  if (sync) SyncParentDir(path);
   return Status::Ok();
 }
 
@@ -64,17 +73,11 @@ Status WriteFileSwapped(const std::string& path, std::string_view data, mode_t m
   const std::string next = path + ".next";
   int fd = ::open(next.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, mode);
   if (fd < 0) return ErrnoError("open " + next, errno);
-  bool ok = ::fchmod(fd, mode) == 0;
-  std::size_t done = 0;
-  while (ok && done < data.size()) {
-    ssize_t n = ::pwrite(fd, data.data() + done, data.size() - done, static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-    if (ok) done += static_cast<std::size_t>(n);
-  }
-  ok = ok && ::ftruncate(fd, static_cast<off_t>(data.size())) == 0;
-  const int err = errno;
-  if (::close(fd) != 0 || !ok) return ErrnoError("write " + next, ok ? errno : err);
+  // Over the old content from offset 0, then cut to the new size.
+  int err = ::fchmod(fd, mode) == 0 ? WriteAll(fd, data) : errno;
+  if (err == 0 && ::ftruncate(fd, static_cast<off_t>(data.size())) != 0) err = errno;
+  if (::close(fd) != 0 && err == 0) err = errno;
+  if (err != 0) return ErrnoError("write " + next, err);
   if (::renameat2(AT_FDCWD, next.c_str(), AT_FDCWD, path.c_str(), RENAME_EXCHANGE) == 0) {
     return Status::Ok();
   }
@@ -84,28 +87,47 @@ Status WriteFileSwapped(const std::string& path, std::string_view data, mode_t m
   return WriteFileAtomic(path, data, mode, Durability::kProcessCrash);
 }
 
-Result<std::string> ReadFile(const std::string& path) {
+Result<std::string> ReadFile(const std::string& path, std::size_t max_bytes) {
+  // POSIX calls rather than ifstream, so that a directory or an unreadable file gives its errno.
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int err = errno;
-    if (err == ENOENT) return NotFound("no such file: " + path);
-    return ErrnoError("open " + path, err);
+  auto cannot_read = [&](int err) -> Status {
+    std::string message = "cannot read " + path + ": " + std::strerror(err);
+    return err == ENOENT ? NotFound(std::move(message)) : IoError(std::move(message));
+  };
+  if (fd < 0) return cannot_read(errno);
+  auto too_big = [&](const std::string& size) {
+    ::close(fd);
+    return InvalidArgument(path + ": the file is " + size);
+  };
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+      static_cast<std::uintmax_t>(st.st_size) > max_bytes) {
+    return too_big(std::to_string(st.st_size) + " bytes");
   }
   std::string out;
   char buf[16384];
   while (true) {
     ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      if (errno == EINTR) continue;
       int err = errno;
       ::close(fd);
-      return ErrnoError("read " + path, err);
+      return cannot_read(err);
     }
     if (n == 0) break;
     out.append(buf, static_cast<std::size_t>(n));
+    // A pipe or a file that grew since fstat: never hold more than the limit and a buffer.
+    if (out.size() > max_bytes) return too_big("more than " + std::to_string(max_bytes) + " bytes");
   }
   ::close(fd);
   return out;
+}
+
+Result<std::optional<std::string>> ReadFileIfExists(const std::string& path) {
+  auto text = ReadFile(path);
+  if (text.ok()) return std::optional<std::string>(std::move(text).value());
+  if (text.status().code() == Code::kNotFound) return std::optional<std::string>();
+  return text.status();
 }
 
 Result<bool> WriteFileIfChanged(const std::string& path, std::string_view data, mode_t mode,

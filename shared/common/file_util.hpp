@@ -3,6 +3,9 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
+#include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -26,10 +29,26 @@ Result<bool> WriteFileIfChanged(const std::string& path, std::string_view data, 
 // with path. Readers still see the old or the new file, never half, but no inode is allocated or
 // freed per write: on ext4 without a journal every inode freed in the last minute (six while its
 // block is dirty) is stepped over, one buffer lookup each, by every file creation on the disk, so
-// a file replaced by rename a few times per job made all of a burst's file creations slower
-// (bench/README.md, tenth round). Falls back to WriteFileAtomic where the exchange is refused.
+// a file replaced by rename a few times per job slows down every other file creation of a burst.
+// Falls back to WriteFileAtomic where the exchange is refused.
 Status WriteFileSwapped(const std::string& path, std::string_view data, mode_t mode);
-// The whole file; NotFound when it does not exist.
-Result<std::string> ReadFile(const std::string& path);
+
+// The whole file; NotFound when it does not exist. With max_bytes, a file larger than that is an
+// error (kInvalidArgument, "the file is N bytes" or "more than N bytes" for a pipe or a file that
+// grows while read) and no more than max_bytes and a buffer are ever held. The messages name the
+// path: "cannot read PATH: <strerror>".
+Result<std::string> ReadFile(const std::string& path,
+                             std::size_t max_bytes = std::numeric_limits<std::size_t>::max());
+// The whole file; nullopt when it does not exist.
+Result<std::optional<std::string>> ReadFileIfExists(const std::string& path);
+
+// The parts the writers above share, for writers with a rule of their own (a key linked into place
+// so that the first creator wins, a record written over reserved blocks).
+// Writes all of data at fd's offset, retrying on EINTR: 0, or the errno of the write that failed
+// (ENOSPC, EDQUOT, EIO, ...).
+int WriteAll(int fd, std::string_view data);
+// fsyncs the directory that holds path, so that a rename or link into it survives a power failure.
+// Best effort: a directory that cannot be opened is left as it is.
+void SyncParentDir(const std::string& path);
 
 }  // namespace herd

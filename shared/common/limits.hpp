@@ -34,7 +34,8 @@ inline constexpr std::size_t kMaxQueuedBytesPerPeer = 256u << 20;
 // A client following a job's log with more than this queued gets no more live output; the head
 // serves it from run.log (kLogReplayChunkBytes at a time) once its queue is down to a quarter of
 // this, checking every kSubscriberCatchUpInterval. Far below kMaxQueuedBytesPerPeer, so that a
-// terminal slower than the job's output is not dropped (issue 8 P4: 8 ranks x 32 MiB did).
+// terminal slower than the job's output is not dropped (a few ranks flooding tens of MiB each
+// would fill a peer's whole queue).
 inline constexpr std::size_t kSubscriberLagBytes = 16u << 20;
 inline constexpr Duration kSubscriberCatchUpInterval = 10ms;
 // An agent reads its processes' node-local logs further only while less than this is on its way
@@ -46,8 +47,8 @@ inline constexpr std::size_t kAgentOutputBacklogBytes = 8u << 20;
 // each; above every message the agent, the head, the mux and the CLI handle (kMaxFrameBytes).
 inline constexpr std::size_t kHeapMmapThreshold = 8u << 20;
 // Free memory at the top of the heap kept for reuse, not given back to the kernel. A log flood
-// keeps about kSubscriberLagBytes in flight per client; an idle agent's RSS (issue 8 P6) never
-// grew this far in the first place.
+// keeps about kSubscriberLagBytes in flight per client; an idle agent's heap stays far below it,
+// so keeping this much costs an idle agent nothing.
 inline constexpr std::size_t kHeapTrimThreshold = 32u << 20;
 
 // ---- Connections ------------------------------------------------------------------------------
@@ -106,7 +107,7 @@ inline constexpr Duration kStatusHeadTimeout = 3s;
 // exits after this long with no command connected.
 inline constexpr Duration kMuxIdleExit = 10min;
 // A command waits this long for the mux's MuxReady (a spare connection is handed out at once; a
-// mux with none dials one, ~6-20 ms) before dialling the head itself: a hung mux costs less than a
+// mux with none dials one first) before dialling the head itself: a hung mux costs less than a
 // dial may take (kHandshakeTimeout).
 inline constexpr Duration kMuxReadyTimeout = 2s;
 // After its last command is gone the mux lingers this long for the websocket closes to go out;
@@ -143,7 +144,7 @@ inline constexpr Duration kStepRegisterWait = 2s;
 inline constexpr Duration kSupervisorPollInterval = 100ms;
 // A worker reads a process's log at most this often while output keeps coming (a line after a
 // pause is read at once): a flood is sent in chunks of this much output, not one 4 KiB pty read
-// per message (issue 8 P4, bench/README.md). Adds at most this much to a line's latency.
+// per message. Adds at most this much to a line's latency.
 inline constexpr Duration kOutputCoalesce = 5ms;
 // Exited processes a worker remembers (persisted with its process table) so that the head can
 // still fetch their exit after a reconnect; the oldest jobs' entries are dropped beyond this.
@@ -202,7 +203,8 @@ inline constexpr int kMaxTaskNestingDepth = 100;
 // one path component of at most NAME_MAX (255) bytes with a job id of up to 19 digits. Far
 // above what people name a run (a Kubernetes object name is at most 253, a label 63).
 inline constexpr std::size_t kMaxTaskNameBytes = 200;
-// num_nodes (and --num-nodes): far above any cluster herd has run (bench/fleet: 1000 agents).
+// num_nodes (and --num-nodes): far above the clusters herd is built for (bench/fleet drives a
+// head with a thousand agents).
 inline constexpr int kMaxTaskNodes = 10000;
 // What a submit leaves of a frame for the rest of its envelope (user, task id), and what the head
 // adds when it turns the spec into each node's StartProcess: SKYPILOT_NODE_IPS (an address and a
@@ -289,7 +291,7 @@ inline constexpr Duration kLocalCommandTimeout = 30s;
 // A node's freshly started sshd must be listening within this (well under kSshWaitTotal) ...
 inline constexpr Duration kLocalNodeStartTimeout = 15s;
 // ... which the provider checks this often (sshd's PidFile appearing: a stat and a read, no
-// connection; sshd takes ~10-50 ms to get there).
+// connection, so polling often is cheap and a ready sshd is seen at once).
 inline constexpr Duration kLocalSshdListenPoll = 5ms;
 // Nodes in one local cluster: one /24 per cluster, .254 is the controller's side.
 inline constexpr int kLocalMaxNodes = 200;

@@ -75,11 +75,6 @@ Result<std::string> CommonNameOf(std::string_view cert_pem);
 Result<Role> RoleOf(const ::x509_st* cert);
 Result<std::string> CommonNameOf(const ::x509_st* cert);
 
-// Writes via a temporary file in the same directory, fsync, rename (readers never see half a
-// file) and fsyncs the directory. `mode` is applied before any byte is written.
-using herd::ReadFile;
-using herd::WriteFileAtomic;
-
 // Creates `dir` (0700) with ca.crt, ca.key (0600), client.crt and client.key (0600). Refuses
 // (AlreadyExists) when dir/ca.key exists: replacing a CA would lock out every agent.
 Status InitClusterCerts(const std::string& dir, std::string_view cluster);

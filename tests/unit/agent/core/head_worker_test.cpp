@@ -445,6 +445,7 @@ TEST_CASE("8 GPUs per node: two 4-GPU jobs run at once on disjoint GPUs, an 8-GP
   REQUIRE(queue.ok());
   for (const auto& j : *queue) {
     if (j.job_id() != *b) continue;
+    CHECK(j.resources() == "2x(gpus=H200:4)");  // as `herd status` and `herd check` show it
     REQUIRE(j.rank_gpus_size() == 2);
     CHECK(std::vector<int>(j.rank_gpus(1).indices().begin(), j.rank_gpus(1).indices().end()) ==
           std::vector<int>{4, 5, 6, 7});
