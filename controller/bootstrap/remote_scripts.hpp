@@ -1,5 +1,5 @@
 // The shell commands bootstrap runs on a node, and the reading of their output. Pure functions:
-// the scripts are POSIX sh, tested locally in tests/unit/bootstrap_test.cpp.
+// the scripts are POSIX sh, tested locally in tests/unit/controller/bootstrap/bootstrap_test.cpp.
 //
 // Node layout, under the agent directory D (relative to the login user's home, or absolute):
 //   D/bin/herdlet, D/bin/herdlet-supervise, D/certs/{ca.crt,agent.crt,agent.key}, D/herdlet.yaml,

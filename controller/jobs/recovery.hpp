@@ -1,6 +1,6 @@
 // What a managed job (`herd jobs launch`) does after one attempt ended: a pure function of the
 // attempt's outcome, the counters so far and the task's job_recovery policy, so it is tested
-// without clusters (tests/unit/recovery_test.cpp).
+// without clusters (tests/unit/controller/jobs/recovery_test.cpp).
 #pragma once
 
 #include <string>
