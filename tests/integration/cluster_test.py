@@ -129,6 +129,11 @@ class ClusterTest(HerdEnvTestCase):
         table = self.h.herd("queue", CLUSTER).stdout.decode()
         self.assertRegex(table, r"ID\s+NAME\s+USER\s+SUBMITTED\s+STARTED\s+DURATION\s+RESOURCES"
                                 r"\s+STATUS\s+LOG")
+        # A job's RESOURCES read as `herd check` and `herd status` print a task's.
+        p = self.h.herd("exec", CLUSTER, "--memory", "1+", "--", "true")
+        job = int(re.search(rb"Job submitted, ID: (\d+)", p.stderr).group(1))
+        queue = {j["id"]: j for j in json.loads(self.h.herd("queue", CLUSTER, "-o", "json").stdout)}
+        self.assertEqual(queue[job]["resources"], "1x(cpus=0.5, mem=1GB+)")
         # cancel
         p = self.h.herd("exec", CLUSTER, "-d", "--", "sleep", "300")
         job = int(re.search(rb"Job submitted, ID: (\d+)", p.stderr).group(1))
