@@ -239,31 +239,37 @@ void Head::HandleAgent(const ConnPtr& conn, const AgentToHead& msg) {
     HandleRegister(conn, msg.register_());
     return;
   }
-  auto it = agent_conns_.find(conn.get());
-  if (it == agent_conns_.end()) {
-    HERD_LOG(kError) << "dropping agent " << conn->peer().common_name
-                     << ": message before registration";
-    conn->Close();
-    return;
-  }
-  auto node = nodes_.find(it->second);
-  if (node == nodes_.end() || node->second.conn != conn) return;  // fenced: a stale connection
+  auto node = RegisteredNode(conn);
+  if (node == nodes_.end()) return;
   node->second.last_seen = Clock::now();
   switch (msg.msg_case()) {
     case AgentToHead::kHeartbeat:
       break;
     case AgentToHead::kStarted:
-      if (RunsOn(it->second, msg.started().key())) HandleStarted(msg.started());
+      if (RunsOn(node->first, msg.started().key())) HandleStarted(msg.started());
       break;
     case AgentToHead::kOutput:
-      if (RunsOn(it->second, msg.output().key())) HandleOutput(msg.output());
+      if (RunsOn(node->first, msg.output().key())) HandleOutput(msg.output());
       break;
     case AgentToHead::kExited:
-      if (RunsOn(it->second, msg.exited().key())) HandleExited(msg.exited());
+      if (RunsOn(node->first, msg.exited().key())) HandleExited(msg.exited());
       break;
     default:
       HERD_LOG(kWarn) << "ignoring unknown agent message";
   }
+}
+
+std::map<std::string, Head::NodeEntry>::iterator Head::RegisteredNode(const ConnPtr& conn) {
+  auto it = agent_conns_.find(conn.get());
+  if (it == agent_conns_.end()) {
+    HERD_LOG(kError) << "dropping agent " << conn->peer().common_name
+                     << ": message before registration";
+    conn->Close();
+    return nodes_.end();
+  }
+  auto node = nodes_.find(it->second);
+  if (node == nodes_.end() || node->second.conn != conn) return nodes_.end();  // fenced: stale
+  return node;
 }
 
 bool Head::RunsOn(const std::string& node_id, const ProcessKey& key) {
@@ -572,15 +578,8 @@ void Head::NodeLost(const std::string& node_id) {
 }
 
 void Head::HandleLeaving(const ConnPtr& conn, const Leaving& leaving) {
-  auto it = agent_conns_.find(conn.get());
-  if (it == agent_conns_.end()) {
-    HERD_LOG(kError) << "dropping agent " << conn->peer().common_name
-                     << ": message before registration";
-    conn->Close();
-    return;
-  }
-  auto node = nodes_.find(it->second);
-  if (node == nodes_.end() || node->second.conn != conn) return;  // fenced: a stale connection
+  auto node = RegisteredNode(conn);
+  if (node == nodes_.end()) return;
   NodeEntry& n = node->second;
   n.last_seen = Clock::now();
   n.left = true;

@@ -149,6 +149,9 @@ class Head {
   // Agents.
   void HandleAgent(const ConnPtr& conn, const herd::v1::AgentToHead& msg);
   void HandleRegister(const ConnPtr& conn, const herd::v1::Register& reg);
+  // The node a message's connection registered as; nodes_.end() for a connection that is not (or
+  // no longer) a node's: one that never registered is dropped, a fenced-out one is ignored.
+  std::map<std::string, NodeEntry>::iterator RegisteredNode(const ConnPtr& conn);
   // OK when the peer's certificate proves node node_id of this head's cluster; why not otherwise.
   Status ProvesNode(const transport::PeerIdentity& peer, const std::string& node_id) const;
   // False (and logged) when key names a process of this head that runs on another node than
