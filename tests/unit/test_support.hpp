@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <source_location>
 #include <string>
@@ -95,5 +96,12 @@ class TempHome {
   TempDir dir_;
   ScopedEnv home_, herd_home_;
 };
+
+// The whole of a file, or "" when it cannot be read (tests compare contents, a missing file
+// included).
+inline std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
 
 }  // namespace herd::testing

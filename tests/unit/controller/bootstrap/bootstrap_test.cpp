@@ -35,10 +35,7 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using herd::testing::ReadAll;
 
 void WriteAll(const std::string& path, const std::string& data, fs::perms perms) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << data;

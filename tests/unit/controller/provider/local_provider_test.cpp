@@ -40,10 +40,7 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using herd::testing::ReadAll;
 
 std::string Run(const std::vector<std::string>& argv) {
   auto r = RunProcess(argv, {}, 30s);
