@@ -45,6 +45,7 @@
 
 #include "controller/core/head_client.hpp"
 #include "herd/v1/agent.pb.h"
+#include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/proto/frame.hpp"
 #include "shared/tls/certs.hpp"

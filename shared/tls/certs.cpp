@@ -1,5 +1,7 @@
 #include "shared/tls/certs.hpp"
 
+#include "shared/common/file_util.hpp"
+
 #include <fcntl.h>
 #include <openssl/bio.h>
 #include <openssl/bn.h>

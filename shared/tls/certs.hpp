@@ -10,7 +10,6 @@
 #include <string_view>
 #include <vector>
 
-#include "shared/common/file_util.hpp"
 #include "shared/common/status.hpp"
 #include "shared/tls/roles.hpp"
 

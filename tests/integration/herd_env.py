@@ -182,10 +182,11 @@ def pids_by_cmdline(match):
 
 
 def wait_for(cond, timeout=20):
-    """Polls cond every 50 ms for up to timeout seconds; its last answer."""
+    """Polls cond every 50 ms for up to timeout seconds; its first true answer, or its last."""
     end = time.time() + timeout
     while time.time() < end:
-        if cond():
-            return True
+        got = cond()
+        if got:
+            return got
         time.sleep(0.05)
     return cond()

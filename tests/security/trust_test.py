@@ -13,12 +13,12 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 sys.path.insert(0, HERE)
+import herd_env  # noqa: E402
 import wsprobe  # noqa: E402
 from loopback_cluster import HERD, HERDLET, LoopbackCluster, run  # noqa: E402
 
@@ -35,13 +35,11 @@ def read(path):
 
 
 def wait_for(what, fn, timeout=20):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    """herd_env.wait_for, failing the test with what it waited for."""
+    got = herd_env.wait_for(fn, timeout)
+    if not got:
+        raise AssertionError(f"timed out waiting for {what}")
+    return got
 
 
 class TrustTest(unittest.TestCase):

@@ -1,4 +1,5 @@
 #include "shared/tls/certs.hpp"
+#include "shared/common/file_util.hpp"
 #include "tests/unit/test_support.hpp"
 
 #include <doctest/doctest.h>
