@@ -25,21 +25,50 @@ struct HeadEndpoint {
   std::string mux_socket = "";
 };
 
-class HeadClient {
+// What the cluster operations (controller/ops) and the CLI ask of a head: the seam that unit tests
+// fake (tests/fakes/fake_head.hpp). HeadClient is the real one.
+class HeadApi {
  public:
-  static Result<std::unique_ptr<HeadClient>> Connect(const HeadEndpoint& endpoint);
-  ~HeadClient();
+  virtual ~HeadApi() = default;
+
+  struct StreamCallbacks {
+    std::function<void(std::string_view bytes)> on_data;      // run.log bytes, in order
+    std::function<void(const herd::v1::JobInfo&)> on_status;  // every state change
+    std::function<bool()> interrupted;                        // polled; true stops streaming
+    // Asked while redialing a dropped head, once it has been gone for limits::kNodeLostAfter:
+    // true (the head's machine is gone too) ends the wait at once, as if the reconnect window
+    // had run out. Unset: the whole window is waited.
+    std::function<bool()> head_node_lost;
+  };
 
   // task_id/attempt: a managed job's SKYPILOT_TASK_ID and attempt number (SubmitJob in
   // client.proto); empty/0 for an ordinary job.
-  Result<int64_t> Submit(const herd::v1::TaskSpec& task, const std::string& user,
-                         const std::string& task_id = "", int attempt = 0);
+  virtual Result<int64_t> Submit(const herd::v1::TaskSpec& task, const std::string& user,
+                                 const std::string& task_id = "", int attempt = 0) = 0;
   // Newest first; older_left_out (optional) gets how many older jobs the reply left out.
+  virtual Result<std::vector<herd::v1::JobInfo>> Queue(bool skip_finished,
+                                                       int64_t* older_left_out = nullptr) = 0;
+  virtual Result<std::vector<int64_t>> Cancel(const std::vector<int64_t>& job_ids, bool all) = 0;
+  virtual Result<herd::v1::NodesReply> Nodes() = 0;
+  virtual Status SetAutostop(int idle_minutes, bool down, const std::string& command) = 0;
+  // Streams the merged log of job_id (0: the latest job) from offset. With follow, returns when the
+  // job ended (after its last byte) or interrupted() turned true. Returns the last JobInfo seen.
+  virtual Result<herd::v1::JobInfo> Stream(int64_t job_id, uint64_t offset, bool follow,
+                                           const StreamCallbacks& callbacks) = 0;
+};
+
+class HeadClient final : public HeadApi {
+ public:
+  static Result<std::unique_ptr<HeadClient>> Connect(const HeadEndpoint& endpoint);
+  ~HeadClient() override;
+
+  Result<int64_t> Submit(const herd::v1::TaskSpec& task, const std::string& user,
+                         const std::string& task_id = "", int attempt = 0) override;
   Result<std::vector<herd::v1::JobInfo>> Queue(bool skip_finished,
-                                               int64_t* older_left_out = nullptr);
-  Result<std::vector<int64_t>> Cancel(const std::vector<int64_t>& job_ids, bool all);
-  Result<herd::v1::NodesReply> Nodes();
-  Status SetAutostop(int idle_minutes, bool down, const std::string& command);
+                                               int64_t* older_left_out = nullptr) override;
+  Result<std::vector<int64_t>> Cancel(const std::vector<int64_t>& job_ids, bool all) override;
+  Result<herd::v1::NodesReply> Nodes() override;
+  Status SetAutostop(int idle_minutes, bool down, const std::string& command) override;
   // Runs when the client is destroyed (e.g. to cancel the SSH port-forward it came through).
   void SetCleanup(std::function<void()> cleanup) { cleanup_ = std::move(cleanup); }
   // Where to redial after a dropped connection (Stream's reconnect); by default the endpoint it
@@ -53,15 +82,6 @@ class HeadClient {
   // The last (re)connection went through the cluster's mux.
   bool via_mux() const { return via_mux_; }
 
-  struct StreamCallbacks {
-    std::function<void(std::string_view bytes)> on_data;      // run.log bytes, in order
-    std::function<void(const herd::v1::JobInfo&)> on_status;  // every state change
-    std::function<bool()> interrupted;                        // polled; true stops streaming
-    // Asked while redialing a dropped head, once it has been gone for limits::kNodeLostAfter:
-    // true (the head's machine is gone too) ends the wait at once, as if the reconnect window
-    // had run out. Unset: the whole window is waited.
-    std::function<bool()> head_node_lost;
-  };
   // Streams the merged log of job_id (0: the latest job) from offset. With follow, returns when the
   // job ended (after its last byte) or interrupted() turned true; a dropped connection is redialed
   // and the stream resumed from the last byte received, for up to limits::kClientReconnectWindow
@@ -69,7 +89,7 @@ class HeadClient {
   // being taken down: then Cancelled("cluster ... was taken down ... while job N was running").
   // Returns the last JobInfo seen.
   Result<herd::v1::JobInfo> Stream(int64_t job_id, uint64_t offset, bool follow,
-                                   const StreamCallbacks& callbacks);
+                                   const StreamCallbacks& callbacks) override;
 
  private:
   explicit HeadClient(HeadEndpoint endpoint);

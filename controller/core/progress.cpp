@@ -14,7 +14,7 @@ Progress::Progress(bool quiet) : quiet_(quiet) {
           !(term && std::strcmp(term, "dumb") == 0);
 }
 
-sdk::ProgressFn Progress::Callback() {
+ProgressFn Progress::Callback() {
   return [this](const std::string& stage, int done, int total) { Report(stage, done, total); };
 }
 

@@ -3,17 +3,19 @@
 // parallel fan-out threads.
 #pragma once
 
+#include <functional>
 #include <mutex>
 #include <string>
 
-#include "controller/core/sdk.hpp"
-
 namespace herd::controller {
+
+// Stage reports of long operations ("Provisioning 3 node(s)", "Agents 2/3 ready").
+using ProgressFn = std::function<void(const std::string& stage, int done, int total)>;
 
 class Progress {
  public:
   explicit Progress(bool quiet);
-  sdk::ProgressFn Callback();
+  ProgressFn Callback();
   // Ends an open spinner line.
   void Done();
 

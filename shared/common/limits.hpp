@@ -241,6 +241,8 @@ inline constexpr int kSshMaxParallel = 32;
 inline constexpr int kFdsPerSshChild = 8;
 // The agent must register with the head within this after it was (re)started.
 inline constexpr Duration kAgentRegisterTimeout = 60s;
+// How often a launch asks the head how many agents registered while it waits for them.
+inline constexpr Duration kAgentRegisterPoll = 200ms;
 // One `ssh true` readiness probe (or `ssh -O` control command): TCP connect (kSshConnectTimeout)
 // plus key exchange and authentication, so a little more than the connect timeout.
 inline constexpr Duration kSshProbeCommandTimeout = kSshConnectTimeout + 10s;

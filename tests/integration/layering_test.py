@@ -100,7 +100,7 @@ class LayeringTest(unittest.TestCase):
                     f.write(text)
             write("agent/sched/CMakeLists.txt", "add_library(herd_sched s.cpp)\n")
             write("agent/sched/s.cpp", '#include "shared/sched/feasibility.hpp"\n'
-                  '#include "controller/core/sdk.hpp"\n')
+                  '#include "controller/ops/cluster_ops.hpp"\n')
             write("controller/core/CMakeLists.txt",
                   "add_library(herd_cc sdk.cpp)\ntarget_link_libraries(herd_cc PUBLIC\n"
                   "  herd_feasibility\n  herd_sched)\n"
@@ -113,7 +113,7 @@ class LayeringTest(unittest.TestCase):
             found = violations(tmp)
             self.assertEqual(found, [
                 'controller/core/sdk.cpp:2: controller/ includes "agent/sched/s.hpp"',
-                'agent/sched/s.cpp:2: agent/ includes "controller/core/sdk.hpp"',
+                'agent/sched/s.cpp:2: agent/ includes "controller/ops/cluster_ops.hpp"',
                 'shared/sched/f.cpp:1: shared/ includes "agent/sched/scheduler.hpp"',
                 "controller/core/CMakeLists.txt: herd_cc (controller/) links herd_sched (agent/)",
             ])

@@ -1,1 +1,1 @@
-#include "controller/core/sdk.hpp"  // must not be found: the agent does not see controller/
+#include "controller/ops/cluster_ops.hpp"  // must not be found: the agent does not see controller/

@@ -10,7 +10,7 @@ BUILD = sys.argv.pop(1) if len(sys.argv) > 1 else "build"
 
 FORBIDDEN = {
     "controller_includes_agent": "agent/core/head.hpp",
-    "agent_includes_controller": "controller/core/sdk.hpp",
+    "agent_includes_controller": "controller/ops/cluster_ops.hpp",
     "shared_includes_agent": "agent/sched/scheduler.hpp",
 }
 

@@ -1,48 +1,39 @@
-#include "controller/core/sdk.hpp"
+#include "controller/ops/cluster_ops.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <set>
-#include <thread>
 
 #include "controller/bootstrap/agent_bootstrap.hpp"
 #include "controller/bootstrap/remote_scripts.hpp"
-#include "controller/bootstrap/sha256.hpp"
 #include "controller/core/mux.hpp"
 #include "controller/core/trace.hpp"
-#include "controller/provider/aws_provider.hpp"
-#include "controller/provider/local_provider.hpp"
-#include "controller/provider/ssh_pool_provider.hpp"
-#include "controller/ssh/kept_forward.hpp"
+#include "controller/ops/agent_install.hpp"
+#include "controller/ops/node_targets.hpp"
 #include "controller/ssh/parallel.hpp"
 #include "controller/ssh/ssh_command.hpp"
 #include "controller/ssh/ssh_key.hpp"
-#include "controller/ssh/ssh_runner.hpp"
 #include "controller/ssh/subprocess.hpp"
 #include "controller/state/cluster_lock.hpp"
-#include "controller/state/cluster_store.hpp"
 #include "controller/state/herd_home.hpp"
 #include "controller/state/ssh_config.hpp"
 #include "shared/common/agent_layout.hpp"
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
-#include "shared/common/unix_time.hpp"
 #include "shared/tls/certs.hpp"
 
-namespace herd::sdk {
+namespace herd::ops {
 
 namespace fs = std::filesystem;
 using namespace herd::controller;
@@ -54,41 +45,8 @@ namespace {
 // port serves every cluster; the controller reaches it through an SSH forward, never directly.
 constexpr int kHeadPort = 46590;
 
-std::string CurrentUser() {
-  if (const char* u = ::getenv("USER"); u && *u) return u;
-  return "root";
-}
-
 void Report(const ProgressFn& p, const std::string& stage, int done, int total) {
   if (p) p(stage, done, total);
-}
-
-Result<std::unique_ptr<ClusterStore>> OpenStore() { return ClusterStore::Open(StateDbPath()); }
-
-// What `herd down` and `herd stop` write into the cluster's lock while they hold it
-// (ClusterLock::HeldFor): a follower that lost its head reads it to stop redialing at once.
-constexpr char kDownLockWhat[] = "herd down";
-constexpr char kStopLockWhat[] = "herd stop";
-
-// Why a stream of cluster `c` that lost its head should not redial: a `herd down` or `herd stop`
-// of the cluster is running (both take the cluster's lock before they stop its mux, close its
-// ControlMasters or remove its nodes, and hold it until they are done), or has finished (the
-// record is gone, STOPPED, or another cluster of the same name was launched since). Ok when none
-// of these holds or cannot be read: a head that restarts is redialed as always.
-herd::Status WhyClusterGone(const ClusterRecord& c) {
-  const std::string down = "cluster " + c.name + " was taken down (`herd down`)";
-  const std::string stop = "cluster " + c.name + " was stopped (`herd stop`)";
-  if (auto what = ClusterLock::HeldFor(c.name)) {
-    if (*what == kDownLockWhat) return Cancelled(down);
-    if (*what == kStopLockWhat) return Cancelled(stop);
-  }
-  auto store = OpenStore();
-  if (!store.ok()) return herd::Status::Ok();
-  auto now = (*store)->Get(c.name);
-  if (!now.ok()) return herd::Status::Ok();
-  if (!now->has_value() || (*now)->launched_unix_ms != c.launched_unix_ms) return Cancelled(down);
-  if ((*now)->status == ClusterStatus::kStopped) return Cancelled(stop);
-  return herd::Status::Ok();
 }
 
 Result<ClusterRecord> Lookup(ClusterStore& store, const std::string& name) {
@@ -103,58 +61,6 @@ Result<ClusterRecord> Lookup(ClusterStore& store, const std::string& name) {
 
 bool IsAws(const std::string& infra) { return infra == "aws" || infra.rfind("aws/", 0) == 0; }
 
-// `res` (the task's resources) only matters for a provider that makes machines to fit them.
-Result<std::unique_ptr<Provider>> MakeProvider(const std::string& infra,
-                                               const Resources* res = nullptr) {
-  if (infra.empty() || infra == "local") return std::unique_ptr<Provider>(new LocalProvider());
-  if (infra.rfind("ssh/", 0) == 0 && infra.size() > 4) {
-    return std::unique_ptr<Provider>(new SshPoolProvider(infra.substr(4)));
-  }
-  if (IsAws(infra)) {
-    HERD_ASSIGN_OR_RETURN(AwsLaunchSpec spec, ParseAwsInfra(infra));
-    if (res != nullptr) {
-      spec.demand = {res->accelerator,   res->accelerator_count, res->cpus,
-                     res->cpus_at_least, res->memory_gb,         res->memory_at_least};
-      spec.instance_type = res->instance_type;
-      spec.use_spot = res->use_spot;
-      spec.disk_size_gb = res->disk_size;
-    }
-    // Each zone tried is printed on its own line, also over a live progress line.
-    auto note = [](const std::string& line) {
-      std::fprintf(stderr, "%s%s\n", ::isatty(STDERR_FILENO) ? "\r\033[K" : "", line.c_str());
-      std::fflush(stderr);
-    };
-    return std::unique_ptr<Provider>(
-        new AwsProvider(std::move(spec), nullptr, SystemGetenv, "", note));
-  }
-  return InvalidArgument("infra '" + infra +
-                         "' is not available: herd provides 'local', 'ssh/<pool>' and "
-                         "'aws[/REGION[/ZONE]]'");
-}
-
-// Where the other nodes (and the head's forward) reach a node.
-const std::string& InternalIp(const NodeRecord& n) {
-  return n.internal_ip.empty() ? n.ip : n.internal_ip;
-}
-
-SshTarget TargetOf(const ClusterRecord& c, const NodeRecord& n) {
-  SshTarget t;
-  t.host = n.ip;
-  t.port = n.ssh_port;
-  t.user = n.ssh_user;
-  t.identity_file = n.identity_file.empty() ? c.ssh_key_path : n.identity_file;
-  t.known_hosts_file = c.known_hosts_path;
-  t.control_dir = c.control_dir;
-  t.name = n.name;
-  return t;
-}
-
-std::vector<SshTarget> TargetsOf(const ClusterRecord& c) {
-  std::vector<SshTarget> out;
-  for (const auto& n : c.nodes) out.push_back(TargetOf(c, n));
-  return out;
-}
-
 // ControlPath sockets must fit sun_path: keep the directory short and per cluster.
 std::string ControlDirFor(const std::string& state_dir) {
   std::size_t h = std::hash<std::string>{}(state_dir);
@@ -164,196 +70,11 @@ std::string ControlDirFor(const std::string& state_dir) {
   return buf;
 }
 
-herd::Status MakeClusterKey(const std::string& key_path) {
-  if (fs::exists(key_path)) return herd::Status::Ok();
+Status MakeClusterKey(const std::string& key_path) {
+  if (fs::exists(key_path)) return Status::Ok();
   HERD_RETURN_IF_ERROR(EnsureDir(fs::path(key_path).parent_path().string()));
   HERD_RETURN_IF_ERROR(MakeEd25519KeyPair(key_path, "herd-cluster"));
-  return herd::Status::Ok();
-}
-
-std::string AgentConfigYaml(const ClusterRecord& c, std::size_t i) {
-  const NodeRecord& n = c.nodes[i];
-  const NodeRecord* head = HeadNode(c);
-  std::string y;
-  y += "role: " + std::string(n.is_head ? "head" : "worker") + "\n";
-  y += "cluster: " + c.name + "\n";
-  y += "node_id: " + n.name + "\n";
-  y += "address: " + InternalIp(n) + "\n";
-  if (n.is_head) {
-    y += "listen: " + InternalIp(n) + ":" + std::to_string(c.head_port) + "\n";
-    y += "expected_nodes: " + std::to_string(c.nodes.size()) + "\n";
-  } else {
-    y += "head: " + InternalIp(*head) + ":" + std::to_string(c.head_port) + "\n";
-    y += "head_node: " + head->name + "\n";
-  }
-  y += "certs: certs\nstate_dir: state\nready_file: " + std::string(kRemoteReadyFile) +
-       "\ncloud: " + c.provider + "\n";
-  return y;
-}
-
-// Issues missing agent certificates (the CA key stays here) and installs/starts the agents.
-Result<BootstrapResult> BootstrapCluster(SshRunner& ssh, const ClusterRecord& c,
-                                         const ProgressFn& progress) {
-  HERD_ASSIGN_OR_RETURN(std::string herdlet, HerdletBinary());
-  std::vector<AgentInstall> installs;
-  for (std::size_t i = 0; i < c.nodes.size(); ++i) {
-    const NodeRecord& n = c.nodes[i];
-    std::string dir = c.state_dir + "/nodes/" + n.name + "/certs";
-    // A missing certificate, or one that does not prove this node (an older herd's): its head
-    // would refuse the agent.
-    if (!tls::AgentCertsProve(c.certs_dir, n.name, dir)) {
-      HERD_RETURN_IF_ERROR(tls::IssueAgentCerts(c.certs_dir, n.name, {InternalIp(n)}, dir));
-    }
-    AgentInstall a;
-    a.target = TargetOf(c, n);
-    a.node_name = n.name;
-    a.agent_config_yaml = AgentConfigYaml(c, i);
-    a.certs_dir = dir;
-    a.host_home = n.host_home;
-    installs.push_back(std::move(a));
-  }
-  Report(progress, "Bootstrapping agents", 0, static_cast<int>(c.nodes.size()));
-  BootstrapOptions opts;
-  opts.herdlet_path = herdlet;
-  opts.host_cache_dir = c.state_dir;
-  HERD_ASSIGN_OR_RETURN(auto result, BootstrapAgents(ssh, installs, opts));
-  Report(progress, "Bootstrapping agents", static_cast<int>(c.nodes.size()),
-         static_cast<int>(c.nodes.size()));
-  return result;
-}
-
-// What BootstrapCluster would install on c, as one hash: the local herdlet file's identity
-// (device, inode, size, modification time: a rebuilt or replaced binary changes it), the remote
-// directory, and every node's agent config and certificates. Fails while a node has no
-// certificates yet.
-Result<std::string> AgentStamp(const ClusterRecord& c) {
-  HERD_ASSIGN_OR_RETURN(std::string herdlet, HerdletBinary());
-  struct stat st {};
-  if (::stat(herdlet.c_str(), &st) != 0) return ErrnoError("stat " + herdlet, errno);
-  std::string all = herdlet + "\n" + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino) +
-                    ":" + std::to_string(st.st_size) + ":" + std::to_string(st.st_mtim.tv_sec) +
-                    "." + std::to_string(st.st_mtim.tv_nsec) + "\n" +
-                    BootstrapOptions{}.remote_dir + "\n";
-  for (std::size_t i = 0; i < c.nodes.size(); ++i) {
-    all += AgentConfigYaml(c, i);
-    const std::string dir = c.state_dir + "/nodes/" + c.nodes[i].name + "/certs/";
-    for (const char* f : {"ca.crt", "agent.crt", "agent.key"}) {
-      HERD_ASSIGN_OR_RETURN(std::string data, ReadFile(dir + f));
-      all += Sha256Hex(data) + "\n";
-    }
-  }
-  return Sha256Hex(all);
-}
-
-// A connection to the head if every node of c is registered and alive there; null otherwise.
-std::unique_ptr<HeadClient> ConnectIfAllAgentsAlive(const ClusterRecord& c) {
-  auto client = ConnectHead(c);
-  if (!client.ok()) return nullptr;
-  auto nodes = (*client)->Nodes();
-  if (!nodes.ok()) return nullptr;
-  std::set<std::string> alive;
-  for (int i = 0; i < nodes->nodes_size(); ++i) {
-    if (nodes->alive(i)) alive.insert(nodes->nodes(i).node_id());
-  }
-  for (const auto& n : c.nodes) {
-    if (!alive.count(n.name)) return nullptr;
-  }
-  return std::move(client).value();
-}
-
-herd::Status WaitSsh(SshRunner& ssh, const ClusterRecord& c, const ProgressFn& progress) {
-  auto targets = TargetsOf(c);
-  std::atomic<int> ready{0};
-  int total = static_cast<int>(targets.size());
-  Report(progress, "Waiting for SSH", 0, total);
-  return ForEachParallel(
-      targets.size(),
-      [&](std::size_t i) -> herd::Status {
-        HERD_RETURN_IF_ERROR(ssh.WaitReady(targets[i], limits::kSshWaitTotal));
-        Report(progress, "Waiting for SSH", ++ready, total);
-        return herd::Status::Ok();
-      },
-      [&](std::size_t i) { return DescribeTarget(targets[i]); });
-}
-
-herd::Status WaitAgents(const ClusterRecord& c, const ProgressFn& progress) {
-  auto deadline = std::chrono::steady_clock::now() + limits::kAgentRegisterTimeout;
-  int total = static_cast<int>(c.nodes.size());
-  herd::Status last = Unavailable("no answer yet");
-  while (std::chrono::steady_clock::now() < deadline) {
-    auto client = ConnectHead(c);
-    if (client.ok()) {
-      auto nodes = (*client)->Nodes();
-      if (nodes.ok()) {
-        int alive = 0;
-        std::set<std::string> up;
-        for (int i = 0; i < nodes->nodes_size(); ++i) {
-          if (nodes->alive(i)) {
-            ++alive;
-            up.insert(nodes->nodes(i).node_id());
-          }
-        }
-        Report(progress, "Agents registered", alive, total);
-        if (alive >= total) return herd::Status::Ok();
-        std::string missing;
-        for (const auto& n : c.nodes) {
-          if (!up.count(n.name))
-            missing += (missing.empty() ? "" : ", ") + n.name + " (" + n.ip + ")";
-        }
-        last = Unavailable(std::to_string(alive) + " of " + std::to_string(total) +
-                           " agents registered; not registered: " + missing +
-                           " (its log: ~/.herd/agent/herdlet.log on the node)");
-      } else {
-        last = nodes.status();
-      }
-    } else {
-      last = client.status();
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
-  return last.WithContext("cluster " + c.name + ": agents did not come up within " +
-                          FormatSeconds(limits::kAgentRegisterTimeout));
-}
-
-// workdir -> ~/sky_workdir on every node (honouring .gitignore), and, on launch, file_mounts.
-herd::Status SyncFiles(SshRunner& ssh, const ClusterRecord& c, const Task& task, bool mounts,
-                       const ProgressFn& progress) {
-  auto targets = TargetsOf(c);
-  if (!task.workdir.empty()) {
-    if (!fs::is_directory(task.workdir)) {
-      return InvalidArgument("workdir: " + task.workdir + " is not a directory");
-    }
-    Report(progress, "Syncing workdir " + task.workdir, 0, static_cast<int>(targets.size()));
-    std::string src = fs::absolute(task.workdir).string() + "/";
-    HERD_RETURN_IF_ERROR(ForEachParallel(
-        targets.size(),
-        [&](std::size_t i) {
-          return ssh.Rsync(targets[i], src, "sky_workdir/", true, limits::kSshWaitTotal);
-        },
-        [&](std::size_t i) { return DescribeTarget(targets[i]); }));
-  }
-  if (mounts) {
-    for (const auto& [remote, local] : task.file_mounts) {
-      if (!fs::exists(local))
-        return InvalidArgument("file_mounts." + remote + ": " + local + " does not exist");
-      std::string dst = remote.rfind("~/", 0) == 0 ? remote.substr(2) : remote;
-      bool dir = fs::is_directory(local);
-      std::string src = fs::absolute(local).string() + (dir ? "/" : "");
-      std::string parent = dir ? dst : fs::path(dst).parent_path().string();
-      HERD_RETURN_IF_ERROR(ForEachParallel(
-          targets.size(),
-          [&](std::size_t i) -> herd::Status {
-            if (!parent.empty()) {
-              HERD_ASSIGN_OR_RETURN(auto r, ssh.Run(targets[i], "mkdir -p '" + parent + "'",
-                                                    limits::kSshConnectTimeout));
-              if (r.exit_code != 0) return IoError("mkdir " + parent + ": " + r.err);
-            }
-            return ssh.Rsync(targets[i], src, dir ? dst + "/" : dst, false, limits::kSshWaitTotal);
-          },
-          [&](std::size_t i) { return DescribeTarget(targets[i]); }));
-    }
-  }
-  return herd::Status::Ok();
+  return Status::Ok();
 }
 
 std::string AnchorPidFile(const ClusterRecord& c) { return c.state_dir + "/ns-anchor.pid"; }
@@ -386,105 +107,160 @@ void KillNamespaceAnchor(const ClusterRecord& c) {
   if (in >> pid && AnchorAlive(pid)) ::kill(pid, SIGKILL);
 }
 
+}  // namespace
+
+ClusterOps::ClusterOps(ClusterOpsParts parts) : parts_(std::move(parts)) {}
+
+// A connection to the head if every node of c is registered and alive there; null otherwise.
+std::unique_ptr<HeadApi> ClusterOps::ConnectIfAllAgentsAlive(const ClusterRecord& c) {
+  auto client = ConnectHead(c);
+  if (!client.ok()) return nullptr;
+  auto nodes = (*client)->Nodes();
+  if (!nodes.ok()) return nullptr;
+  std::set<std::string> alive;
+  for (int i = 0; i < nodes->nodes_size(); ++i) {
+    if (nodes->alive(i)) alive.insert(nodes->nodes(i).node_id());
+  }
+  for (const auto& n : c.nodes) {
+    if (!alive.count(n.name)) return nullptr;
+  }
+  return std::move(client).value();
+}
+
+Status ClusterOps::WaitSsh(const ClusterRecord& c, const ProgressFn& progress) {
+  auto targets = TargetsOf(c);
+  std::atomic<int> ready{0};
+  int total = static_cast<int>(targets.size());
+  Report(progress, "Waiting for SSH", 0, total);
+  return ForEachParallel(
+      targets.size(),
+      [&](std::size_t i) -> Status {
+        HERD_RETURN_IF_ERROR(parts_.ssh->WaitReady(targets[i], limits::kSshWaitTotal));
+        Report(progress, "Waiting for SSH", ++ready, total);
+        return Status::Ok();
+      },
+      [&](std::size_t i) { return DescribeTarget(targets[i]); });
+}
+
+Status ClusterOps::WaitAgents(const ClusterRecord& c, const ProgressFn& progress) {
+  const auto deadline = parts_.clock->Now() + limits::kAgentRegisterTimeout;
+  int total = static_cast<int>(c.nodes.size());
+  Status last = Unavailable("no answer yet");
+  while (parts_.clock->Now() < deadline) {
+    auto client = ConnectHead(c);
+    if (client.ok()) {
+      auto nodes = (*client)->Nodes();
+      if (nodes.ok()) {
+        int alive = 0;
+        std::set<std::string> up;
+        for (int i = 0; i < nodes->nodes_size(); ++i) {
+          if (nodes->alive(i)) {
+            ++alive;
+            up.insert(nodes->nodes(i).node_id());
+          }
+        }
+        Report(progress, "Agents registered", alive, total);
+        if (alive >= total) return Status::Ok();
+        std::string missing;
+        for (const auto& n : c.nodes) {
+          if (!up.count(n.name))
+            missing += (missing.empty() ? "" : ", ") + n.name + " (" + n.ip + ")";
+        }
+        last = Unavailable(std::to_string(alive) + " of " + std::to_string(total) +
+                           " agents registered; not registered: " + missing +
+                           " (its log: ~/.herd/agent/herdlet.log on the node)");
+      } else {
+        last = nodes.status();
+      }
+    } else {
+      last = client.status();
+    }
+    parts_.clock->SleepFor(limits::kAgentRegisterPoll);
+  }
+  return last.WithContext("cluster " + c.name + ": agents did not come up within " +
+                          FormatSeconds(limits::kAgentRegisterTimeout));
+}
+
+// workdir -> ~/sky_workdir on every node (honouring .gitignore), and, on launch, file_mounts.
+Status ClusterOps::SyncFiles(const ClusterRecord& c, const Task& task, bool mounts,
+                             const ProgressFn& progress) {
+  SshRunner& ssh = *parts_.ssh;
+  auto targets = TargetsOf(c);
+  if (!task.workdir.empty()) {
+    if (!fs::is_directory(task.workdir)) {
+      return InvalidArgument("workdir: " + task.workdir + " is not a directory");
+    }
+    Report(progress, "Syncing workdir " + task.workdir, 0, static_cast<int>(targets.size()));
+    std::string src = fs::absolute(task.workdir).string() + "/";
+    HERD_RETURN_IF_ERROR(ForEachParallel(
+        targets.size(),
+        [&](std::size_t i) {
+          return ssh.Rsync(targets[i], src, "sky_workdir/", true, limits::kSshWaitTotal);
+        },
+        [&](std::size_t i) { return DescribeTarget(targets[i]); }));
+  }
+  if (mounts) {
+    for (const auto& [remote, local] : task.file_mounts) {
+      if (!fs::exists(local))
+        return InvalidArgument("file_mounts." + remote + ": " + local + " does not exist");
+      std::string dst = remote.rfind("~/", 0) == 0 ? remote.substr(2) : remote;
+      bool dir = fs::is_directory(local);
+      std::string src = fs::absolute(local).string() + (dir ? "/" : "");
+      std::string parent = dir ? dst : fs::path(dst).parent_path().string();
+      HERD_RETURN_IF_ERROR(ForEachParallel(
+          targets.size(),
+          [&](std::size_t i) -> Status {
+            if (!parent.empty()) {
+              HERD_ASSIGN_OR_RETURN(auto r, ssh.Run(targets[i], "mkdir -p '" + parent + "'",
+                                                    limits::kSshConnectTimeout));
+              if (r.exit_code != 0) return IoError("mkdir " + parent + ": " + r.err);
+            }
+            return ssh.Rsync(targets[i], src, dir ? dst + "/" : dst, false, limits::kSshWaitTotal);
+          },
+          [&](std::size_t i) { return DescribeTarget(targets[i]); }));
+    }
+  }
+  return Status::Ok();
+}
+
 // Submits (through `client`, else a new connection to the head) and keeps the connection in
 // result.head for following the job.
-herd::Status Submit(const ClusterRecord& c, herd::v1::TaskSpec spec, LaunchResult& result,
-                    std::unique_ptr<HeadClient> client = nullptr, const std::string& task_id = "",
-                    int attempt = 0) {
+Status ClusterOps::Submit(const ClusterRecord& c, herd::v1::TaskSpec spec, LaunchResult& result,
+                          std::unique_ptr<HeadApi> client, const std::string& task_id,
+                          int attempt) {
   if (!client) {
     HERD_ASSIGN_OR_RETURN(client, ConnectHead(c));
   }
   // A task no set of the cluster's nodes could hold is refused by the head, before it is queued
   // (Head::WhyNeverFits): no round trip for the nodes first.
-  HERD_ASSIGN_OR_RETURN(result.job_id, client->Submit(spec, CurrentUser(), task_id, attempt));
+  HERD_ASSIGN_OR_RETURN(result.job_id, client->Submit(spec, parts_.user, task_id, attempt));
   result.head = std::move(client);
-  return herd::Status::Ok();
+  return Status::Ok();
 }
 
-}  // namespace
-
-Result<std::string> HerdletBinary() {
-  if (const char* env = ::getenv("HERDLET_BINARY"); env && *env) return std::string(env);
-  std::error_code ec;
-  fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    // herdlet.upload is herdlet without debug info (a fifth of the size), made by the build.
-    for (const fs::path& p : {self.parent_path() / "herdlet",
-                              self.parent_path().parent_path() / "agent" / "herdlet.upload",
-                              self.parent_path().parent_path() / "agent" / "herdlet"}) {
-      if (fs::exists(p)) return p.string();
-    }
-  }
-  return NotFound("cannot find the herdlet binary next to " + self.string() +
-                  "; set HERDLET_BINARY");
-}
-
-Result<std::unique_ptr<HeadClient>> ConnectHead(const ClusterRecord& c, bool start_mux) {
-  const NodeRecord* head = HeadNode(c);
-  if (!head) return FailedPrecondition("cluster " + c.name + " has no nodes");
+Result<std::unique_ptr<HeadApi>> ClusterOps::ConnectHead(const ClusterRecord& c, bool start_mux) {
   if (c.status == ClusterStatus::kStopped) {
     return FailedPrecondition("cluster " + c.name + " is STOPPED; start it with `herd start " +
                               c.name + "`");
   }
-  // The forward to the head outlives this command (KeptForward): a warm command dials the
-  // recorded port and starts no ssh process; a failed dial renews the forward once.
-  auto forward = [c, target = TargetOf(c, *head),
-                  ip = InternalIp(*head)](int stale) -> Result<int> {
-    OpenSshRunner ssh;
-    KeptForward kept(ssh, target, ip, c.head_port, c.control_dir + "/head.port");
-    if (stale < 0) return kept.Recorded();
-    return kept.Renew(stale);
-  };
-  // A warm command goes through the cluster's mux (mux.hpp) when one runs; one that dialled the
-  // head itself starts a mux for the commands after it.
-  std::string mux = MuxSocketPath(c.state_dir);
-  auto connect = [&](int port) -> Result<std::unique_ptr<HeadClient>> {
-    HeadEndpoint endpoint{"127.0.0.1", static_cast<uint16_t>(port), c.certs_dir, mux};
-    HERD_ASSIGN_OR_RETURN(auto client, HeadClient::Connect(endpoint));
-    if (start_mux && !mux.empty() && !client->via_mux()) {
-      herd::Status spawned = SpawnMux(mux, endpoint.host + ":" + std::to_string(port), c.certs_dir);
-      if (!spawned.ok()) {
-        HERD_LOG(kDebug) << "no mux for " << c.name << ": " << spawned.message();
-      }
-    }
-    // A stream that lost its connection redials through a renewed forward (the master may have
-    // died with the old one).
-    client->SetRedial([forward, endpoint]() mutable -> Result<HeadEndpoint> {
-      HERD_ASSIGN_OR_RETURN(int p, forward(endpoint.port));
-      endpoint.port = static_cast<uint16_t>(p);
-      return endpoint;
-    });
-    client->SetGoneCheck([c] { return WhyClusterGone(c); });
-    return client;
-  };
-  HERD_ASSIGN_OR_RETURN(int port, forward(-1));
-  TraceMark("kept forward port read");
-  if (port > 0) {
-    auto client = connect(port);
-    if (client.ok()) return client;
-    HERD_LOG(kDebug) << "the kept forward to the head of " << c.name << " (port " << port
-                     << ") failed: " << client.status().message() << "; renewing it";
-  }
-  HERD_ASSIGN_OR_RETURN(port, forward(port));
-  TraceMark("kept forward renewed");
-  return connect(port);
+  return parts_.heads->Connect(c, start_mux);
 }
 
-Result<ClusterRecord> GetCluster(const std::string& cluster) {
-  HERD_ASSIGN_OR_RETURN(auto store, OpenStore());
+Result<ClusterRecord> ClusterOps::Get(const std::string& cluster) {
+  HERD_ASSIGN_OR_RETURN(auto store, parts_.open_store());
   return Lookup(*store, cluster);
 }
 
-Result<LaunchResult> Launch(const Task& task, const LaunchOptions& o) {
+Result<LaunchResult> ClusterOps::Launch(const Task& task, const LaunchOptions& o) {
   HERD_RETURN_IF_ERROR(ValidateClusterName(o.cluster));
   HERD_ASSIGN_OR_RETURN(auto lock,
                         ClusterLock::Acquire(o.cluster, limits::kClusterLockWait, "herd launch"));
-  HERD_ASSIGN_OR_RETURN(auto store, OpenStore());
+  HERD_ASSIGN_OR_RETURN(auto store, parts_.open_store());
   HERD_ASSIGN_OR_RETURN(auto existing, store->Get(o.cluster));
   const Resources& res = task::PrimaryResources(task);
   std::string infra = !o.infra.empty() ? o.infra : !res.infra.empty() ? res.infra : "";
   int n = o.num_nodes > 0 ? o.num_nodes : task.num_nodes;
-  OpenSshRunner ssh;
+  SshRunner& ssh = *parts_.ssh;
 
   ClusterRecord c;
   bool fresh = !existing.has_value();
@@ -508,7 +284,7 @@ Result<LaunchResult> Launch(const Task& task, const LaunchOptions& o) {
     c.known_hosts_path = c.state_dir + "/ssh/known_hosts";
     c.control_dir = ControlDirFor(c.state_dir);
     c.head_port = kHeadPort;
-    c.launched_unix_ms = NowUnixMs();
+    c.launched_unix_ms = parts_.clock->UnixMs();
     c.resources = task::ResourcesSummary(task);
     if (o.num_nodes > 0) {
       c.resources = std::to_string(n) + c.resources.substr(c.resources.find('x'));
@@ -521,7 +297,7 @@ Result<LaunchResult> Launch(const Task& task, const LaunchOptions& o) {
 
   bool ssh_ready = false;  // the provider just brought every node's sshd up and waited for it
   if (fresh || c.status != ClusterStatus::kUp) {
-    HERD_ASSIGN_OR_RETURN(auto provider, MakeProvider(c.infra, &res));
+    HERD_ASSIGN_OR_RETURN(auto provider, parts_.providers(c.infra, &res));
     ssh_ready = provider->SshReadyOnReturn();
     Report(o.progress, "Provisioning " + std::to_string(n) + " node(s) on " + c.infra, 0, n);
     std::vector<NodeHandle> handles;
@@ -558,13 +334,13 @@ Result<LaunchResult> Launch(const Task& task, const LaunchOptions& o) {
   // Relaunch of an UP cluster with nothing changed: its agents run what this launch would install
   // and all answer through the head, so SSH probing and bootstrap (a sha256sum of the agent binary
   // on every node) are skipped. Anything else takes the full path below, which repairs.
-  std::unique_ptr<HeadClient> head;
+  std::unique_ptr<HeadApi> head;
   if (!fresh && c.status == ClusterStatus::kUp && !c.agents_stamp.empty()) {
     auto stamp = AgentStamp(c);
     if (stamp.ok() && *stamp == c.agents_stamp) head = ConnectIfAllAgentsAlive(c);
   }
   if (!head) {
-    if (!ssh_ready) HERD_RETURN_IF_ERROR(WaitSsh(ssh, c, o.progress));
+    if (!ssh_ready) HERD_RETURN_IF_ERROR(WaitSsh(c, o.progress));
     HERD_ASSIGN_OR_RETURN(auto boot, BootstrapCluster(ssh, c, o.progress));
     c.status = ClusterStatus::kUp;  // ConnectHead needs it; only kept once the agents are up
     c.agent_version = "0.1.0";
@@ -580,7 +356,7 @@ Result<LaunchResult> Launch(const Task& task, const LaunchOptions& o) {
     result.agents_uploaded = boot.uploaded;
     result.agents_restarted = boot.restarted;
   }
-  HERD_RETURN_IF_ERROR(SyncFiles(ssh, c, task, true, o.progress));
+  HERD_RETURN_IF_ERROR(SyncFiles(c, task, true, o.progress));
 
   result.cluster = c;
   herd::v1::TaskSpec spec = task::ToSpec(task);
@@ -592,8 +368,9 @@ Result<LaunchResult> Launch(const Task& task, const LaunchOptions& o) {
   return result;
 }
 
-Result<LaunchResult> Exec(const std::string& cluster, const Task& task, const ExecOptions& o) {
-  HERD_ASSIGN_OR_RETURN(auto store, OpenStore());
+Result<LaunchResult> ClusterOps::Exec(const std::string& cluster, const Task& task,
+                                      const ExecOptions& o) {
+  HERD_ASSIGN_OR_RETURN(auto store, parts_.open_store());
   TraceMark("state db open");
   HERD_ASSIGN_OR_RETURN(ClusterRecord c, Lookup(*store, cluster));
   TraceMark("cluster record read");
@@ -601,18 +378,18 @@ Result<LaunchResult> Exec(const std::string& cluster, const Task& task, const Ex
     return FailedPrecondition("cluster " + c.name + " is " + std::string(Name(c.status)) +
                               "; start it with `herd start " + c.name + "`");
   }
-  OpenSshRunner ssh;
-  HERD_RETURN_IF_ERROR(SyncFiles(ssh, c, task, false, o.progress));
+  HERD_RETURN_IF_ERROR(SyncFiles(c, task, false, o.progress));
   herd::v1::TaskSpec spec = task::ToSpec(task);
   spec.clear_setup();  // exec skips setup (SkyPilot)
   LaunchResult result;
   result.cluster = c;
-  HERD_RETURN_IF_ERROR(Submit(c, spec, result));
+  HERD_RETURN_IF_ERROR(Submit(c, spec, result, nullptr, "", 0));
   return result;
 }
 
-Result<JobInfo> TailLogs(const std::string& cluster, int64_t job_id, const TailOptions& o) {
-  HERD_ASSIGN_OR_RETURN(ClusterRecord c, GetCluster(cluster));
+Result<JobInfo> ClusterOps::TailLogs(const std::string& cluster, int64_t job_id,
+                                     const TailOptions& o) {
+  HERD_ASSIGN_OR_RETURN(ClusterRecord c, Get(cluster));
   HERD_ASSIGN_OR_RETURN(auto client, ConnectHead(c));
   auto cb = o.callbacks;
   if (!cb.on_data) {
@@ -624,36 +401,37 @@ Result<JobInfo> TailLogs(const std::string& cluster, int64_t job_id, const TailO
   return client->Stream(job_id, o.offset, o.follow, cb);
 }
 
-Result<std::vector<JobInfo>> Queue(const std::string& cluster, bool skip_finished) {
-  HERD_ASSIGN_OR_RETURN(ClusterRecord c, GetCluster(cluster));
+Result<std::vector<JobInfo>> ClusterOps::Queue(const std::string& cluster, bool skip_finished,
+                                               int64_t* older_left_out) {
+  HERD_ASSIGN_OR_RETURN(ClusterRecord c, Get(cluster));
   HERD_ASSIGN_OR_RETURN(auto client, ConnectHead(c));
-  return client->Queue(skip_finished);
+  return client->Queue(skip_finished, older_left_out);
 }
 
-Result<std::vector<int64_t>> Cancel(const std::string& cluster, const std::vector<int64_t>& jobs,
-                                    bool all) {
-  HERD_ASSIGN_OR_RETURN(ClusterRecord c, GetCluster(cluster));
+Result<std::vector<int64_t>> ClusterOps::Cancel(const std::string& cluster,
+                                                const std::vector<int64_t>& jobs, bool all) {
+  HERD_ASSIGN_OR_RETURN(ClusterRecord c, Get(cluster));
   HERD_ASSIGN_OR_RETURN(auto client, ConnectHead(c));
   return client->Cancel(jobs, all);
 }
 
-Result<herd::v1::NodesReply> Nodes(const std::string& cluster) {
-  HERD_ASSIGN_OR_RETURN(ClusterRecord c, GetCluster(cluster));
+Result<herd::v1::NodesReply> ClusterOps::Nodes(const std::string& cluster) {
+  HERD_ASSIGN_OR_RETURN(ClusterRecord c, Get(cluster));
   HERD_ASSIGN_OR_RETURN(auto client, ConnectHead(c));
   return client->Nodes();
 }
 
-herd::Status Stop(const std::string& cluster, ProgressFn progress) {
+Status ClusterOps::Stop(const std::string& cluster, const ProgressFn& progress) {
   HERD_ASSIGN_OR_RETURN(auto lock,
                         ClusterLock::Acquire(cluster, limits::kClusterLockWait, kStopLockWhat));
-  HERD_ASSIGN_OR_RETURN(auto store, OpenStore());
+  HERD_ASSIGN_OR_RETURN(auto store, parts_.open_store());
   HERD_ASSIGN_OR_RETURN(ClusterRecord c, Lookup(*store, cluster));
-  if (c.status == ClusterStatus::kStopped) return herd::Status::Ok();
-  HERD_ASSIGN_OR_RETURN(auto provider, MakeProvider(c.infra));
+  if (c.status == ClusterStatus::kStopped) return Status::Ok();
+  HERD_ASSIGN_OR_RETURN(auto provider, parts_.providers(c.infra, nullptr));
   HERD_RETURN_IF_ERROR(provider->CheckStoppable(c.name, c.state_dir + "/provider"));
   if (auto client = ConnectHead(c, false); client.ok()) (void)(*client)->Cancel({}, true);
   StopMux(MuxSocketPath(c.state_dir));
-  OpenSshRunner ssh;
+  SshRunner& ssh = *parts_.ssh;
   Report(progress, "Stopping " + std::to_string(c.nodes.size()) + " node(s)", 0,
          static_cast<int>(c.nodes.size()));
   BootstrapOptions bo;
@@ -664,8 +442,8 @@ herd::Status Stop(const std::string& cluster, ProgressFn progress) {
   return store->Put(c);
 }
 
-Result<ClusterRecord> Start(const std::string& cluster, ProgressFn progress) {
-  HERD_ASSIGN_OR_RETURN(ClusterRecord c, GetCluster(cluster));
+Result<ClusterRecord> ClusterOps::Start(const std::string& cluster, const ProgressFn& progress) {
+  HERD_ASSIGN_OR_RETURN(ClusterRecord c, Get(cluster));
   Task empty;
   LaunchOptions o;
   o.cluster = cluster;
@@ -675,12 +453,12 @@ Result<ClusterRecord> Start(const std::string& cluster, ProgressFn progress) {
   return r.cluster;
 }
 
-herd::Status Down(const std::string& cluster, ProgressFn progress) {
+Status ClusterOps::Down(const std::string& cluster, const ProgressFn& progress) {
   HERD_ASSIGN_OR_RETURN(auto lock,
                         ClusterLock::Acquire(cluster, limits::kClusterLockWait, kDownLockWhat));
-  HERD_ASSIGN_OR_RETURN(auto store, OpenStore());
+  HERD_ASSIGN_OR_RETURN(auto store, parts_.open_store());
   HERD_ASSIGN_OR_RETURN(ClusterRecord c, Lookup(*store, cluster));
-  OpenSshRunner ssh;
+  SshRunner& ssh = *parts_.ssh;
   Report(progress, "Tearing down " + std::to_string(c.nodes.size()) + " node(s)", 0,
          static_cast<int>(c.nodes.size()));
   if (c.status == ClusterStatus::kUp && c.provider == "ssh") {
@@ -705,7 +483,7 @@ herd::Status Down(const std::string& cluster, ProgressFn progress) {
   }
   StopMux(MuxSocketPath(c.state_dir));
   for (const auto& t : TargetsOf(c)) (void)ssh.CloseMaster(t);
-  HERD_ASSIGN_OR_RETURN(auto provider, MakeProvider(c.infra));
+  HERD_ASSIGN_OR_RETURN(auto provider, parts_.providers(c.infra, nullptr));
   HERD_RETURN_IF_ERROR(provider->Teardown(c.name, c.state_dir + "/provider"));
   HERD_RETURN_IF_ERROR(RemoveSshConfig(c.name));
   HERD_RETURN_IF_ERROR(store->Remove(c.name));
@@ -716,13 +494,13 @@ herd::Status Down(const std::string& cluster, ProgressFn progress) {
   lock.ReleaseAndRemove();  // the last file of the cluster
   Report(progress, "Tearing down " + std::to_string(c.nodes.size()) + " node(s)",
          static_cast<int>(c.nodes.size()), static_cast<int>(c.nodes.size()));
-  return herd::Status::Ok();
+  return Status::Ok();
 }
 
-herd::Status SetAutostop(const std::string& cluster, int idle_minutes, bool down) {
+Status ClusterOps::SetAutostop(const std::string& cluster, int idle_minutes, bool down) {
   HERD_ASSIGN_OR_RETURN(auto lock,
                         ClusterLock::Acquire(cluster, limits::kClusterLockWait, "herd autostop"));
-  HERD_ASSIGN_OR_RETURN(auto store, OpenStore());
+  HERD_ASSIGN_OR_RETURN(auto store, parts_.open_store());
   HERD_ASSIGN_OR_RETURN(ClusterRecord c, Lookup(*store, cluster));
   std::string command;
   if (idle_minutes >= 0) {
@@ -750,16 +528,16 @@ herd::Status SetAutostop(const std::string& cluster, int idle_minutes, bool down
   return store->Put(c);
 }
 
-Result<std::vector<ClusterRecord>> Status() {
-  HERD_ASSIGN_OR_RETURN(auto store, OpenStore());
+Result<std::vector<ClusterRecord>> ClusterOps::List() {
+  HERD_ASSIGN_OR_RETURN(auto store, parts_.open_store());
   return store->List();
 }
 
 namespace {
 // The answer of a health question as its process writes it to the pipe: 'N' and a NodesReply, or
 // 'E' and why there is none.
-std::string AskHead(const ClusterRecord& c) {
-  auto client = ConnectHead(c);
+std::string AskHead(ClusterOps& ops, const ClusterRecord& c) {
+  auto client = ops.ConnectHead(c);
   if (!client.ok()) return "E" + client.status().message();
   auto nodes = (*client)->Nodes();
   if (!nodes.ok()) return "E" + nodes.status().message();
@@ -795,7 +573,8 @@ ClusterHealth HealthFrom(const ClusterRecord& c, const std::string& answer) {
 }
 }  // namespace
 
-std::map<std::string, ClusterHealth> Health(const std::vector<ClusterRecord>& clusters) {
+std::map<std::string, ClusterHealth> ClusterOps::Health(
+    const std::vector<ClusterRecord>& clusters) {
   struct Question {
     const ClusterRecord* cluster;
     pid_t pid = -1;
@@ -815,7 +594,7 @@ std::map<std::string, ClusterHealth> Health(const std::vector<ClusterRecord>& cl
     pid_t pid = ::fork();
     if (pid == 0) {
       ::close(fds[0]);
-      const std::string answer = AskHead(c);
+      const std::string answer = AskHead(*this, c);
       for (std::size_t done = 0; done < answer.size();) {
         ssize_t n = ::write(fds[1], answer.data() + done, answer.size() - done);
         if (n < 0 && errno == EINTR) continue;
@@ -878,4 +657,4 @@ std::map<std::string, ClusterHealth> Health(const std::vector<ClusterRecord>& cl
   return out;
 }
 
-}  // namespace herd::sdk
+}  // namespace herd::ops

@@ -1,4 +1,4 @@
-#include "controller/core/managed_jobs.hpp"
+#include "controller/jobs/managed_jobs.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -19,7 +19,6 @@
 #include <thread>
 
 #include "controller/core/head_client.hpp"
-#include "controller/core/sdk.hpp"
 #include "controller/jobs/recovery.hpp"
 #include "controller/jobs/task_codec.hpp"
 #include "controller/ssh/subprocess.hpp"
@@ -185,8 +184,9 @@ void OnTerm(int) { g_cancel_signal = true; }
 
 class Controller {
  public:
-  Controller(std::unique_ptr<ManagedJobStore> store, ManagedJob job, task::Task task)
-      : store_(std::move(store)), job_(std::move(job)), task_(std::move(task)) {}
+  Controller(ops::ClusterOps& ops, std::unique_ptr<ManagedJobStore> store, ManagedJob job,
+             task::Task task)
+      : ops_(ops), store_(std::move(store)), job_(std::move(job)), task_(std::move(task)) {}
 
   int Run() {
     const task::JobRecovery policy = jobs::PolicyOf(task_);
@@ -262,10 +262,10 @@ class Controller {
 
   void TearDown(const std::string& cluster) {
     if (cluster.empty()) return;
-    auto exists = sdk::GetCluster(cluster);
+    auto exists = ops_.Get(cluster);
     if (!exists.ok()) return;  // never made, or already gone
     Log("tearing down cluster " + cluster);
-    if (auto s = sdk::Down(cluster); !s.ok()) {
+    if (auto s = ops_.Down(cluster); !s.ok()) {
       Log("tearing down " + cluster + " failed: " + s.message());
       job_.message += " (tearing down " + cluster + " failed: " + s.message() + ")";
     }
@@ -276,9 +276,8 @@ class Controller {
       job_.state = ManagedState::kCancelling;
       job_.message = "cancelling";
       Save();
-      if (!cluster.empty() && job_.attempts.back().cluster_job_id > 0 &&
-          sdk::GetCluster(cluster).ok()) {
-        (void)sdk::Cancel(cluster, {job_.attempts.back().cluster_job_id}, false);
+      if (!cluster.empty() && job_.attempts.back().cluster_job_id > 0 && ops_.Get(cluster).ok()) {
+        (void)ops_.Cancel(cluster, {job_.attempts.back().cluster_job_id}, false);
       }
       auto& rec = job_.attempts.empty() ? dummy_ : job_.attempts.back();
       if (rec.end_unix_ms == 0) {
@@ -298,12 +297,12 @@ class Controller {
 
   // One attempt: launch, follow to the end, classify.
   AttemptOutcome RunAttempt(const std::string& cluster, int attempt, std::string& why) {
-    sdk::LaunchOptions o;
+    ops::LaunchOptions o;
     o.cluster = cluster;
     o.infra = job_.infra;
     o.task_id = job_.task_id;
     o.attempt = attempt;
-    auto launched = sdk::Launch(task_, o);
+    auto launched = ops_.Launch(task_, o);
     if (!launched.ok()) {
       why = launched.status().message();
       return AttemptOutcome::kLaunchFailed;
@@ -318,7 +317,7 @@ class Controller {
     if (launched->job_id == 0) return AttemptOutcome::kSucceeded;  // nothing to run
 
     std::ofstream log(jobs::AttemptLogPath(job_.id, attempt), std::ios::app | std::ios::binary);
-    HeadClient::StreamCallbacks cb;
+    HeadApi::StreamCallbacks cb;
     cb.on_data = [&](std::string_view bytes) {
       log.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
       log.flush();
@@ -368,7 +367,7 @@ class Controller {
         return AttemptOutcome::kNodeLost;
     }
     why = j.message().empty() ? std::string(proto::JobStateName(j.state())) : j.message();
-    auto nodes = sdk::Nodes(cluster);
+    auto nodes = ops_.Nodes(cluster);
     if (!nodes.ok()) {
       why += "; the cluster does not answer: " + nodes.status().message();
       return AttemptOutcome::kNodeLost;
@@ -384,6 +383,7 @@ class Controller {
                                                          : AttemptOutcome::kUserFailed;
   }
 
+  ops::ClusterOps& ops_;
   std::unique_ptr<ManagedJobStore> store_;
   ManagedJob job_;
   task::Task task_;
@@ -444,7 +444,7 @@ Result<int64_t> LaunchManagedJob(task::Task task, const ManagedLaunchOptions& op
   return job.id;
 }
 
-int RunManagedController(int64_t id) {
+int RunManagedController(ops::ClusterOps& ops, int64_t id) {
   struct sigaction sa {};
   sa.sa_handler = OnTerm;
   sigemptyset(&sa.sa_mask);
@@ -498,7 +498,7 @@ int RunManagedController(int64_t id) {
     std::cerr << "herd: " << s.message() << "\n";
     return 1;
   }
-  Controller c(std::move(*store), std::move(*job), std::move(*task));
+  Controller c(ops, std::move(*store), std::move(*job), std::move(*task));
   return c.Run();
 }
 
@@ -577,8 +577,8 @@ int FollowManagedLogs(int64_t id, bool follow, std::ostream& out, std::ostream& 
   }
 }
 
-int CancelManagedJobs(const std::vector<int64_t>& ids, bool all, std::ostream& out,
-                      std::ostream& err) {
+int CancelManagedJobs(ops::ClusterOps& ops, const std::vector<int64_t>& ids, bool all,
+                      std::ostream& out, std::ostream& err) {
   auto store = OpenJobs();
   if (!store.ok()) {
     err << "herd: " << store.status().message() << "\n";
@@ -633,8 +633,8 @@ int CancelManagedJobs(const std::vector<int64_t>& ids, bool all, std::ostream& o
         // Nobody left to act on the request: do it here (the cluster may still be up).
         job->state = ManagedState::kCancelling;
         (void)(*store)->Put(*job);
-        if (!job->cluster.empty() && sdk::GetCluster(job->cluster).ok()) {
-          if (auto s = sdk::Down(job->cluster); !s.ok()) {
+        if (!job->cluster.empty() && ops.Get(job->cluster).ok()) {
+          if (auto s = ops.Down(job->cluster); !s.ok()) {
             err << "herd: tearing down " << job->cluster << ": " << s.message() << "\n";
           }
         }

@@ -1,8 +1,8 @@
 // Managed jobs (`herd jobs ...`, SkyPilot's `sky jobs`): a task that is relaunched on a new
 // cluster after node loss or preemption (and after user errors up to max_restarts_on_errors),
 // keeping its SKYPILOT_TASK_ID. Each job has a controller process of its own (RunManagedController,
-// started detached by LaunchManagedJob) that drives its clusters through sdk:: and records its
-// progress in the managed job table (controller/jobs/managed_job_store.hpp).
+// started detached by LaunchManagedJob) that drives its clusters through ops::ClusterOps and
+// records its progress in the managed job table (controller/jobs/managed_job_store.hpp).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "controller/jobs/managed_job_store.hpp"
+#include "controller/ops/cluster_ops.hpp"
 #include "controller/task/task.hpp"
 #include "shared/common/status.hpp"
 
@@ -29,7 +30,7 @@ Result<int64_t> LaunchManagedJob(task::Task task, const ManagedLaunchOptions& op
 // The controller's life: provision, submit, follow, classify each attempt's end, decide
 // (jobs::Decide), relaunch or finish, always tearing the attempt's cluster down. Returns the
 // process exit code (0 when the job reached a final state, whatever it is).
-int RunManagedController(int64_t id);
+int RunManagedController(ops::ClusterOps& ops, int64_t id);
 
 // Every job, newest first; a job whose controller is gone before the end is recorded (and shown)
 // as FAILED_CONTROLLER.
@@ -44,8 +45,8 @@ int FollowManagedLogs(int64_t id, bool follow, std::ostream& out, std::ostream& 
 // Asks each job's controller to cancel and waits (up to limits::kManagedCancelWait) for
 // CANCELLED; a job whose controller is gone is cancelled here (its cluster torn down). ids empty
 // with all: every unfinished job. Returns the process exit code: 0, or 102 if an id is unknown.
-int CancelManagedJobs(const std::vector<int64_t>& ids, bool all, std::ostream& out,
-                      std::ostream& err);
+int CancelManagedJobs(ops::ClusterOps& ops, const std::vector<int64_t>& ids, bool all,
+                      std::ostream& out, std::ostream& err);
 
 // "3 mins ago"-style and duration helpers shared with the table printer.
 std::string ManagedDuration(const jobs::ManagedJob& job, int64_t now_ms);

@@ -1,0 +1,64 @@
+#include "controller/cli/cli.hpp"
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "controller/cli/command.hpp"
+#include "controller/core/trace.hpp"
+#include "shared/common/heap.hpp"
+#include "shared/common/log.hpp"
+
+namespace herd::controller {
+
+int RunCli(int argc, char** argv) {
+  TraceMark("cli start");
+  TuneHeapForStreaming();  // `herd _mux` and a followed job's output: large messages
+  CLI::App app{"herd: launch distributed jobs on clusters of machines"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "help for every command");
+  app.set_version_flag("--version", HERD_VERSION, "print the version and exit");
+  app.fallthrough();  // -q/-v also after the verb: `herd launch ... -q`
+  bool quiet = false;
+  app.add_flag("-q,--quiet", quiet, "no progress output");
+
+  std::vector<std::unique_ptr<cli::Command>> commands;
+  for (auto make :
+       {cli::MakeCheckCommand, cli::MakeCertsCommand, cli::MakeLaunchCommand, cli::MakeExecCommand,
+        cli::MakeStatusCommand, cli::MakeQueueCommand, cli::MakeLogsCommand, cli::MakeCancelCommand,
+        cli::MakeStopCommand, cli::MakeStartCommand, cli::MakeDownCommand, cli::MakeAutostopCommand,
+        cli::MakeJobsCommand, cli::MakeNodesCommand, cli::MakeMuxCommand}) {
+    commands.push_back(make());
+    commands.back()->Add(app);
+  }
+
+  bool verbose = false;
+  app.add_flag("-v,--verbose", verbose, "log what herd does (to stderr)");
+  std::vector<std::string> command_after_dashes;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--") {
+      command_after_dashes.assign(argv + i + 1, argv + argc);
+      argc = i;
+      break;
+    }
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  TraceMark("arguments parsed");
+  log::SetLevel(verbose ? log::Level::kDebug : log::Level::kWarn);
+  cli::CliContext ctx(quiet, verbose, std::cout, std::cerr);
+  for (auto& command : commands) {
+    if (!command->Chosen()) continue;
+    // Everything after `--` is the command to run (`herd exec demo --num-nodes 2 -- nvidia-smi`).
+    command->TakeCommandAfterDashes(command_after_dashes);
+    return command->Run(ctx);
+  }
+  return 2;
+}
+
+}  // namespace herd::controller

@@ -1,0 +1,64 @@
+// One `herd` command: its flags (Add registers them on the app) and what it does (Run). Each
+// command lives in a file of its own (controller/cli/<command>.cpp) and is made by its Make*
+// function; cli.cpp parses the command line and runs the one the user chose.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "controller/core/progress.hpp"
+#include "controller/ops/cluster_ops.hpp"
+
+namespace herd::cli {
+
+// What every command runs with. The cluster operations are made on first use: `herd check` and
+// `herd certs` never touch a cluster.
+class CliContext {
+ public:
+  CliContext(bool quiet, bool verbose, std::ostream& out, std::ostream& err)
+      : quiet(quiet), verbose(verbose), out(out), err(err), progress(quiet) {}
+  ops::ClusterOps& Ops();
+
+  const bool quiet;
+  const bool verbose;
+  std::ostream& out;
+  std::ostream& err;
+  controller::Progress progress;
+
+ private:
+  std::unique_ptr<ops::ClusterOps> ops_;
+};
+
+class Command {
+ public:
+  virtual ~Command() = default;
+  // Registers the command (and its flags) on the app; returns its subcommand.
+  virtual CLI::App* Add(CLI::App& app) = 0;
+  // Whether the user chose this command (or one of its subcommands).
+  virtual bool Chosen() const = 0;
+  // The words after `--`: the command to run, for commands that run one.
+  virtual void TakeCommandAfterDashes(const std::vector<std::string>&) {}
+  // The process exit code.
+  virtual int Run(CliContext& ctx) = 0;
+};
+
+std::unique_ptr<Command> MakeCheckCommand();
+std::unique_ptr<Command> MakeCertsCommand();
+std::unique_ptr<Command> MakeLaunchCommand();
+std::unique_ptr<Command> MakeExecCommand();
+std::unique_ptr<Command> MakeStatusCommand();
+std::unique_ptr<Command> MakeQueueCommand();
+std::unique_ptr<Command> MakeLogsCommand();
+std::unique_ptr<Command> MakeCancelCommand();
+std::unique_ptr<Command> MakeStopCommand();
+std::unique_ptr<Command> MakeStartCommand();
+std::unique_ptr<Command> MakeDownCommand();
+std::unique_ptr<Command> MakeAutostopCommand();
+std::unique_ptr<Command> MakeJobsCommand();
+std::unique_ptr<Command> MakeNodesCommand();
+std::unique_ptr<Command> MakeMuxCommand();
+
+}  // namespace herd::cli

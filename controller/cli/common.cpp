@@ -1,0 +1,311 @@
+#include "controller/cli/common.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <ctime>
+#include <ostream>
+
+#include "controller/ops/system_parts.hpp"
+#include "shared/common/host_port.hpp"
+#include "shared/common/limits.hpp"
+#include "shared/proto/job_state.hpp"
+
+namespace herd::cli {
+
+using namespace herd::controller;
+using namespace herd::v1;
+
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+
+void OnSigint(int) { g_interrupted = true; }
+
+}  // namespace
+
+ops::ClusterOps& CliContext::Ops() {
+  if (!ops_) ops_ = std::make_unique<ops::ClusterOps>(ops::SystemParts(CurrentUser()));
+  return *ops_;
+}
+
+void InstallSigint() {
+  struct sigaction sa {};
+  sa.sa_handler = OnSigint;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: blocking calls return so the loop sees the flag
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+bool Interrupted() { return g_interrupted.load(); }
+
+int Fail(CliContext& ctx, const Status& s, int code) {
+  ctx.err << "herd: " << s.message() << "\n";
+  if (s.code() == Code::kNotFound) return code == 1 ? kExitNotFound : code;
+  return code;
+}
+
+int FailForStatus(CliContext& ctx, const Status& s) {
+  if (s.code() == Code::kNotFound) return Fail(ctx, s, kExitNotFound);
+  if (s.code() == Code::kInvalidArgument) return Fail(ctx, s, 2);
+  return Fail(ctx, s, 1);
+}
+
+std::string CurrentUser() {
+  if (const char* u = ::getenv("USER"); u && *u) return u;
+  if (const char* u = ::getenv("LOGNAME"); u && *u) return u;
+  return "root";
+}
+
+void AddTargetFlags(CLI::App* cmd, TargetFlags& t) {
+  cmd->add_option("--endpoint", t.endpoint, "the head's HOST:PORT (direct connection)");
+  cmd->add_option("--certs", t.certs, "directory with ca.crt, client.crt, client.key");
+}
+
+namespace {
+
+Result<HeadEndpoint> ResolveHead(const TargetFlags& t) {
+  if (t.endpoint.empty()) return InvalidArgument("--endpoint HOST:PORT is required");
+  HERD_ASSIGN_OR_RETURN(auto hp, ParseHostPort(t.endpoint, "--endpoint"));
+  if (t.certs.empty()) return InvalidArgument("--certs DIR is required with --endpoint");
+  return HeadEndpoint{hp.host, hp.port, t.certs};
+}
+
+}  // namespace
+
+Result<std::unique_ptr<HeadApi>> ConnectTarget(CliContext& ctx, const std::string& cluster,
+                                               const TargetFlags& t) {
+  if (!t.endpoint.empty()) {
+    HERD_ASSIGN_OR_RETURN(auto ep, ResolveHead(t));
+    HERD_ASSIGN_OR_RETURN(auto client, HeadClient::Connect(ep));
+    return std::unique_ptr<HeadApi>(std::move(client));
+  }
+  if (cluster.empty()) return InvalidArgument("give a cluster name (see `herd status`)");
+  HERD_ASSIGN_OR_RETURN(auto c, ctx.Ops().Get(cluster));
+  return ctx.Ops().ConnectHead(c);
+}
+
+std::string Ago(int64_t unix_ms) {
+  if (unix_ms <= 0) return "-";
+  int64_t now = std::time(nullptr) * 1000;
+  int64_t s = std::max<int64_t>(0, (now - unix_ms) / 1000);
+  if (s < 60) return std::to_string(s) + " secs ago";
+  if (s < 3600) return std::to_string(s / 60) + " mins ago";
+  if (s < 86400) return std::to_string(s / 3600) + " hrs ago";
+  return std::to_string(s / 86400) + " days ago";
+}
+
+std::string Duration(const JobInfo& j) {
+  if (j.started_unix_ms() <= 0) return "-";
+  int64_t end = j.ended_unix_ms() > 0 ? j.ended_unix_ms() : std::time(nullptr) * 1000;
+  int64_t s = std::max<int64_t>(0, (end - j.started_unix_ms()) / 1000);
+  if (s < 60) return std::to_string(s) + "s";
+  if (s < 3600) return std::to_string(s / 60) + "m " + std::to_string(s % 60) + "s";
+  return std::to_string(s / 3600) + "h " + std::to_string(s % 3600 / 60) + "m";
+}
+
+boost::json::object JobJson(const JobInfo& j) {
+  boost::json::object o;
+  o["id"] = j.job_id();
+  o["name"] = j.name();
+  o["user"] = j.user();
+  o["status"] = proto::JobStateName(j.state());
+  o["submitted_at_ms"] = j.submitted_unix_ms();
+  o["started_at_ms"] = j.started_unix_ms();
+  o["ended_at_ms"] = j.ended_unix_ms();
+  o["num_nodes"] = j.num_nodes();
+  o["resources"] = j.resources();
+  o["log_path"] = j.log_path();
+  boost::json::array codes, nodes;
+  for (const auto& e : j.exits()) codes.push_back(e.exit_code());
+  for (const auto& n : j.node_ids()) nodes.push_back(boost::json::string(n));
+  o["exit_codes"] = std::move(codes);
+  o["nodes"] = std::move(nodes);
+  o["first_failed_rank"] = j.first_failed_rank();
+  o["first_failed_node"] = j.first_failed_node();
+  o["message"] = j.message();
+  o["attempt"] = j.attempt();
+  o["task_id"] = j.task_id();
+  return o;
+}
+
+boost::json::object ManagedJobJson(const jobs::ManagedJob& j) {
+  boost::json::object o;
+  o["id"] = j.id;
+  o["name"] = j.name;
+  o["user"] = j.user;
+  o["status"] = std::string(jobs::StateName(j.state));
+  o["submitted_at_ms"] = j.submitted_unix_ms;
+  o["started_at_ms"] = j.started_unix_ms;
+  o["ended_at_ms"] = j.ended_unix_ms;
+  o["resources"] = j.resources;
+  o["task_id"] = j.task_id;
+  o["recoveries"] = j.recoveries;
+  o["restarts_on_errors"] = j.restarts_on_errors;
+  o["cluster"] = j.cluster;
+  o["controller_pid"] = j.controller_pid;
+  o["message"] = j.message;
+  boost::json::array attempts;
+  for (const auto& a : j.attempts) {
+    attempts.push_back(boost::json::object{{"attempt", a.attempt},
+                                           {"cluster", a.cluster},
+                                           {"cluster_job_id", a.cluster_job_id},
+                                           {"started_at_ms", a.start_unix_ms},
+                                           {"ended_at_ms", a.end_unix_ms},
+                                           {"outcome", a.outcome},
+                                           {"reason", a.reason}});
+  }
+  o["attempts"] = std::move(attempts);
+  return o;
+}
+
+// Prints a job's log stream with the banner; returns the exit code of REFERENCE.md.
+int FollowJob(CliContext& ctx, HeadApi& client, const std::string& cluster, int64_t job_id,
+              uint64_t offset, bool follow, bool banner, int num_nodes) {
+  bool started_banner = false;
+  HeadApi::StreamCallbacks cb;
+  cb.on_data = [](std::string_view bytes) {
+    std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+    std::fflush(stdout);
+  };
+  cb.on_status = [&](const JobInfo& j) {
+    if (banner && !started_banner && j.state() >= JOB_STATE_SETTING_UP) {
+      started_banner = true;
+      ctx.err << "Job started. Streaming logs... (Ctrl-C to exit log streaming; job will not "
+                 "be killed)\n";
+    }
+  };
+  cb.interrupted = [] { return Interrupted(); };
+  if (banner) ctx.err << "Waiting for task resources on " << num_nodes << " node(s).\n";
+  auto last = client.Stream(job_id, offset, follow, cb);
+  // Cancelled: the cluster was taken down or stopped while the job ran (HeadClient::Stream); the
+  // job ended with it, by the user's decision, as a cancelled one does.
+  if (!last.ok() && last.status().code() == Code::kCancelled) {
+    return Fail(ctx, last.status(), kExitCancelled);
+  }
+  if (!last.ok()) return FailForStatus(ctx, last.status());
+  const JobInfo& j = *last;
+  if (Interrupted()) {
+    ctx.err << "\nDetached from job " << j.job_id()
+            << "; it keeps running. Reattach with: herd logs "
+            << (cluster.empty() ? "..." : cluster) << " " << j.job_id() << "\n";
+    return kExitNotFinished;
+  }
+  if (proto::IsTerminal(j.state())) {
+    ctx.err << "Job finished (status: " << proto::JobStateName(j.state()) << ").\n";
+  } else {
+    ctx.err << "Job " << j.job_id() << " is " << proto::JobStateName(j.state()) << ".\n";
+  }
+  return ExitCodeForJob(j);
+}
+
+void AddTaskFlags(CLI::App* cmd, TaskFlags& f) {
+  // One value per flag: `--env A=1 task.yaml` must not take the YAML as a second value.
+  cmd->add_option("--env", f.envs, "K=V, or K to take the value from the local environment")
+      ->allow_extra_args(false);
+  cmd->add_option("--env-file", f.env_files, "a dotenv file of K=V lines")->allow_extra_args(false);
+  cmd->add_option("--secret", f.secrets, "K=V, or K: like --env but never shown")
+      ->allow_extra_args(false);
+  cmd->add_option("--num-nodes", f.num_nodes, "number of nodes to run on")
+      ->check(CLI::Range(1, limits::kMaxTaskNodes));
+  cmd->add_option("--gpus", f.gpus, "accelerators per node, e.g. L4:4 (overrides the task)");
+  cmd->add_option("--cpus", f.cpus, "CPUs per node, e.g. 8 or 8+");
+  cmd->add_option("--memory", f.memory, "memory per node in GB, e.g. 32+");
+  cmd->add_option("-n,--name", f.name, "job name");
+}
+
+// The positional arguments are a task YAML or a command (SkyPilot's rule).
+Result<task::Task> BuildTask(const std::vector<std::string>& args, const TaskFlags& f) {
+  if (args.empty()) return InvalidArgument("give a task YAML or a command");
+  task::ParseOptions opts;
+  opts.env_overrides = f.envs;
+  opts.env_files = f.env_files;
+  opts.secret_overrides = f.secrets;
+  task::Task t;
+  const std::string& first = args[0];
+  bool yaml = args.size() == 1 && (first.ends_with(".yaml") || first.ends_with(".yml"));
+  if (yaml) {
+    HERD_ASSIGN_OR_RETURN(t, task::ParseTaskFile(first, opts));
+  } else {
+    std::string cmd;
+    for (const auto& a : args) cmd += (cmd.empty() ? "" : " ") + a;
+    HERD_ASSIGN_OR_RETURN(t, task::ParseTaskYaml("{}", "<command>", opts));
+    t.run = cmd;
+    t.name = "herd-cmd";
+  }
+  if (f.num_nodes > 0) t.num_nodes = f.num_nodes;
+  if (!f.gpus.empty()) HERD_RETURN_IF_ERROR(task::ApplyAcceleratorFlag(f.gpus, t.resources));
+  if (!f.cpus.empty()) HERD_RETURN_IF_ERROR(task::ApplyCpusFlag(f.cpus, t.resources));
+  if (!f.memory.empty()) HERD_RETURN_IF_ERROR(task::ApplyMemoryFlag(f.memory, t.resources));
+  if (!f.name.empty()) HERD_RETURN_IF_ERROR(task::ApplyNameFlag(f.name, t));
+  // The file's own spec was measured by the parser; a command or flags change it.
+  HERD_RETURN_IF_ERROR(task::CheckSpecSize(t, yaml ? first : "<command>"));
+  return t;
+}
+
+namespace {
+
+void PrintUsefulCommands(CliContext& ctx, const std::string& cluster, int64_t job_id,
+                         int num_workers) {
+  std::string j = job_id > 0 ? std::to_string(job_id) : "JOB_ID";
+  ctx.err << "\nCluster " << cluster << " is UP. Useful commands:\n"
+          << "  To cancel the job:        herd cancel " << cluster << " " << j << "\n"
+          << "  To stream job logs:       herd logs " << cluster << " " << j << "\n"
+          << "  To view the job queue:    herd queue " << cluster << "\n"
+          << "  To log into the head:     ssh " << cluster << "\n";
+  if (num_workers > 0) ctx.err << "  To log into worker 1:     ssh " << cluster << "-worker1\n";
+  ctx.err << "  To submit another job:    herd exec " << cluster << " TASK.yaml\n"
+          << "  To stop the cluster:      herd stop " << cluster << "\n"
+          << "  To tear down the cluster: herd down " << cluster << "\n";
+}
+
+}  // namespace
+
+int JobOutcome(CliContext& ctx, HeadApi* client, const ops::LaunchResult& r, bool detach, bool json,
+               int num_nodes, bool show_block) {
+  if (json) {
+    boost::json::object o;
+    o["cluster"] = r.cluster.name;
+    o["job_id"] = r.job_id;
+    const auto* head = controller::HeadNode(r.cluster);
+    o["head_ip"] = head ? head->ip : "";
+    o["agents_uploaded"] = r.agents_uploaded;
+    o["agents_restarted"] = r.agents_restarted;
+    ctx.out << boost::json::serialize(o) << "\n";
+  }
+  int workers = static_cast<int>(r.cluster.nodes.size()) - 1;
+  if (r.job_id == 0 || detach) {
+    if (r.job_id > 0 && !json) ctx.err << "Job submitted, ID: " << r.job_id << "\n";
+    if (show_block) PrintUsefulCommands(ctx, r.cluster.name, r.job_id, workers);
+    return 0;
+  }
+  ctx.err << "Job submitted, ID: " << r.job_id << "\n";
+  int code = FollowJob(ctx, *client, r.cluster.name, r.job_id, 0, true, true, num_nodes);
+  if (show_block) PrintUsefulCommands(ctx, r.cluster.name, r.job_id, workers);
+  return code;
+}
+
+// [NAME] then the rest: with --endpoint there is no cluster name.
+std::pair<std::string, std::vector<std::string>> SplitCluster(const std::vector<std::string>& args,
+                                                              const TargetFlags& t) {
+  if (!t.endpoint.empty() || args.empty()) return {"", args};
+  return {args[0], std::vector<std::string>(args.begin() + 1, args.end())};
+}
+
+Result<std::vector<int64_t>> ParseJobIds(const std::vector<std::string>& args) {
+  std::vector<int64_t> ids;
+  for (const auto& a : args) {
+    char* end = nullptr;
+    long long v = std::strtoll(a.c_str(), &end, 10);
+    if (a.empty() || *end != '\0' || v <= 0) {
+      return InvalidArgument("job id: expected a positive number, got '" + a + "'");
+    }
+    ids.push_back(v);
+  }
+  return ids;
+}
+
+}  // namespace herd::cli

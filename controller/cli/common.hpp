@@ -1,0 +1,73 @@
+// What several `herd` commands share: errors and exit codes, time columns, JSON forms of jobs,
+// task flags, the flags that name a head directly, following a job's log, and Ctrl-C.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <boost/json.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "controller/cli/command.hpp"
+#include "controller/core/head_client.hpp"
+#include "controller/jobs/managed_job_store.hpp"
+#include "controller/task/task.hpp"
+#include "herd/v1/common.pb.h"
+#include "shared/common/status.hpp"
+
+namespace herd::cli {
+
+// Prints "herd: MESSAGE" and returns the exit code: `code`, or 102 for NotFound when code is 1.
+int Fail(CliContext& ctx, const Status& s, int code = 1);
+// 102 NotFound, 2 InvalidArgument, 1 otherwise.
+int FailForStatus(CliContext& ctx, const Status& s);
+
+// Ctrl-C detaches from a stream; the job keeps running. Installed by commands that follow.
+void InstallSigint();
+bool Interrupted();
+
+std::string CurrentUser();
+std::string Ago(int64_t unix_ms);
+std::string Duration(const herd::v1::JobInfo& j);
+boost::json::object JobJson(const herd::v1::JobInfo& j);
+boost::json::object ManagedJobJson(const jobs::ManagedJob& j);
+
+// Prints a job's log stream (with the banner when asked); returns the exit code of REFERENCE.md.
+// `cluster` is named in the reattach hint after a Ctrl-C.
+int FollowJob(CliContext& ctx, controller::HeadApi& client, const std::string& cluster,
+              int64_t job_id, uint64_t offset, bool follow, bool banner, int num_nodes);
+
+// The flags that shape the task.
+struct TaskFlags {
+  std::vector<std::string> envs, env_files, secrets;
+  int num_nodes = 0;
+  std::string gpus, cpus, memory, name;
+};
+void AddTaskFlags(CLI::App* cmd, TaskFlags& f);
+// The positional arguments are a task YAML or a command (SkyPilot's rule).
+Result<task::Task> BuildTask(const std::vector<std::string>& args, const TaskFlags& f);
+
+// The flags that say which head to talk to when it is not a cluster of this machine's.
+struct TargetFlags {
+  std::string endpoint;
+  std::string certs;
+};
+void AddTargetFlags(CLI::App* cmd, TargetFlags& t);
+// A cluster by name (through SSH), or a head given directly with --endpoint/--certs.
+Result<std::unique_ptr<controller::HeadApi>> ConnectTarget(CliContext& ctx,
+                                                           const std::string& cluster,
+                                                           const TargetFlags& t);
+// [NAME] then the rest: with --endpoint there is no cluster name.
+std::pair<std::string, std::vector<std::string>> SplitCluster(const std::vector<std::string>& args,
+                                                              const TargetFlags& t);
+
+Result<std::vector<int64_t>> ParseJobIds(const std::vector<std::string>& args);
+
+// After a launch or exec: the JSON line (-o json), the submitted line, the job's log followed
+// unless detached, and the block of useful commands when show_block.
+int JobOutcome(CliContext& ctx, controller::HeadApi* client, const ops::LaunchResult& r,
+               bool detach, bool json, int num_nodes, bool show_block);
+
+}  // namespace herd::cli

@@ -1,0 +1,81 @@
+// herd launch: provision a cluster (or reuse it) and run a task on it.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <ostream>
+
+#include "controller/cli/common.hpp"
+#include "controller/task/task.hpp"
+#include "shared/common/limits.hpp"
+
+namespace herd::cli {
+namespace {
+
+std::string RandomClusterName() {
+  std::srand(static_cast<unsigned>(std::time(nullptr) ^ ::getpid()));
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "herd-%04x", std::rand() & 0xffff);
+  return buf;
+}
+
+class LaunchCommand final : public Command {
+ public:
+  CLI::App* Add(CLI::App& app) override {
+    cmd_ = app.add_subcommand("launch", "provision a cluster (or reuse it) and run a task");
+    cmd_->add_option("-c,--cluster", cluster_, "cluster name (default: a new name)");
+    cmd_->add_option("--infra", infra_, "local (default), ssh/<pool>, aws[/REGION[/ZONE]]");
+    AddTaskFlags(cmd_, flags_);
+    cmd_->add_flag("-d,--detach-run", detach_, "do not stream the job's logs");
+    cmd_->add_flag("-y,--yes", yes_, "do not ask");
+    cmd_->add_flag("--no-setup", no_setup_, "skip the task's setup");
+    cmd_->add_option("-i,--idle-minutes-to-autostop", idle_,
+                     "stop the cluster after this many idle minutes")
+        ->check(CLI::NonNegativeNumber);
+    cmd_->add_flag("--down", down_, "with -i: tear the cluster down instead of stopping it");
+    cmd_->add_option("-o,--output", output_, "output format")->check(CLI::IsMember({"json"}));
+    cmd_->add_option("args", args_, "TASK.yaml, or a command after --");
+    return cmd_;
+  }
+  bool Chosen() const override { return cmd_->parsed(); }
+  void TakeCommandAfterDashes(const std::vector<std::string>& words) override {
+    args_.insert(args_.end(), words.begin(), words.end());
+  }
+  int Run(CliContext& ctx) override {
+    auto t = args_.empty() ? task::ParseTaskYaml("{}", "<none>", {}) : BuildTask(args_, flags_);
+    if (!t.ok()) return Fail(ctx, t.status(), 2);
+    if (args_.empty() && flags_.num_nodes > 0) t->num_nodes = flags_.num_nodes;
+    ops::LaunchOptions o;
+    o.cluster = cluster_.empty() ? RandomClusterName() : cluster_;
+    o.infra = infra_;
+    o.num_nodes = flags_.num_nodes;
+    o.no_setup = no_setup_;
+    o.progress = ctx.progress.Callback();
+    InstallSigint();
+    auto r = ctx.Ops().Launch(*t, o);
+    ctx.progress.Done();
+    if (!r.ok()) return FailForStatus(ctx, r.status());
+    if (idle_ >= 0) {
+      if (auto s = ctx.Ops().SetAutostop(o.cluster, idle_, down_); !s.ok()) {
+        return FailForStatus(ctx, s);
+      }
+    }
+    return JobOutcome(ctx, r->head.get(), *r, detach_, output_ == "json", t->num_nodes,
+                      !ctx.quiet && output_ != "json");
+  }
+
+ private:
+  CLI::App* cmd_ = nullptr;
+  std::string cluster_, infra_, output_;
+  TaskFlags flags_;
+  std::vector<std::string> args_;
+  bool detach_ = false, yes_ = false, no_setup_ = false, down_ = false;
+  int idle_ = -1;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> MakeLaunchCommand() { return std::make_unique<LaunchCommand>(); }
+
+}  // namespace herd::cli

@@ -1,0 +1,108 @@
+// herd nodes CLUSTER: the nodes registered with a cluster's head, and how each is.
+#include <ostream>
+
+#include "controller/cli/common.hpp"
+#include "controller/core/table.hpp"
+
+namespace herd::cli {
+namespace {
+
+using namespace herd::v1;
+
+// UP, RECONNECTING, LOST or STOPPED; from `alive` alone for a head that sends no health.
+std::string NodeConditionWord(const NodeHealth& h, bool alive) {
+  switch (h.condition()) {
+    case NODE_CONDITION_UP:
+      return "UP";
+    case NODE_CONDITION_RECONNECTING:
+      return "RECONNECTING";
+    case NODE_CONDITION_LOST:
+      return "LOST";
+    case NODE_CONDITION_STOPPED:
+      return "STOPPED";
+    default:
+      return alive ? "UP" : "LOST";
+  }
+}
+
+class NodesCommand final : public Command {
+ public:
+  CLI::App* Add(CLI::App& app) override {
+    cmd_ = app.add_subcommand("nodes", "list the nodes registered with a cluster's head");
+    AddTargetFlags(cmd_, target_);
+    cmd_->add_option("cluster", cluster_, "cluster name");
+    cmd_->add_option("-o,--output", output_, "output format")->check(CLI::IsMember({"json"}));
+    return cmd_;
+  }
+  bool Chosen() const override { return cmd_->parsed(); }
+  int Run(CliContext& ctx) override {
+    auto client = ConnectTarget(ctx, cluster_, target_);
+    if (!client.ok()) return FailForStatus(ctx, client.status());
+    auto reply = (*client)->Nodes();
+    if (!reply.ok()) return FailForStatus(ctx, reply.status());
+    // What starts an agent that is not running (bootstrap starts it again; jobs on the node keep
+    // running where they still do).
+    const std::string restart =
+        "herd start " + (cluster_.empty() ? std::string("CLUSTER") : cluster_);
+    if (output_ == "json") {
+      boost::json::array arr;
+      for (int i = 0; i < reply->nodes_size(); ++i) {
+        const auto& n = reply->nodes(i);
+        boost::json::object o;
+        o["node_id"] = n.node_id();
+        o["address"] = n.addresses_size() ? n.addresses(0) : "";
+        o["hostname"] = n.hostname();
+        o["cpus"] = n.cpus();
+        o["gpus"] = n.gpu_count();
+        o["gpu_source"] = n.gpu_source();
+        o["is_head"] = n.is_head();
+        o["alive"] = reply->alive(i);
+        const NodeHealth h = i < reply->health_size() ? reply->health(i) : NodeHealth{};
+        o["status"] = NodeConditionWord(h, reply->alive(i));
+        o["silent_ms"] = h.silent_ms();
+        if (h.condition() == NODE_CONDITION_STOPPED) {
+          o["stopped_reason"] = h.stopped_reason();
+          o["stopped_at_ms"] = h.stopped_unix_ms();
+        }
+        if (!reply->alive(i)) o["restart_command"] = restart;
+        arr.push_back(std::move(o));
+      }
+      ctx.out << boost::json::serialize(arr) << "\n";
+      return 0;
+    }
+    controller::Table table({"NODE", "ADDRESS", "HOSTNAME", "CPUS", "GPUS", "STATUS"});
+    std::vector<std::string> notes;
+    for (int i = 0; i < reply->nodes_size(); ++i) {
+      const auto& n = reply->nodes(i);
+      std::string gpus = std::to_string(n.gpu_count());
+      if (n.gpu_names_size()) gpus += " (" + n.gpu_names(0) + ")";
+      const NodeHealth h = i < reply->health_size() ? reply->health(i) : NodeHealth{};
+      table.AddRow({n.node_id() + (n.is_head() ? " (head)" : ""),
+                    n.addresses_size() ? n.addresses(0) : "-", n.hostname(),
+                    std::to_string(n.cpus()), gpus, NodeConditionWord(h, reply->alive(i))});
+      const std::string silent = std::to_string(h.silent_ms() / 1000) + " s";
+      if (h.condition() == NODE_CONDITION_STOPPED) {
+        notes.push_back(n.node_id() + " is stopped: " + h.stopped_reason() + " " +
+                        Ago(h.stopped_unix_ms()) +
+                        "; nothing restarts it by itself. Start its agent again with: " + restart);
+      } else if (h.condition() == NODE_CONDITION_LOST) {
+        notes.push_back(n.node_id() + " is lost: no message from its agent for " + silent +
+                        ". Start its agent again with: " + restart);
+      }
+    }
+    ctx.out << table.Render();
+    for (const auto& line : notes) ctx.out << line << "\n";
+    return 0;
+  }
+
+ private:
+  CLI::App* cmd_ = nullptr;
+  TargetFlags target_;
+  std::string cluster_, output_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> MakeNodesCommand() { return std::make_unique<NodesCommand>(); }
+
+}  // namespace herd::cli

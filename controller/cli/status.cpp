@@ -1,0 +1,127 @@
+// herd status: the clusters, and for each UP one whether its head still has every node.
+#include <algorithm>
+#include <map>
+#include <ostream>
+
+#include "controller/cli/common.hpp"
+#include "controller/core/table.hpp"
+
+namespace herd::cli {
+namespace {
+
+using controller::ClusterRecord;
+using controller::ClusterStatus;
+
+std::string AutostopText(const ClusterRecord& c) {
+  if (c.autostop_idle_minutes < 0) return "-";
+  return std::to_string(c.autostop_idle_minutes) + "m" + (c.autostop_down ? " (down)" : "");
+}
+
+class StatusCommand final : public Command {
+ public:
+  CLI::App* Add(CLI::App& app) override {
+    cmd_ = app.add_subcommand("status", "list clusters");
+    cmd_->add_option("clusters", names_, "only these clusters");
+    cmd_->add_option("-o,--output", output_, "output format")->check(CLI::IsMember({"json"}));
+    return cmd_;
+  }
+  bool Chosen() const override { return cmd_->parsed(); }
+  int Run(CliContext& ctx) override {
+    auto all = ctx.Ops().List();
+    if (!all.ok()) return FailForStatus(ctx, all.status());
+    std::vector<ClusterRecord> shown;
+    for (const auto& c : *all) {
+      if (names_.empty() || std::find(names_.begin(), names_.end(), c.name) != names_.end()) {
+        shown.push_back(c);
+      }
+    }
+    // The record says UP once every agent registered; whether they still are, only the head
+    // knows: an UP cluster whose head is without a node (or does not answer) shows as INIT.
+    const std::map<std::string, ops::ClusterHealth> health = ctx.Ops().Health(shown);
+    auto shown_status = [&](const ClusterRecord& c) -> std::string {
+      auto h = health.find(c.name);
+      if (h == health.end() || (h->second.answered && h->second.down.empty())) {
+        return std::string(controller::Name(c.status));
+      }
+      return std::string(controller::Name(ClusterStatus::kInit));
+    };
+    if (output_ == "json") {
+      boost::json::array arr;
+      for (const auto& c : shown) {
+        boost::json::object o;
+        o["name"] = c.name;
+        o["infra"] = c.infra;
+        o["status"] = shown_status(c);
+        // UP clusters only: the nodes the head is without, and whether it answered at all.
+        boost::json::array lost;
+        if (auto h = health.find(c.name); h != health.end()) {
+          for (const auto& [node, why] : h->second.down) lost.push_back(boost::json::string(node));
+          o["head_answered"] = h->second.answered;
+          if (!h->second.answered) o["head_error"] = h->second.error;
+        }
+        o["lost_nodes"] = std::move(lost);
+        o["resources"] = c.resources;
+        o["autostop"] = c.autostop_idle_minutes;
+        o["launched_at_ms"] = c.launched_unix_ms;
+        boost::json::array ns;
+        for (const auto& n : c.nodes) {
+          boost::json::object no;
+          no["name"] = n.name;
+          no["ip"] = n.ip;
+          no["is_head"] = n.is_head;
+          ns.push_back(std::move(no));
+        }
+        o["nodes"] = std::move(ns);
+        arr.push_back(std::move(o));
+      }
+      ctx.out << boost::json::serialize(arr) << "\n";
+      return 0;
+    }
+    if (shown.empty()) {
+      ctx.out << "No existing clusters.\n";
+      return 0;
+    }
+    // NOT UP: why an UP cluster shows as INIT; the column is there only when one does.
+    std::vector<std::string> headers = {"NAME",   "INFRA",    "RESOURCES",
+                                        "STATUS", "AUTOSTOP", "LAUNCHED"};
+    std::vector<std::string> hints;
+    std::map<std::string, std::string> not_up;
+    for (const auto& [name, h] : health) {
+      if (!h.answered) {
+        not_up[name] = "head not answering";
+        hints.push_back("Cluster " + name + ": " + h.error + ".");
+        continue;
+      }
+      for (const auto& [node, why] : h.down) {
+        std::string shown_name = node.starts_with(name + "-") ? node.substr(name.size() + 1) : node;
+        not_up[name] += (not_up[name].empty() ? "" : ", ") + shown_name + " " + why;
+      }
+      if (!h.down.empty()) {
+        hints.push_back("Cluster " + name + ": " + std::to_string(h.down.size()) + " node(s) " +
+                        "without a running agent; start them again with: herd start " + name);
+      }
+    }
+    if (!not_up.empty()) headers.push_back("NOT UP");
+    controller::Table table(headers);
+    for (const auto& c : shown) {
+      std::vector<std::string> row = {c.name,          c.infra,         c.resources,
+                                      shown_status(c), AutostopText(c), Ago(c.launched_unix_ms)};
+      if (!not_up.empty()) row.push_back(not_up.count(c.name) ? not_up[c.name] : "-");
+      table.AddRow(row);
+    }
+    ctx.out << table.Render();
+    for (const auto& line : hints) ctx.out << line << "\n";
+    return 0;
+  }
+
+ private:
+  CLI::App* cmd_ = nullptr;
+  std::vector<std::string> names_;
+  std::string output_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> MakeStatusCommand() { return std::make_unique<StatusCommand>(); }
+
+}  // namespace herd::cli

@@ -1,0 +1,174 @@
+// The cluster operations: what `herd launch`, `exec`, `status`, `queue`, `logs`, `cancel`,
+// `nodes`, `stop`, `start`, `down` and `autostop` do, on clusters by name. One ClusterOps is built
+// from the parts it drives, so that a test gives it fakes and a server can run it for many users:
+//
+//   ClusterOps ops(SystemParts());                 // system_parts.hpp: OpenSSH, the real providers
+//   auto r = ops.Launch(task, {.cluster = "demo"});
+//   auto last = ops.TailLogs("demo", r->job_id, {.follow = true});
+//   ops.Down("demo");
+//
+// Every call opens the store afresh (parts.open_store): calls may run in many threads at once,
+// and each cluster's own changes are serialised by its lock file (controller/state/cluster_lock).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "controller/core/head_client.hpp"
+#include "controller/core/progress.hpp"
+#include "controller/provider/provider.hpp"
+#include "controller/ssh/ssh_runner.hpp"
+#include "controller/state/cluster_record.hpp"
+#include "controller/state/cluster_store.hpp"
+#include "controller/task/task.hpp"
+#include "herd/v1/common.pb.h"
+#include "shared/common/clock.hpp"
+#include "shared/common/status.hpp"
+
+namespace herd::ops {
+
+using controller::ClusterRecord;
+using controller::HeadApi;
+using controller::ProgressFn;
+using Task = task::Task;
+using Resources = task::Resources;
+
+// ---- The parts ----------------------------------------------------------------------------------
+
+// The provider of an infra ("local", "ssh/POOL", "aws[/REGION[/ZONE]]"). `resources` (the task's)
+// matter only to a provider that makes machines to fit them; null when none are known (stop,
+// down). InvalidArgument for an infra herd does not provide.
+using ProviderFactory = std::function<Result<std::unique_ptr<controller::Provider>>(
+    const std::string& infra, const Resources* resources)>;
+
+// A connection of its own to the cluster store.
+using StoreOpener = std::function<Result<std::unique_ptr<controller::ClusterStore>>()>;
+
+// Reaches a cluster's head. start_mux: whether a connection that had to dial the head itself may
+// leave a mux behind for the commands after it (false for a cluster going away).
+class HeadConnector {
+ public:
+  virtual ~HeadConnector() = default;
+  virtual Result<std::unique_ptr<HeadApi>> Connect(const ClusterRecord& cluster,
+                                                   bool start_mux) = 0;
+};
+
+struct ClusterOpsParts {
+  ProviderFactory providers;
+  std::shared_ptr<controller::SshRunner> ssh;
+  StoreOpener open_store;
+  std::shared_ptr<HeadConnector> heads;
+  std::shared_ptr<Clock> clock;
+  std::string user;  // who submits jobs (JobInfo.user)
+};
+
+// ---- The operations -----------------------------------------------------------------------------
+
+struct LaunchOptions {
+  std::string cluster;
+  std::string infra;  // "" (the task's resources.infra, else "local"), "local", "ssh/<pool>"
+  int num_nodes = 0;  // 0: the task's num_nodes
+  bool no_setup = false;
+  ProgressFn progress;
+  // A managed job's (herd jobs) SKYPILOT_TASK_ID, the same for every attempt, and this attempt's
+  // number; ""/0 for an ordinary launch (the head makes the id, attempt 1).
+  std::string task_id;
+  int attempt = 0;
+};
+
+struct LaunchResult {
+  int64_t job_id = 0;  // 0 when the task has nothing to run
+  ClusterRecord cluster;
+  int agents_uploaded = 0;   // nodes whose herdlet binary was (re)uploaded
+  int agents_restarted = 0;  // nodes whose agent was (re)started
+  // The connection the job was submitted through, still open: following the job on it saves a
+  // second connection. Null when nothing was submitted.
+  std::shared_ptr<HeadApi> head;
+};
+
+struct ExecOptions {
+  ProgressFn progress;
+};
+
+struct TailOptions {
+  bool follow = true;
+  uint64_t offset = 0;
+  HeadApi::StreamCallbacks callbacks;  // on_data defaults to stdout
+};
+
+// What `herd status` shows of an UP cluster besides its record: the nodes its head is without.
+struct ClusterHealth {
+  bool answered = false;  // the head answered within limits::kStatusHeadTimeout
+  std::string error;      // when it did not: why
+  // The cluster's nodes that its head reports LOST or STOPPED, or does not know at all, in
+  // cluster order, with the word for each ("lost", "stopped", "not registered").
+  std::vector<std::pair<std::string, std::string>> down;
+};
+
+class ClusterOps {
+ public:
+  explicit ClusterOps(ClusterOpsParts parts);
+
+  // Provisions (or reuses) the cluster, bootstraps the agents over SSH, syncs workdir and
+  // file_mounts, runs setup and submits the task. Returns once the job is submitted.
+  Result<LaunchResult> Launch(const Task& task, const LaunchOptions& options);
+  // Syncs workdir and submits the task's run on an UP cluster (no provisioning, setup or mounts).
+  Result<LaunchResult> Exec(const std::string& cluster, const Task& task,
+                            const ExecOptions& options);
+  // Streams the job's merged log; returns the last JobInfo seen (ExitCodeForJob gives the code).
+  Result<herd::v1::JobInfo> TailLogs(const std::string& cluster, int64_t job_id,
+                                     const TailOptions& options);
+  // Newest first; older_left_out (optional) gets how many older jobs the head left out.
+  Result<std::vector<herd::v1::JobInfo>> Queue(const std::string& cluster, bool skip_finished,
+                                               int64_t* older_left_out = nullptr);
+  Result<std::vector<int64_t>> Cancel(const std::string& cluster, const std::vector<int64_t>& jobs,
+                                      bool all);
+  Result<herd::v1::NodesReply> Nodes(const std::string& cluster);
+
+  Status Stop(const std::string& cluster, const ProgressFn& progress = {});
+  Result<ClusterRecord> Start(const std::string& cluster, const ProgressFn& progress = {});
+  Status Down(const std::string& cluster, const ProgressFn& progress = {});
+  // After idle_minutes without an active job the head stops (or, with down, tears down) the
+  // cluster by itself; idle_minutes < 0 cancels. Needs a provider the head node can drive: `local`.
+  Status SetAutostop(const std::string& cluster, int idle_minutes, bool down);
+
+  // Every cluster's record.
+  Result<std::vector<ClusterRecord>> List();
+  Result<ClusterRecord> Get(const std::string& cluster);
+  // Asks the head of every UP cluster of `clusters` at once which nodes it is without. Each
+  // question runs in a process of its own, killed at limits::kStatusHeadTimeout: status never
+  // waits longer, whatever a head, a mux or an ssh renewal of the forward does. Keyed by cluster
+  // name; clusters not UP are not asked.
+  std::map<std::string, ClusterHealth> Health(const std::vector<ClusterRecord>& clusters);
+
+  // A connection to the cluster's head (parts.heads), refused for a cluster that is STOPPED.
+  Result<std::unique_ptr<HeadApi>> ConnectHead(const ClusterRecord& cluster, bool start_mux = true);
+
+  const ClusterOpsParts& parts() const { return parts_; }
+
+ private:
+  Status WaitSsh(const ClusterRecord& c, const ProgressFn& progress);
+  Status WaitAgents(const ClusterRecord& c, const ProgressFn& progress);
+  Status SyncFiles(const ClusterRecord& c, const Task& task, bool mounts,
+                   const ProgressFn& progress);
+  std::unique_ptr<HeadApi> ConnectIfAllAgentsAlive(const ClusterRecord& c);
+  Status Submit(const ClusterRecord& c, herd::v1::TaskSpec spec, LaunchResult& result,
+                std::unique_ptr<HeadApi> client, const std::string& task_id, int attempt);
+
+  ClusterOpsParts parts_;
+};
+
+// What `herd down` and `herd stop` write into the cluster's lock while they hold it
+// (ClusterLock::HeldFor): a follower that lost its head reads it to stop redialing at once.
+inline constexpr char kDownLockWhat[] = "herd down";
+inline constexpr char kStopLockWhat[] = "herd stop";
+
+// Where the herdlet binary to install comes from: $HERDLET_BINARY, else next to this executable
+// (installed layout), else ../agent/herdlet (build tree).
+Result<std::string> HerdletBinary();
+
+}  // namespace herd::ops

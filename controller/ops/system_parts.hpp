@@ -1,0 +1,33 @@
+// The parts a herd process on this machine runs the cluster operations with: OpenSSH, the
+// providers herd has, the cluster store at $HERD_HOME/state.db, heads reached through an SSH
+// forward kept between commands and the cluster's mux, and the system clock.
+#pragma once
+
+#include <string>
+
+#include "controller/ops/cluster_ops.hpp"
+
+namespace herd::ops {
+
+// "local", "ssh/<pool>" and "aws[/REGION[/ZONE]]"; InvalidArgument naming the infra otherwise.
+Result<std::unique_ptr<controller::Provider>> MakeSystemProvider(const std::string& infra,
+                                                                 const Resources* resources);
+
+// A head through an SSH port-forward (the ControlMaster of the head node), mutual TLS inside it;
+// through the cluster's mux when one runs (controller/core/mux.hpp), else a dial of its own after
+// which it starts a mux (unless start_mux is false).
+class SshHeadConnector final : public HeadConnector {
+ public:
+  SshHeadConnector(std::shared_ptr<controller::SshRunner> ssh, StoreOpener open_store)
+      : ssh_(std::move(ssh)), open_store_(std::move(open_store)) {}
+  Result<std::unique_ptr<HeadApi>> Connect(const ClusterRecord& cluster, bool start_mux) override;
+
+ private:
+  std::shared_ptr<controller::SshRunner> ssh_;
+  StoreOpener open_store_;
+};
+
+// user: who submits jobs; "" means $USER (else root).
+ClusterOpsParts SystemParts(std::string user = "");
+
+}  // namespace herd::ops
