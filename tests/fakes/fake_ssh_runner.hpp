@@ -3,6 +3,8 @@
 //     /bin/sh (dash, so the scripts are checked for POSIX sh) as ssh would run them.
 //   FakeForwarder: records the port forwards asked of it and hands out local ports from 40001;
 //     everything but forwarding is an error.
+//   RecordingSshRunner: every command succeeds with no output; records what was asked, one line
+//     each ("run HOST: COMMAND", "rsync HOST: SRC -> DST", "wait HOST", "close HOST").
 #pragma once
 
 #include <chrono>
@@ -61,6 +63,52 @@ class FakeForwarder : public controller::SshRunner {
   int next_port = 40001;
   bool fail = false;
   std::chrono::milliseconds delay{0};
+};
+
+class RecordingSshRunner : public controller::SshRunner {
+ public:
+  Result<controller::ProcResult> Run(const controller::SshTarget& t, const std::string& command,
+                                     std::chrono::milliseconds, std::string_view) override {
+    Record("run " + t.host + ": " + command);
+    controller::ProcResult r;
+    r.exit_code = 0;
+    return r;
+  }
+  Status Rsync(const controller::SshTarget& t, const std::string& src, const std::string& dst, bool,
+               std::chrono::milliseconds) override {
+    Record("rsync " + t.host + ": " + src + " -> " + dst);
+    return Status::Ok();
+  }
+  Status WaitReady(const controller::SshTarget& t, std::chrono::milliseconds) override {
+    Record("wait " + t.host);
+    return Status::Ok();
+  }
+  Result<int> ForwardLocalPort(const controller::SshTarget& t, const std::string&, int) override {
+    Record("forward " + t.host);
+    return Unavailable("RecordingSshRunner forwards nothing");
+  }
+  Status CloseMaster(const controller::SshTarget& t) override {
+    Record("close " + t.host);
+    return Status::Ok();
+  }
+  // The recorded lines that start with `prefix`.
+  std::vector<std::string> Calls(std::string_view prefix = "") {
+    std::lock_guard<std::mutex> l(mu);
+    std::vector<std::string> out;
+    for (const auto& c : calls) {
+      if (c.starts_with(prefix)) out.push_back(c);
+    }
+    return out;
+  }
+
+  std::mutex mu;
+  std::vector<std::string> calls;
+
+ private:
+  void Record(std::string line) {
+    std::lock_guard<std::mutex> l(mu);
+    calls.push_back(std::move(line));
+  }
 };
 
 }  // namespace herd::testing

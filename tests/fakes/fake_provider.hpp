@@ -1,0 +1,70 @@
+// Provider fake: nodes that are records only (addresses on 127.0.50.x, never dialled), and the
+// calls made of it.
+#pragma once
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "controller/provider/provider.hpp"
+
+namespace herd::testing {
+
+struct FakeProviderState {
+  std::mutex mu;
+  std::vector<std::string> calls;  // "provision demo 2", "stop demo", "start demo", "teardown demo"
+  Status fail_provision = Status::Ok();
+  Status stoppable = Status::Ok();
+  int nodes = 0;
+};
+
+class FakeProvider final : public controller::Provider {
+ public:
+  explicit FakeProvider(std::shared_ptr<FakeProviderState> s, std::string name = "fake")
+      : s_(std::move(s)), name_(std::move(name)) {}
+  std::string name() const override { return name_; }
+  Result<std::vector<controller::NodeHandle>> Provision(
+      const controller::ProvisionRequest& r) override {
+    std::lock_guard<std::mutex> l(s_->mu);
+    s_->calls.push_back("provision " + r.cluster + " " + std::to_string(r.num_nodes));
+    HERD_RETURN_IF_ERROR(s_->fail_provision);
+    s_->nodes = r.num_nodes;
+    return Handles(r.cluster);
+  }
+  Status CheckStoppable(const std::string&, const std::string&) override { return s_->stoppable; }
+  Status Stop(const std::string& cluster, const std::string&) override {
+    std::lock_guard<std::mutex> l(s_->mu);
+    s_->calls.push_back("stop " + cluster);
+    return Status::Ok();
+  }
+  Result<std::vector<controller::NodeHandle>> Start(const std::string& cluster,
+                                                    const std::string&) override {
+    std::lock_guard<std::mutex> l(s_->mu);
+    s_->calls.push_back("start " + cluster);
+    return Handles(cluster);
+  }
+  Status Teardown(const std::string& cluster, const std::string&) override {
+    std::lock_guard<std::mutex> l(s_->mu);
+    s_->calls.push_back("teardown " + cluster);
+    return Status::Ok();
+  }
+  bool SshReadyOnReturn() const override { return true; }
+
+ private:
+  std::vector<controller::NodeHandle> Handles(const std::string& cluster) const {
+    std::vector<controller::NodeHandle> out;
+    for (int i = 0; i < s_->nodes; ++i) {
+      controller::NodeHandle h;
+      h.name = cluster + (i == 0 ? "-head" : "-worker" + std::to_string(i));
+      h.ip = "127.0.50." + std::to_string(10 + i);
+      h.ssh_user = "herd";
+      out.push_back(h);
+    }
+    return out;
+  }
+
+  std::shared_ptr<FakeProviderState> s_;
+  std::string name_;
+};
+
+}  // namespace herd::testing

@@ -1,0 +1,305 @@
+// The cluster operations with fake parts: a fake provider, an SSH runner that records commands, a
+// fake head per cluster, a fake clock, and a real cluster store in a temporary HERD_HOME.
+#include "controller/ops/cluster_ops.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "controller/state/cluster_store.hpp"
+#include "controller/state/herd_home.hpp"
+#include "shared/tls/certs.hpp"
+#include "tests/fakes/fake_clock.hpp"
+#include "tests/fakes/fake_head.hpp"
+#include "tests/fakes/fake_provider.hpp"
+#include "tests/fakes/fake_ssh_runner.hpp"
+#include "tests/unit/test_support.hpp"
+
+namespace herd {
+namespace {
+
+namespace fs = std::filesystem;
+using controller::ClusterRecord;
+using controller::ClusterStatus;
+using controller::ClusterStore;
+using controller::NodeRecord;
+using testing::FakeClock;
+using testing::FakeHeadConnector;
+using testing::FakeProvider;
+using testing::FakeProviderState;
+using testing::RecordingSshRunner;
+
+struct World {
+  testing::TempHome home{"herd-ops"};
+  std::shared_ptr<FakeProviderState> provider = std::make_shared<FakeProviderState>();
+  std::vector<std::string> infras_asked;
+  std::shared_ptr<RecordingSshRunner> ssh = std::make_shared<RecordingSshRunner>();
+  std::shared_ptr<FakeHeadConnector> heads = std::make_shared<FakeHeadConnector>();
+  std::shared_ptr<FakeClock> clock = std::make_shared<FakeClock>();
+  ops::ClusterOps ops{Parts()};
+
+  ops::ClusterOpsParts Parts() {
+    ops::ClusterOpsParts p;
+    p.providers = [this](const std::string& infra,
+                         const task::Resources*) -> Result<std::unique_ptr<controller::Provider>> {
+      infras_asked.push_back(infra);
+      if (infra != "local" && !infra.starts_with("ssh/")) {
+        return InvalidArgument("infra '" + infra + "' is not available");
+      }
+      return std::unique_ptr<controller::Provider>(new FakeProvider(provider));
+    };
+    p.ssh = ssh;
+    p.open_store = [] { return ClusterStore::Open(controller::StateDbPath()); };
+    p.heads = heads;
+    p.clock = clock;
+    p.user = "alice";
+    return p;
+  }
+
+  // A cluster record as a launch leaves it: UP, its nodes on 127.0.50.x.
+  ClusterRecord Put(const std::string& name, int nodes, const std::string& provider_name,
+                    ClusterStatus status = ClusterStatus::kUp) {
+    ClusterRecord c;
+    c.name = name;
+    c.infra = provider_name == "ssh" ? "ssh/pool" : provider_name;
+    c.provider = provider_name;
+    c.status = status;
+    c.state_dir = controller::ClusterDir(name);
+    c.certs_dir = c.state_dir + "/certs";
+    c.control_dir = c.state_dir + "/cm";
+    c.launched_unix_ms = 1;
+    for (int i = 0; i < nodes; ++i) {
+      NodeRecord n;
+      n.name = name + (i == 0 ? "-head" : "-worker" + std::to_string(i));
+      n.ip = "127.0.50." + std::to_string(10 + i);
+      n.is_head = i == 0;
+      c.nodes.push_back(n);
+    }
+    REQUIRE(controller::EnsureDir(c.state_dir).ok());
+    auto store = ClusterStore::Open(controller::StateDbPath());
+    REQUIRE(store.ok());
+    REQUIRE((*store)->Put(c).ok());
+    return c;
+  }
+
+  std::optional<ClusterRecord> Stored(const std::string& name) {
+    auto store = ClusterStore::Open(controller::StateDbPath());
+    REQUIRE(store.ok());
+    auto c = (*store)->Get(name);
+    REQUIRE(c.ok());
+    return *c;
+  }
+};
+
+task::Task Command(const std::string& run) {
+  task::Task t;
+  t.run = run;
+  t.name = "t";
+  return t;
+}
+
+TEST_CASE("an unknown cluster is not found, with the command that makes it, for every operation") {
+  World w;
+  for (Status s : {w.ops.Get("ghost").status(), w.ops.Queue("ghost", false).status(),
+                   w.ops.Cancel("ghost", {1}, false).status(), w.ops.Nodes("ghost").status(),
+                   w.ops.Stop("ghost"), w.ops.Down("ghost"), w.ops.SetAutostop("ghost", 5, false),
+                   w.ops.Exec("ghost", Command("true"), {}).status()}) {
+    CHECK(s.code() == Code::kNotFound);
+    CHECK(s.message().find("herd launch -c ghost") != std::string::npos);
+  }
+  CHECK(w.ssh->Calls().empty());
+  CHECK(w.provider->calls.empty());
+}
+
+TEST_CASE("exec syncs the workdir to every node and submits the run, without setup, as the user") {
+  World w;
+  w.Put("demo", 2, "local");
+  testing::TempDir workdir("herd-ops-wd");
+  workdir.Write("train.py", "print(1)\n");
+  task::Task t = Command("python train.py");
+  t.setup = "pip install x";
+  t.workdir = workdir.path();
+  auto r = w.ops.Exec("demo", t, {});
+  REQUIRE(r.ok());
+  CHECK(r->job_id == 1);
+  REQUIRE(r->head != nullptr);  // the connection it submitted through, for following
+  auto head = w.heads->Head("demo");
+  REQUIRE(head->submitted.size() == 1);
+  CHECK(head->submitted[0].run() == "python train.py");
+  CHECK(head->submitted[0].setup().empty());
+  CHECK(head->submitted_by[0] == "alice");
+  auto rsyncs = w.ssh->Calls("rsync");
+  std::sort(rsyncs.begin(), rsyncs.end());
+  CHECK(rsyncs ==
+        std::vector<std::string>{
+            "rsync 127.0.50.10: " + fs::absolute(workdir.path()).string() + "/ -> sky_workdir/",
+            "rsync 127.0.50.11: " + fs::absolute(workdir.path()).string() + "/ -> sky_workdir/"});
+}
+
+TEST_CASE("exec on a cluster that is not UP is refused, naming herd start; nothing is submitted") {
+  World w;
+  w.Put("demo", 1, "local", ClusterStatus::kStopped);
+  auto r = w.ops.Exec("demo", Command("true"), {});
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::kFailedPrecondition);
+  CHECK(r.status().message().find("herd start demo") != std::string::npos);
+  CHECK(w.heads->Head("demo")->submitted.empty());
+  CHECK(w.ssh->Calls().empty());
+}
+
+TEST_CASE("queue, cancel and nodes go to the head of the cluster named") {
+  World w;
+  w.Put("one", 1, "local");
+  w.Put("two", 1, "local");
+  REQUIRE(w.ops.Exec("two", Command("sleep 1"), {}).ok());
+  auto q1 = w.ops.Queue("one", false);
+  auto q2 = w.ops.Queue("two", false);
+  REQUIRE(q1.ok());
+  REQUIRE(q2.ok());
+  CHECK(q1->empty());
+  REQUIRE(q2->size() == 1);
+  CHECK((*q2)[0].user() == "alice");
+  REQUIRE(w.ops.Cancel("two", {1}, false).ok());
+  CHECK(w.heads->Head("two")->cancelled == std::vector<std::vector<int64_t>>{{1}});
+  CHECK(w.heads->Head("one")->cancelled.empty());
+  w.heads->Head("two")->nodes = {{"two-head", true}};
+  auto nodes = w.ops.Nodes("two");
+  REQUIRE(nodes.ok());
+  REQUIRE(nodes->nodes_size() == 1);
+  CHECK(nodes->nodes(0).node_id() == "two-head");
+}
+
+TEST_CASE("a stopped cluster's head is not dialled") {
+  World w;
+  ClusterRecord c = w.Put("demo", 1, "local", ClusterStatus::kStopped);
+  auto client = w.ops.ConnectHead(c);
+  REQUIRE_FALSE(client.ok());
+  CHECK(client.status().message().find("herd start demo") != std::string::npos);
+  CHECK(w.heads->Head("demo")->connections == 0);
+}
+
+TEST_CASE("stop cancels the jobs, stops every agent, stops the machines and records STOPPED") {
+  World w;
+  w.Put("demo", 2, "local");
+  REQUIRE(w.ops.Stop("demo").ok());
+  CHECK(w.heads->Head("demo")->cancelled == std::vector<std::vector<int64_t>>{{}});
+  CHECK(w.ssh->Calls("run 127.0.50.10").size() == 1);  // the stop script, once per node
+  CHECK(w.ssh->Calls("run 127.0.50.11").size() == 1);
+  CHECK(w.ssh->Calls("close").size() == 2);
+  CHECK(w.provider->calls == std::vector<std::string>{"stop demo"});
+  auto stored = w.Stored("demo");
+  REQUIRE(stored.has_value());
+  CHECK(stored->status == ClusterStatus::kStopped);
+  // A second stop changes nothing.
+  REQUIRE(w.ops.Stop("demo").ok());
+  CHECK(w.provider->calls.size() == 1);
+}
+
+TEST_CASE("stop is refused before anything stops when the provider cannot stop") {
+  World w;
+  w.Put("demo", 1, "local");
+  w.provider->stoppable = FailedPrecondition("these machines cannot be stopped");
+  Status s = w.ops.Stop("demo");
+  CHECK(s.code() == Code::kFailedPrecondition);
+  CHECK(w.heads->Head("demo")->cancelled.empty());
+  CHECK(w.ssh->Calls().empty());
+  CHECK(w.Stored("demo")->status == ClusterStatus::kUp);
+}
+
+TEST_CASE("down of existing machines removes what herd installed, then the record and files") {
+  World w;
+  ClusterRecord c = w.Put("pool", 2, "ssh");
+  REQUIRE(w.ops.Down("pool").ok());
+  CHECK(w.heads->Head("pool")->cancelled == std::vector<std::vector<int64_t>>{{}});
+  for (const std::string host : {"127.0.50.10", "127.0.50.11"}) {
+    auto runs = w.ssh->Calls("run " + host);
+    REQUIRE(runs.size() == 2);  // stop the agent, then remove its cgroups and files
+    CHECK(runs[1].find("rm -rf") != std::string::npos);
+  }
+  CHECK(w.provider->calls == std::vector<std::string>{"teardown pool"});
+  CHECK_FALSE(w.Stored("pool").has_value());
+  CHECK_FALSE(fs::exists(c.state_dir));
+}
+
+TEST_CASE("down of local nodes removes them through the provider without commands on them") {
+  World w;
+  w.Put("demo", 2, "local");
+  REQUIRE(w.ops.Down("demo").ok());
+  CHECK(w.ssh->Calls("run").empty());
+  CHECK(w.provider->calls == std::vector<std::string>{"teardown demo"});
+  CHECK_FALSE(w.Stored("demo").has_value());
+}
+
+TEST_CASE("a fresh launch whose provisioning fails leaves an INIT record and no nodes") {
+  World w;
+  w.provider->fail_provision = Unavailable("no capacity");
+  ops::LaunchOptions o;
+  o.cluster = "fresh";
+  auto r = w.ops.Launch(Command("true"), o);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message().find("no capacity") != std::string::npos);
+  auto stored = w.Stored("fresh");
+  REQUIRE(stored.has_value());
+  CHECK(stored->status == ClusterStatus::kInit);
+  CHECK(stored->nodes.empty());
+  CHECK(stored->launched_unix_ms == w.clock->UnixMs());  // stamped with the injected clock
+  CHECK(w.infras_asked == std::vector<std::string>{"local"});
+}
+
+TEST_CASE("a relaunch is refused when the infra differs or the task needs more nodes") {
+  World w;
+  w.Put("demo", 1, "local");
+  ops::LaunchOptions o;
+  o.cluster = "demo";
+  o.infra = "ssh/pool";
+  auto other = w.ops.Launch(Command("true"), o);
+  REQUIRE_FALSE(other.ok());
+  CHECK(other.status().message().find("runs on local, not ssh/pool") != std::string::npos);
+  o.infra = "";
+  o.num_nodes = 3;
+  auto bigger = w.ops.Launch(Command("true"), o);
+  REQUIRE_FALSE(bigger.ok());
+  CHECK(bigger.status().message().find("has 1 node(s); the task needs 3") != std::string::npos);
+  CHECK(w.provider->calls.empty());
+  CHECK(w.heads->Head("demo")->submitted.empty());
+}
+
+TEST_CASE("autostop is set on the head of a local cluster and refused on existing machines") {
+  World w;
+  w.Put("demo", 1, "local");
+  w.Put("pool", 1, "ssh");
+  REQUIRE(w.ops.SetAutostop("demo", 10, false).ok());
+  CHECK(w.heads->Head("demo")->autostop_minutes == 10);
+  CHECK(w.heads->Head("demo")->autostop_command.find(" stop demo -y") != std::string::npos);
+  CHECK(w.Stored("demo")->autostop_idle_minutes == 10);
+  Status s = w.ops.SetAutostop("pool", 10, false);
+  CHECK(s.code() == Code::kFailedPrecondition);
+  CHECK(w.heads->Head("pool")->autostop_minutes == -2);
+  REQUIRE(w.ops.SetAutostop("demo", -1, false).ok());
+  CHECK(w.Stored("demo")->autostop_idle_minutes == -1);
+}
+
+TEST_CASE("health names the nodes a head is without, and a head that does not answer") {
+  World w;
+  ClusterRecord up = w.Put("up", 2, "local");
+  ClusterRecord half = w.Put("half", 2, "local");
+  ClusterRecord mute = w.Put("mute", 1, "local");
+  ClusterRecord stopped = w.Put("stopped", 1, "local", ClusterStatus::kStopped);
+  w.heads->Head("up")->nodes = {{"up-head", true}, {"up-worker1", true}};
+  w.heads->Head("half")->nodes = {{"half-head", true}, {"half-worker1", false}};
+  w.heads->Head("mute")->refuse = Unavailable("connection refused");
+  auto health = w.ops.Health({up, half, mute, stopped});
+  CHECK(health.count("stopped") == 0);  // only UP clusters are asked
+  REQUIRE(health.count("up") == 1);
+  CHECK(health["up"].answered);
+  CHECK(health["up"].down.empty());
+  CHECK(health["half"].answered);
+  CHECK(health["half"].down ==
+        std::vector<std::pair<std::string, std::string>>{{"half-worker1", "lost"}});
+  CHECK_FALSE(health["mute"].answered);
+  CHECK(health["mute"].error.find("connection refused") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace herd
