@@ -1,4 +1,4 @@
-#include "agent/store/secret_box.hpp"
+#include "shared/crypto/secret_box.hpp"
 #include "tests/unit/test_support.hpp"
 
 #include <doctest/doctest.h>
@@ -9,7 +9,7 @@
 #include <fstream>
 #include <string>
 
-namespace herd::agent {
+namespace herd {
 namespace {
 
 namespace fs = std::filesystem;
@@ -139,4 +139,4 @@ TEST_CASE("a key file owned by another user is refused, naming the file and the 
 }
 
 }  // namespace
-}  // namespace herd::agent
+}  // namespace herd

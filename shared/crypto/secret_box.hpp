@@ -12,7 +12,7 @@
 
 #include "shared/common/status.hpp"
 
-namespace herd::agent {
+namespace herd {
 
 class SecretBox {
  public:
@@ -50,4 +50,4 @@ class SecretBox {
   std::array<unsigned char, kKeyBytes> key_{};
 };
 
-}  // namespace herd::agent
+}  // namespace herd

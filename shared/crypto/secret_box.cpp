@@ -1,4 +1,4 @@
-#include "agent/store/secret_box.hpp"
+#include "shared/crypto/secret_box.hpp"
 
 #include <fcntl.h>
 #include <openssl/crypto.h>
@@ -15,7 +15,7 @@
 
 #include "shared/common/file_util.hpp"
 
-namespace herd::agent {
+namespace herd {
 namespace {
 
 struct CtxFree {
@@ -196,4 +196,4 @@ Result<std::string> SecretBox::Open(std::string_view sealed, std::string_view co
   return out;
 }
 
-}  // namespace herd::agent
+}  // namespace herd
