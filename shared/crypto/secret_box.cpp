@@ -68,7 +68,7 @@ Result<SecretBox> SecretBox::Load(const std::string& path) {
   }
   if (st.st_uid != ::geteuid()) {
     return FailedPrecondition("secrets key " + path + " is owned by uid " +
-                              std::to_string(st.st_uid) + ", not by this agent's user (uid " +
+                              std::to_string(st.st_uid) + ", not by this process's user (uid " +
                               std::to_string(::geteuid()) + ")");
   }
   if ((st.st_mode & 077) != 0) {
