@@ -104,8 +104,10 @@ Result<SecretBox> SecretBox::Create(const std::string& path) {
   // Not WriteFileAtomic, whose rename replaces a file: written whole under a temporary name, then
   // linked into place. link() never replaces a file, so when another process created the key
   // first, it wins and its key is the one used.
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  ::unlink(tmp.c_str());  // a leftover of a crashed run with this pid
+  // Named by thread id, unique among live threads of all processes: threads of one process that
+  // create the same key at once (two stores opened at once) do not remove each other's file.
+  const std::string tmp = path + ".tmp." + std::to_string(::gettid());
+  ::unlink(tmp.c_str());  // a leftover of a crashed run with this id
   {
     Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (fd.get() < 0) {

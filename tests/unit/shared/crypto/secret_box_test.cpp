@@ -5,9 +5,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 namespace herd {
 namespace {
@@ -74,6 +78,34 @@ TEST_CASE("Create makes a 0600 key of 32 bytes and never replaces an existing on
   CHECK(fs::directory_iterator(fs::path(path).parent_path()) != fs::directory_iterator());
   int files = 0;
   for (const auto& e : fs::directory_iterator(fs::path(path).parent_path())) {
+    (void)e;
+    ++files;
+  }
+  CHECK(files == 1);  // no temporary file left behind
+}
+
+TEST_CASE("threads creating one key at once all get the same key") {
+  TempDir dir{"herd-secretbox"};
+  const std::string path = dir / "secrets.key";
+  constexpr int kThreads = 8;
+  std::vector<std::optional<Result<SecretBox>>> boxes(kThreads);
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      ++ready;
+      while (ready < kThreads) std::this_thread::yield();
+      boxes[static_cast<std::size_t>(i)].emplace(SecretBox::Create(path));
+    });
+  }
+  for (auto& t : threads) t.join();
+  const std::string sealed = SecretBox::Load(path).value().Seal("x", "c").value();
+  for (auto& box : boxes) {
+    REQUIRE_MESSAGE(box->ok(), box->status().ToString());
+    CHECK((*box)->Open(sealed, "c").value() == "x");
+  }
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir.path())) {
     (void)e;
     ++files;
   }
