@@ -29,10 +29,13 @@ class SqliteSqlDb final : public SqlDb {
     std::lock_guard lock(mu_);
     HERD_ASSIGN_OR_RETURN(sqlite3_stmt * stmt, Bind(sql, params));
     sqlite::ResetOnExit reset(stmt);
+    // The difference of the running total, not sqlite3_changes(): that one keeps the count of the
+    // last INSERT/UPDATE/DELETE through any other statement (CREATE TABLE would report it).
+    const sqlite3_int64 before = sqlite3_total_changes64(db_);
     int rc = sqlite3_step(stmt);
     while (rc == SQLITE_ROW) rc = sqlite3_step(stmt);
     if (rc != SQLITE_DONE) return StepError(sql, rc);
-    return static_cast<std::int64_t>(sqlite3_changes64(db_));
+    return static_cast<std::int64_t>(sqlite3_total_changes64(db_) - before);
   }
 
   Result<SqlRows> Query(std::string_view sql, const SqlParams& params) override {
