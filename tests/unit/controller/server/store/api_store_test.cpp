@@ -6,6 +6,8 @@
 
 #include <doctest/doctest.h>
 #include <openssl/evp.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <atomic>
@@ -247,6 +249,30 @@ STORE_TEST("migrations: stores opening a fresh database at once apply each migra
   }
   for (auto& t : threads) t.join();
   for (const Status& s : results) CHECK_MESSAGE(s.ok(), s.ToString());
+  auto store = backend.OpenStore();
+  CHECK(CountRows(store->db(), "schema_migrations") == ApiStore::SchemaVersion());
+}
+
+STORE_TEST("migrations: processes opening a fresh database at once apply each migration once") {
+  // Forked children open their own connections; each leaves with _exit so that nothing of the
+  // parent's (its connections) is closed from the child.
+  constexpr int kChildren = 3;
+  std::vector<pid_t> children;
+  for (int i = 0; i < kChildren; ++i) {
+    const pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      auto store = ApiStore::Open(backend.Url(), backend.KeyPath());
+      ::_exit(store.ok() ? 0 : 1);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+  }
   auto store = backend.OpenStore();
   CHECK(CountRows(store->db(), "schema_migrations") == ApiStore::SchemaVersion());
 }
