@@ -59,9 +59,9 @@ class SqlDb {
   virtual const std::string& Name() const = 0;
 
   // One statement (no ';'-separated lists). Returns the number of rows it inserted, updated or
-  // deleted (0 for any other statement). Errors name the database: AlreadyExists for a unique or primary key violation,
-  // Unavailable when the database is busy or unreachable, DeadlineExceeded when a statement ran
-  // past limits::kApiDbStatementTimeout (PostgreSQL), Io otherwise.
+  // deleted (0 for any other statement). Errors name the database: AlreadyExists for a unique or
+  // primary key violation, Unavailable when the database is busy or unreachable, DeadlineExceeded
+  // when a statement ran past limits::kApiDbStatementTimeout (PostgreSQL), Io otherwise.
   virtual Result<std::int64_t> Exec(std::string_view sql, const SqlParams& params = {}) = 0;
   virtual Result<SqlRows> Query(std::string_view sql, const SqlParams& params = {}) = 0;
 
