@@ -2,7 +2,7 @@
 //
 // Each row keeps the protobuf records as serialized blobs plus the columns that queries filter on
 // (job_id, state). A task's `secrets` are never written in clear: they are taken out of the spec
-// and kept sealed (AES-256-GCM, agent/store/secret_box.hpp) in a column of their own, with a key
+// and kept sealed (AES-256-GCM, shared/crypto/secret_box.hpp) in a column of their own, with a key
 // file next to the store (`secrets.key`, 0600), and dropped once the job reached a terminal state
 // (nothing needs them any more). The file is opened in WAL mode with a busy timeout, and every
 // write runs in a BEGIN IMMEDIATE transaction, so several JobStore objects (in one or several
@@ -18,10 +18,10 @@
 #include <string>
 #include <vector>
 
-#include "agent/store/secret_box.hpp"
 #include "herd/v1/common.pb.h"
 #include "shared/common/sqlite_db.hpp"
 #include "shared/common/status.hpp"
+#include "shared/crypto/secret_box.hpp"
 
 namespace herd::agent {
 

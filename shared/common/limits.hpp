@@ -336,6 +336,35 @@ inline constexpr Duration kManagedControllerStartGrace = 30s;
 // command returns and the controller carries on.
 inline constexpr Duration kManagedCancelWait = 180s;
 
+// ---- API server (controller/server: `herd api`; its database, controller/server/store) ---------
+// Connecting to a PostgreSQL database gives up after this (libpq's connect_timeout, whole seconds).
+inline constexpr Duration kApiDbConnectTimeout = 10s;
+// One statement on PostgreSQL (statement_timeout of each connection), waits for row locks and the
+// schema migration lock included; past it the statement fails instead of hanging a request.
+inline constexpr Duration kApiDbStatementTimeout = 15s;
+// A serializable transaction that lost a conflict to another server's is run again up to this
+// many times in all before its request fails as Unavailable.
+inline constexpr int kApiDbTransactionAttempts = 20;
+// An API token's explicit expiry lies at most this far ahead (0 means never expires); further is
+// refused as a mistake of units (seconds or microseconds given for milliseconds).
+inline constexpr Duration kApiTokenMaxLifetime = std::chrono::hours(24 * 366 * 5);
+// Rows a request or audit listing returns when its caller names no limit, and at most.
+inline constexpr int kApiListDefaultLimit = 100;
+inline constexpr int kApiListMaxLimit = 10000;
+// User, cluster and managed-job names of the API store: at most this many characters.
+inline constexpr std::size_t kApiMaxNameBytes = 63;
+// A request's verb, target and message, an audit entry's fields: longer text is cut to this.
+inline constexpr std::size_t kApiMaxTextBytes = 4096;
+// One sealed secret's plaintext (an API key, a token): larger is refused.
+inline constexpr std::size_t kApiMaxSecretBytes = 64u << 10;
+// A managed job's controller lease (two servers on one database: exactly one runs each job's
+// controller) lasts this long unless renewed; its holder renews it every kApiLeaseRenewInterval.
+// A holder that cannot renew for a whole TTL (crashed, cut off) loses it to another server.
+inline constexpr Duration kApiLeaseTtl = 30s;
+inline constexpr Duration kApiLeaseRenewInterval = 10s;
+// The longest TTL a caller may ask for: a dead holder's jobs wait at most this for a new one.
+inline constexpr Duration kApiLeaseMaxTtl = 600s;
+
 // ---- Relations ----------------------------------------------------------------------------------
 static_assert(kMaxOutputChunkBytes + 4096 < kMaxFrameBytes, "a chunk and its envelope fit a frame");
 static_assert(kAgentOutputBacklogBytes >= 4 * kMaxOutputChunkBytes &&
@@ -411,5 +440,12 @@ static_assert(kManagedCancelPoll * 10 < kManagedCancelWait && kClusterLockWait <
               "cancel waits for the controller's own checks and for a down that waits on the lock");
 static_assert(kSqliteBusyTimeout < kClusterLockWait,
               "store writes are short against whole commands");
+
+static_assert(kApiLeaseRenewInterval + kApiDbStatementTimeout < kApiLeaseTtl,
+              "a holder whose renewal hung for a whole statement timeout renews again in time");
+static_assert(kApiLeaseTtl <= kApiLeaseMaxTtl && kSqliteBusyTimeout < kApiDbStatementTimeout,
+              "the default lease is allowed; SQLite's lock wait is shorter than a PG statement's");
+static_assert(kApiDbConnectTimeout >= 1s, "libpq's connect_timeout counts whole seconds");
+static_assert(kApiListDefaultLimit <= kApiListMaxLimit, "the default listing is allowed");
 
 }  // namespace herd::limits

@@ -445,7 +445,7 @@ TEST_CASE("a missing, replaced or unsafe key file: a clear error, nothing change
   }
   SUBCASE("replaced by another key") {
     std::filesystem::rename(key, dir / "saved.key");
-    REQUIRE(herd::agent::SecretBox::Create(key).ok());
+    REQUIRE(herd::SecretBox::Create(key).ok());
     auto store = JobStore::Open(db);
     REQUIRE_FALSE(store.ok());
     CHECK(store.status().message().find("does not open the sealed secrets of job 1") !=

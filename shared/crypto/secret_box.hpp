@@ -1,8 +1,9 @@
-// Authenticated encryption of a job's secrets at rest (AES-256-GCM, OpenSSL EVP) with a key kept in
-// a file of its own: 32 random bytes, mode 0600, owned by the agent's user. The job store seals the
-// secrets of each job with it, so jobs.db (and its WAL, and any copy of them) never holds a secret
-// in clear. What it does not protect against: whoever can read the key file (the agent's user,
-// root) can decrypt; see docs/ARCHITECTURE.md, "Secrets".
+// Authenticated encryption of secrets at rest (AES-256-GCM, OpenSSL EVP) with a key kept in a file
+// of its own: 32 random bytes, mode 0600, owned by the user of the process that uses it. The
+// agent's job store seals the secrets of each job with it, so jobs.db (and its WAL, and any copy of
+// them) never holds a secret in clear; the API server's store (controller/server/store) seals its
+// users' secrets the same way. What it does not protect against: whoever can read the key file
+// (that user, root) can decrypt; see docs/ARCHITECTURE.md, "Secrets".
 #pragma once
 
 #include <array>
@@ -12,7 +13,7 @@
 
 #include "shared/common/status.hpp"
 
-namespace herd::agent {
+namespace herd {
 
 class SecretBox {
  public:
@@ -50,4 +51,4 @@ class SecretBox {
   std::array<unsigned char, kKeyBytes> key_{};
 };
 
-}  // namespace herd::agent
+}  // namespace herd

@@ -1,15 +1,19 @@
-#include "agent/store/secret_box.hpp"
+#include "shared/crypto/secret_box.hpp"
 #include "tests/unit/test_support.hpp"
 
 #include <doctest/doctest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
-namespace herd::agent {
+namespace herd {
 namespace {
 
 namespace fs = std::filesystem;
@@ -80,6 +84,34 @@ TEST_CASE("Create makes a 0600 key of 32 bytes and never replaces an existing on
   CHECK(files == 1);  // no temporary file left behind
 }
 
+TEST_CASE("threads creating one key at once all get the same key") {
+  TempDir dir{"herd-secretbox"};
+  const std::string path = dir / "secrets.key";
+  constexpr int kThreads = 8;
+  std::vector<std::optional<Result<SecretBox>>> boxes(kThreads);
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      ++ready;
+      while (ready < kThreads) std::this_thread::yield();
+      boxes[static_cast<std::size_t>(i)].emplace(SecretBox::Create(path));
+    });
+  }
+  for (auto& t : threads) t.join();
+  const std::string sealed = SecretBox::Load(path).value().Seal("x", "c").value();
+  for (auto& box : boxes) {
+    REQUIRE_MESSAGE(box->ok(), box->status().ToString());
+    CHECK((*box)->Open(sealed, "c").value() == "x");
+  }
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(dir.path())) {
+    (void)e;
+    ++files;
+  }
+  CHECK(files == 1);  // no temporary file left behind
+}
+
 TEST_CASE("bad key files: each error names the file and says what is wrong") {
   TempDir dir{"herd-secretbox"};
   const std::string path = dir / "secrets.key";
@@ -139,4 +171,4 @@ TEST_CASE("a key file owned by another user is refused, naming the file and the 
 }
 
 }  // namespace
-}  // namespace herd::agent
+}  // namespace herd

@@ -1,4 +1,4 @@
-#include "agent/store/secret_box.hpp"
+#include "shared/crypto/secret_box.hpp"
 
 #include <fcntl.h>
 #include <openssl/crypto.h>
@@ -15,7 +15,7 @@
 
 #include "shared/common/file_util.hpp"
 
-namespace herd::agent {
+namespace herd {
 namespace {
 
 struct CtxFree {
@@ -68,7 +68,7 @@ Result<SecretBox> SecretBox::Load(const std::string& path) {
   }
   if (st.st_uid != ::geteuid()) {
     return FailedPrecondition("secrets key " + path + " is owned by uid " +
-                              std::to_string(st.st_uid) + ", not by this agent's user (uid " +
+                              std::to_string(st.st_uid) + ", not by this process's user (uid " +
                               std::to_string(::geteuid()) + ")");
   }
   if ((st.st_mode & 077) != 0) {
@@ -104,8 +104,10 @@ Result<SecretBox> SecretBox::Create(const std::string& path) {
   // Not WriteFileAtomic, whose rename replaces a file: written whole under a temporary name, then
   // linked into place. link() never replaces a file, so when another process created the key
   // first, it wins and its key is the one used.
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  ::unlink(tmp.c_str());  // a leftover of a crashed run with this pid
+  // Named by thread id, unique among live threads of all processes: threads of one process that
+  // create the same key at once (two stores opened at once) do not remove each other's file.
+  const std::string tmp = path + ".tmp." + std::to_string(::gettid());
+  ::unlink(tmp.c_str());  // a leftover of a crashed run with this id
   {
     Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
     if (fd.get() < 0) {
@@ -196,4 +198,4 @@ Result<std::string> SecretBox::Open(std::string_view sealed, std::string_view co
   return out;
 }
 
-}  // namespace herd::agent
+}  // namespace herd
