@@ -349,6 +349,10 @@ inline constexpr Duration kApiRequestReadTimeout = 30s;
 inline constexpr Duration kApiIdleTimeout = 60s;
 // One write of a response (or of a piece of a stream) to a client that stopped reading.
 inline constexpr Duration kApiWriteTimeout = 30s;
+// After the last response of a connection (an error such as 413, or "Connection: close") the
+// server stops sending and reads, discarding, for up to this long before it closes the socket: a
+// close with unread data resets the connection, and the client could lose the response.
+inline constexpr Duration kApiCloseLinger = 1s;
 // Open connections at once; more get 503 and are closed. Up to as many again are answered so;
 // past that a connection is closed at once.
 inline constexpr std::size_t kApiMaxConnections = 1024;
@@ -368,6 +372,8 @@ static_assert(kApiMaxHeaderBytes < kApiMaxBodyBytes && kApiMaxBodyBytes < kApiMa
 static_assert(kApiHandshakeTimeout < kApiClientTimeout &&
                   kApiRequestReadTimeout < kApiClientTimeout,
               "the server gives up on a slow handshake or request before a waiting client does");
+static_assert(kApiCloseLinger < kApiHandshakeTimeout && kApiCloseLinger < kApiWriteTimeout,
+              "a closing connection lingers briefly against the other bounds");
 static_assert(kApiRequestReadTimeout <= kApiIdleTimeout,
               "a connection between requests waits at least as long as one request may take");
 
