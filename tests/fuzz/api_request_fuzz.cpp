@@ -39,11 +39,10 @@ void CheckName(std::string_view value) {
   herd::Status status = ValidateName("name", value);
   if (!status.ok()) return CheckRefusal(status);
   Check(!value.empty() && value.size() <= herd::limits::kApiMaxNameBytes);
-  Check(value.find("..") == std::string_view::npos && value.front() != '.' &&
-        value.front() != '-');
+  Check(value.find("..") == std::string_view::npos && value.front() != '.' && value.front() != '-');
   for (char c : value) {
-    Check((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-          c == '-' || c == '_' || c == '.');
+    Check((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+          c == '_' || c == '.');
   }
 }
 
@@ -53,8 +52,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view input(reinterpret_cast<const char*>(data), size);
   std::size_t newline = input.find('\n');
   std::string_view target = input.substr(0, newline);
-  std::string_view body = newline == std::string_view::npos ? std::string_view()
-                                                            : input.substr(newline + 1);
+  std::string_view body =
+      newline == std::string_view::npos ? std::string_view() : input.substr(newline + 1);
 
   auto parsed = ParseTarget(target);
   if (!parsed.ok()) {

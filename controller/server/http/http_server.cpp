@@ -60,7 +60,8 @@ struct Shared {
 
 // A piece of a response, queued by a Responder from any thread and written on the strand.
 struct Piece {
-  enum Kind { kFull, kHead, kChunk, kEnd, kAbort } kind = kFull;
+  // kContinue: the interim "100 Continue" to a request that expects it before sending its body.
+  enum Kind { kFull, kHead, kChunk, kEnd, kAbort, kContinue } kind = kFull;
   HttpResponse response;     // kFull; kHead: status, content_type and headers
   std::string data;          // kChunk
   bool close_after = false;  // kFull from the connection itself (an error): close after it
@@ -82,8 +83,9 @@ class ConnCore {
   void SetOnClose(uint64_t seq, std::function<void()> fn) {
     std::unique_lock<std::mutex> lock(mu_);
     if (closed_.load()) {
+      const bool incomplete = complete_seq_ < seq;
       lock.unlock();
-      if (complete_seq_ < seq) fn();
+      if (incomplete) fn();
       return;
     }
     if (complete_seq_ >= seq) return;
@@ -291,6 +293,7 @@ class Conn : public ConnCore, public std::enable_shared_from_this<Conn<Stream>> 
     parser_->body_limit(opts_.max_body_bytes);
     parser_->eager(true);
     request_started_ = false;
+    continue_sent_ = false;
     arm_read_timer(opts_.idle_timeout, "idle wait");
     if (buffer_.size() > 0) {
       parse_buffered();
@@ -372,8 +375,26 @@ class Conn : public ConnCore, public std::enable_shared_from_this<Conn<Stream>> 
       return reply_error(431, "the request headers are over the limit of " +
                                   std::to_string(opts_.max_header_bytes) + " bytes");
     }
-    if (!parser_->is_done()) return do_read();
+    if (!parser_->is_done()) {
+      if (parser_->is_header_done() && !continue_sent_) send_continue();
+      return do_read();
+    }
     deliver();
+  }
+
+  // A client that sent "Expect: 100-continue" waits for this before its body (curl does so for
+  // larger bodies). Its header passed the limits already: a body over max_body_bytes by its
+  // Content-Length was refused before this.
+  void send_continue() {
+    continue_sent_ = true;
+    auto expect = parser_->get().find(bhttp::field::expect);
+    if (expect == parser_->get().end() ||
+        !EqualsIgnoreCase(std::string_view(expect->value().data(), expect->value().size()),
+                          "100-continue")) {
+      return;
+    }
+    outbox_.push_back(Piece{Piece::kContinue, {}, {}, false});
+    if (!writing_) do_write();
   }
 
   void deliver() {
@@ -492,6 +513,11 @@ class Conn : public ConnCore, public std::enable_shared_from_this<Conn<Stream>> 
                                 std::move(done));
       case Piece::kEnd:
         return net::async_write(stream_, bhttp::make_chunk_last(), std::move(done));
+      case Piece::kContinue:
+        interim_.emplace();
+        interim_->version(11);
+        interim_->result(bhttp::status::continue_);
+        return bhttp::async_write(stream_, *interim_, std::move(done));
       case Piece::kAbort:
         break;
     }
@@ -580,6 +606,7 @@ class Conn : public ConnCore, public std::enable_shared_from_this<Conn<Stream>> 
   State state_ = State::kReading;
   bool reading_ = false;
   bool request_started_ = false;
+  bool continue_sent_ = false;
   bool keep_alive_ = true;
   uint64_t seq_ = 0;  // the request being answered
 
@@ -588,6 +615,7 @@ class Conn : public ConnCore, public std::enable_shared_from_this<Conn<Stream>> 
   bool close_after_ = false;
   std::optional<bhttp::response<bhttp::string_body>> full_;
   std::optional<bhttp::response<bhttp::empty_body>> head_;
+  std::optional<bhttp::response<bhttp::empty_body>> interim_;
   std::optional<bhttp::response_serializer<bhttp::empty_body>> head_serializer_;
   bool finished_ = false;
 };

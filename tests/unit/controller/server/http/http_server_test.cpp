@@ -12,6 +12,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/read.hpp>
+#include <boost/asio/read_until.hpp>
 #include <boost/asio/write.hpp>
 #include <chrono>
 #include <condition_variable>
@@ -313,6 +314,23 @@ TEST_CASE("bad HTTP gets 400 and a closed connection; oversized headers 431; kee
   CHECK(two.find("ok /two") != std::string::npos);
   CHECK(two.find("ok /one") < two.find("ok /two"));
   CHECK(seen.size() == 2);
+
+  // A client that waits for "100 Continue" before its body gets it.
+  net::io_context io;
+  tcp::socket socket(io);
+  socket.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), running.port()));
+  net::write(socket, net::buffer(std::string("POST /upload HTTP/1.1\r\nHost: h\r\n"
+                                             "Content-Length: 4\r\nExpect: 100-continue\r\n\r\n")));
+  std::string interim;
+  net::read_until(socket, net::dynamic_buffer(interim), "\r\n\r\n");
+  CHECK(interim.rfind("HTTP/1.1 100 Continue\r\n", 0) == 0);
+  CHECK(seen.size() == 2);
+  net::write(socket, net::buffer(std::string("body")));
+  std::string rest;
+  net::read_until(socket, net::dynamic_buffer(rest), "ok /upload");
+  CHECK(rest.find("HTTP/1.1 200 OK") != std::string::npos);
+  CHECK(seen.size() == 3);
+  CHECK(seen.requests[2].body == "body");
 }
 
 TEST_CASE("a stream of many chunks: read whole, or stopped early by the client (on_close fires)") {
