@@ -260,8 +260,15 @@ class Conn : public ConnCore, public std::enable_shared_from_this<Conn<Stream>> 
   void on_handshake(beast::error_code ec) {
     if (finished_) return;
     if (ec) {
-      // Typically a client that does not trust our CA ("tlsv1 alert unknown ca"), or no TLS.
-      HERD_LOG(kWarn) << "api: TLS handshake with " << peer_ << " failed: " << ec.message();
+      if (ec == net::error::eof || ec == ssl::error::stream_truncated ||
+          ec == net::error::connection_reset) {
+        // A connection closed before any TLS (a port probe, a health check of the TCP port).
+        HERD_LOG(kInfo) << "api: " << peer_ << " closed before the TLS handshake";
+      } else {
+        // Typically a client that does not trust our CA ("tlsv1 alert unknown ca"), one that
+        // refused our certificate ("certificate expired"), or plain HTTP ("http request").
+        HERD_LOG(kWarn) << "api: TLS handshake with " << peer_ << " failed: " << ec.message();
+      }
       return finish("", true);
     }
     begin_request();
