@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <future>
 #include <mutex>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -432,6 +433,52 @@ TEST_CASE("a client that does not read a stream is dropped past the queue limit"
   if (writer.joinable()) writer.join();
   CHECK(dropped);
   CHECK(write_refused.load());
+}
+
+TEST_CASE("a slow request gets 408, a throwing handler 500, and Stop closes open streams") {
+  std::promise<std::shared_ptr<Responder>> streaming;
+  std::promise<void> closed_seen;
+  HttpServerOptions o;
+  o.plain_http = true;
+  o.request_read_timeout = 100ms;
+  o.handler = [&](HttpRequest request, std::shared_ptr<Responder> r) {
+    if (request.target == "/throw") throw std::runtime_error("boom");
+    r->StartStream(200, "text/plain");
+    r->OnClose([&] { closed_seen.set_value(); });
+    streaming.set_value(r);
+  };
+  Running running(std::move(o));
+
+  // Half a request, then nothing: the server gives up and says so.
+  std::string slow = RawExchange(running.port(), "GET /x HTTP/1.1\r\nHost:");
+  CHECK(slow.rfind("HTTP/1.1 408", 0) == 0);
+  CHECK(slow.find("DEADLINE_EXCEEDED") != std::string::npos);
+
+  std::string thrown =
+      RawExchange(running.port(), "GET /throw HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
+  CHECK(thrown.rfind("HTTP/1.1 500", 0) == 0);
+
+  net::io_context io;
+  tcp::socket socket(io);
+  socket.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), running.port()));
+  net::write(socket, net::buffer(std::string("GET /follow HTTP/1.1\r\nHost: h\r\n\r\n")));
+  auto responder_future = streaming.get_future();
+  REQUIRE(responder_future.wait_for(kWait) == std::future_status::ready);
+  std::shared_ptr<Responder> responder = responder_future.get();
+  CHECK(responder->Write("first\n"));
+  CHECK_FALSE(responder->Closed());
+  running.server().Stop();
+  auto closed = closed_seen.get_future();
+  REQUIRE(closed.wait_for(kWait) == std::future_status::ready);
+  CHECK(responder->Closed());
+  CHECK_FALSE(responder->Write("after\n"));
+  // What the client got: the head and the first chunk, then the end of the connection.
+  std::string got;
+  boost::system::error_code ec;
+  net::read(socket, net::dynamic_buffer(got), ec);
+  CHECK(got.find("first") != std::string::npos);
+  CHECK(got.find("after") == std::string::npos);
+  CHECK(got.find("\r\n0\r\n\r\n") == std::string::npos);  // not ended as if complete
 }
 
 TEST_CASE("over max_connections a connection gets 503") {
