@@ -68,6 +68,34 @@ struct Piece {
   std::size_t size() const { return kind == kChunk ? data.size() : response.body.size(); }
 };
 
+// A handler's response made safe to serialize: a status Beast would refuse (or one that may not
+// carry a body, with a body) becomes 500, and a header whose name or value holds CR, LF or NUL
+// (it would split the response) is dropped. Both are bugs of the handler, logged as such.
+void SanitizeResponse(HttpResponse& response) {
+  const int status = response.status;
+  const bool bodyless = status < 200 || status == 204 || status == 304;
+  if (status < 200 || status > 599 || (bodyless && !response.body.empty())) {
+    HERD_LOG(kError) << "api: a handler answered with status " << status
+                     << (bodyless ? " and a body" : "") << "; sent as 500";
+    response = HttpError(Internal("the server made an invalid response"));
+  }
+  auto bad = [](std::string_view text) {
+    return text.empty() ||
+           text.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos;
+  };
+  std::size_t before = response.headers.fields().size();
+  Headers kept;
+  for (const auto& [name, value] : response.headers.fields()) {
+    if (!bad(name) && (value.empty() || !bad(value))) kept.Add(name, value);
+  }
+  if (kept.fields().size() != before) {
+    HERD_LOG(kError) << "api: dropped " << before - kept.fields().size()
+                     << " response header(s) holding CR, LF or NUL";
+    response.headers = std::move(kept);
+  }
+  if (bad(response.content_type)) response.content_type.clear();
+}
+
 // The part of a connection a Responder talks to: submitting pieces (any thread) and the
 // close-watch of the response in progress.
 class ConnCore {
@@ -276,10 +304,13 @@ class Conn : public ConnCore, public std::enable_shared_from_this<Conn<Stream>> 
 
   // ---- Reading ----
 
+  // A new deadline replaces the last; a wait of an older one that had already completed when
+  // it was replaced is recognized by its generation and ignored.
   void arm_read_timer(limits::Duration after, const char* what) {
     read_timer_.expires_after(after);
-    read_timer_.async_wait([self = shared_from_this(), what](beast::error_code ec) {
-      if (!ec) self->on_read_timeout(what);
+    read_timer_.async_wait([self = shared_from_this(), what,
+                            generation = ++read_timer_generation_](beast::error_code ec) {
+      if (!ec && generation == self->read_timer_generation_) self->on_read_timeout(what);
     });
   }
 
@@ -313,12 +344,10 @@ class Conn : public ConnCore, public std::enable_shared_from_this<Conn<Stream>> 
     if (reading_ || finished_) return;
     std::size_t room = buffer_.max_size() - buffer_.size();
     if (room == 0) {
-      // Reading a request: the header did not fit (the parser says so first). Otherwise a client
-      // that sends ahead while its request is handled: wait until the response is done.
-      if (state_ == State::kLinger)
-        buffer_.consume(buffer_.size());
-      else
-        return;
+      // A client that sends ahead while its request is handled: wait until the response is done.
+      // (Reading a request, a full buffer is a header over the limit: the parser said so first.)
+      if (state_ != State::kLinger) return;
+      buffer_.consume(buffer_.size());
       room = buffer_.max_size();
     }
     reading_ = true;
@@ -406,6 +435,7 @@ class Conn : public ConnCore, public std::enable_shared_from_this<Conn<Stream>> 
 
   void deliver() {
     read_timer_.cancel();
+    ++read_timer_generation_;
     bhttp::request<bhttp::string_body> message = parser_->release();
     parser_.reset();
     state_ = State::kHandling;
@@ -440,6 +470,7 @@ class Conn : public ConnCore, public std::enable_shared_from_this<Conn<Stream>> 
   // An error answered by the connection itself, after which it closes.
   void reply_error(int status, std::string message) {
     read_timer_.cancel();
+    ++read_timer_generation_;
     parser_.reset();
     state_ = State::kHandling;
     keep_alive_ = false;
@@ -484,6 +515,7 @@ class Conn : public ConnCore, public std::enable_shared_from_this<Conn<Stream>> 
     auto done = beast::bind_front_handler(&Conn::on_write, shared_from_this());
     switch (piece.kind) {
       case Piece::kFull: {
+        SanitizeResponse(piece.response);
         bool keep = keep_alive_ && !piece.close_after;
         full_.emplace();
         full_->version(11);
@@ -501,6 +533,7 @@ class Conn : public ConnCore, public std::enable_shared_from_this<Conn<Stream>> 
         return bhttp::async_write(stream_, *full_, std::move(done));
       }
       case Piece::kHead: {
+        SanitizeResponse(piece.response);
         head_serializer_.reset();
         head_.emplace();
         head_->version(11);
@@ -582,6 +615,7 @@ class Conn : public ConnCore, public std::enable_shared_from_this<Conn<Stream>> 
       }
     }
     read_timer_.cancel();
+    ++read_timer_generation_;
     write_timer_.cancel();
     beast::error_code ec;
     socket().shutdown(tcp::socket::shutdown_both, ec);
@@ -602,6 +636,7 @@ class Conn : public ConnCore, public std::enable_shared_from_this<Conn<Stream>> 
   Stream stream_;
   net::any_io_executor ex_;  // the strand
   net::steady_timer read_timer_;
+  uint64_t read_timer_generation_ = 0;
   net::steady_timer write_timer_;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;

@@ -443,6 +443,11 @@ TEST_CASE("a slow request gets 408, a throwing handler 500, and Stop closes open
   o.request_read_timeout = 100ms;
   o.handler = [&](HttpRequest request, std::shared_ptr<Responder> r) {
     if (request.target == "/throw") throw std::runtime_error("boom");
+    if (request.target == "/badstatus") return r->Respond({1000, "text/plain", "x", {}});
+    if (request.target == "/badheader") {
+      return r->Respond(
+          {200, "text/plain", "x", {{"X-Evil", "a\r\nSet-Cookie: s=1"}, {"X-Ok", "1"}}});
+    }
     r->StartStream(200, "text/plain");
     r->OnClose([&] { closed_seen.set_value(); });
     streaming.set_value(r);
@@ -457,6 +462,15 @@ TEST_CASE("a slow request gets 408, a throwing handler 500, and Stop closes open
   std::string thrown =
       RawExchange(running.port(), "GET /throw HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
   CHECK(thrown.rfind("HTTP/1.1 500", 0) == 0);
+  // A handler's invalid status is a 500; a header that would split the response is dropped.
+  std::string bad_status = RawExchange(
+      running.port(), "GET /badstatus HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
+  CHECK(bad_status.rfind("HTTP/1.1 500", 0) == 0);
+  std::string bad_header = RawExchange(
+      running.port(), "GET /badheader HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
+  CHECK(bad_header.rfind("HTTP/1.1 200", 0) == 0);
+  CHECK(bad_header.find("X-Ok: 1") != std::string::npos);
+  CHECK(bad_header.find("Set-Cookie") == std::string::npos);
 
   net::io_context io;
   tcp::socket socket(io);
