@@ -35,10 +35,10 @@ using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 using PlainStream = beast::tcp_stream;
 using Clock = std::chrono::steady_clock;
 
+// "60 s", "1500 ms": a timeout for a message.
 std::string Seconds(limits::Duration d) {
-  return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(d).count() / 1000.0)
-             .substr(0, 4) +
-         " s";
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+  return ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms";
 }
 
 // Runs the io_context until the operation started by `start` completes; returns its error.
