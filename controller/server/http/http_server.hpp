@@ -8,9 +8,16 @@
 // methods may all be called from any thread, at any time (also after the connection closed: they
 // then do nothing). One request of a connection is handled at a time (no pipelining): the next is
 // read after the response to this one is complete.
+// The listener answers by itself, and then closes the connection: 400 (not HTTP, or a bad request
+// line, header or body framing), 408 (a request not received within request_read_timeout), 413
+// (a body over max_body_bytes: refused by its Content-Length before it is read), 431 (headers
+// over max_header_bytes) and 503 (over max_connections), each with herd's JSON error body
+// (request_codec.hpp HttpError). "Expect: 100-continue" is answered. Every response is HTTP/1.1
+// (HEAD is not special: route it nowhere).
+// A kept-alive connection without a request in progress is closed after idle_timeout.
 // Lifetime: Stop() (or destroying the HttpServer) closes the listener and every connection; the
-// HttpServer may outlive the io_context once stopped. A Responder keeps its connection's state
-// alive but not the socket.
+// HttpServer may outlive the io_context once stopped. A Responder may outlive its connection (it
+// keeps the connection's object, not its socket, which closes regardless).
 #pragma once
 
 #include <cstddef>
@@ -34,7 +41,8 @@ class Responder {
  public:
   virtual ~Responder() = default;
   // The whole response. Content-Length is set; the connection stays open for the next request
-  // unless the request asked to close it or the status is 400, 408, 413 or 431.
+  // unless the request asked to close it. A status outside 200-599 (or a body with 204/304) is
+  // sent as 500, and headers holding CR, LF or NUL are dropped (both logged as handler bugs).
   virtual void Respond(HttpResponse response) = 0;
   // A streamed response (chunked transfer encoding): the status line and headers now, the body in
   // Write calls, End() to finish it (the connection then serves the next request).
