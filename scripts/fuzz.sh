@@ -15,7 +15,7 @@ case "${1:-}" in
   "") ;;
   *) seconds=$1 ;;
 esac
-targets=(frame_fuzz task_fuzz register_fuzz)
+targets=(frame_fuzz task_fuzz register_fuzz api_request_fuzz)
 
 "$root/scripts/install-deps.sh"
 export CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=true

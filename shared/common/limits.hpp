@@ -351,7 +351,8 @@ inline constexpr Duration kApiTokenMaxLifetime = std::chrono::hours(24 * 366 * 5
 // Rows a request or audit listing returns when its caller names no limit, and at most.
 inline constexpr int kApiListDefaultLimit = 100;
 inline constexpr int kApiListMaxLimit = 10000;
-// User, cluster and managed-job names of the API store: at most this many characters.
+// User, cluster and managed-job names of the API store and its requests: at most this many
+// characters (a DNS label's length).
 inline constexpr std::size_t kApiMaxNameBytes = 63;
 // A request's verb, target and message, an audit entry's fields: longer text is cut to this.
 inline constexpr std::size_t kApiMaxTextBytes = 4096;
@@ -364,6 +365,46 @@ inline constexpr Duration kApiLeaseTtl = 30s;
 inline constexpr Duration kApiLeaseRenewInterval = 10s;
 // The longest TTL a caller may ask for: a dead holder's jobs wait at most this for a new one.
 inline constexpr Duration kApiLeaseMaxTtl = 600s;
+
+// ---- API server (controller/server/http: the HTTPS listener of `herd api` and its client) ------
+// The request line and headers of one request; more is refused with 431.
+inline constexpr std::size_t kApiMaxHeaderBytes = 16u << 10;
+// The body of one request (JSON); a larger Content-Length is refused with 413 before the body is
+// read, a chunked body when it passes this. Requests carry names and small task specs, never files.
+inline constexpr std::size_t kApiMaxBodyBytes = 1u << 20;
+// TCP accept to the end of the TLS handshake.
+inline constexpr Duration kApiHandshakeTimeout = 10s;
+// The first byte of a request to its last: a slow sender is dropped.
+inline constexpr Duration kApiRequestReadTimeout = 30s;
+// A kept-alive connection with no request in progress is closed after this. Longer than a CLI
+// command's pause between two calls, short enough that idle CLIs do not pile up connections.
+inline constexpr Duration kApiIdleTimeout = 60s;
+// One write of a response (or of a piece of a stream) to a client that stopped reading.
+inline constexpr Duration kApiWriteTimeout = 30s;
+// After the last response of a connection (an error such as 413, or "Connection: close") the
+// server stops sending and reads, discarding, for up to this long before it closes the socket: a
+// close with unread data resets the connection, and the client could lose the response.
+inline constexpr Duration kApiCloseLinger = 1s;
+// Open connections at once; more get 503 and are closed. Up to as many again are answered so;
+// past that a connection is closed at once.
+inline constexpr std::size_t kApiMaxConnections = 1024;
+// Bytes of a streamed response (log following) queued and not yet written: past this the client
+// is not reading and is dropped.
+inline constexpr std::size_t kApiMaxStreamQueuedBytes = 8u << 20;
+// A response the client reads whole (everything but a stream).
+inline constexpr std::size_t kApiMaxResponseBytes = 64u << 20;
+// The client's default bound on one call: connect, TLS, request and the whole response (a stream:
+// until its headers).
+inline constexpr Duration kApiClientTimeout = 60s;
+static_assert(kApiMaxHeaderBytes < kApiMaxBodyBytes && kApiMaxBodyBytes < kApiMaxResponseBytes,
+              "a request's headers are small against its body, a body against any response");
+static_assert(kApiHandshakeTimeout < kApiClientTimeout &&
+                  kApiRequestReadTimeout < kApiClientTimeout,
+              "the server gives up on a slow handshake or request before a waiting client does");
+static_assert(kApiCloseLinger < kApiHandshakeTimeout && kApiCloseLinger < kApiWriteTimeout,
+              "a closing connection lingers briefly against the other bounds");
+static_assert(kApiRequestReadTimeout <= kApiIdleTimeout,
+              "a connection between requests waits at least as long as one request may take");
 
 // ---- Relations ----------------------------------------------------------------------------------
 static_assert(kMaxOutputChunkBytes + 4096 < kMaxFrameBytes, "a chunk and its envelope fit a frame");

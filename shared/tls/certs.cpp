@@ -262,6 +262,39 @@ std::string Join(const std::string& dir, std::string_view name) {
   return (std::filesystem::path(dir) / name).string();
 }
 
+// A leaf certificate signed by `ca` with `subject`, extendedKeyUsage `eku` (config syntax, a fixed
+// string) and the SANs of `options` plus `uris`.
+Result<Pem> SignLeaf(const Pem& ca, const std::vector<std::pair<std::string, std::string>>& subject,
+                     const char* eku, const IssueOptions& options,
+                     const std::vector<std::string>& uris) {
+  HERD_ASSIGN_OR_RETURN(Owned<X509> ca_cert, ParseCert(ca.cert));
+  HERD_ASSIGN_OR_RETURN(Owned<EVP_PKEY> ca_key, ParseKey(ca.key));
+  if (X509_check_private_key(ca_cert.get(), ca_key.get()) != 1) {
+    ERR_clear_error();
+    return InvalidArgument("the CA key does not belong to the CA certificate");
+  }
+  HERD_ASSIGN_OR_RETURN(Owned<EVP_PKEY> key, NewKey());
+  Owned<X509> cert(X509_new());
+  if (!cert) return SslError("X509_new");
+  HERD_RETURN_IF_ERROR(
+      InitCert(cert.get(), subject, options.valid_days, options.not_before_seconds));
+  if (X509_set_issuer_name(cert.get(), X509_get_subject_name(ca_cert.get())) != 1 ||
+      X509_set_pubkey(cert.get(), key.get()) != 1) {
+    return SslError("issuer/key");
+  }
+  HERD_RETURN_IF_ERROR(
+      AddExt(cert.get(), ca_cert.get(), NID_basic_constraints, "critical,CA:FALSE"));
+  HERD_RETURN_IF_ERROR(
+      AddExt(cert.get(), ca_cert.get(), NID_key_usage, "critical,digitalSignature"));
+  HERD_RETURN_IF_ERROR(AddExt(cert.get(), ca_cert.get(), NID_ext_key_usage, eku));
+  HERD_RETURN_IF_ERROR(AddExt(cert.get(), ca_cert.get(), NID_subject_key_identifier, "hash"));
+  HERD_RETURN_IF_ERROR(
+      AddExt(cert.get(), ca_cert.get(), NID_authority_key_identifier, "keyid:always"));
+  HERD_RETURN_IF_ERROR(AddSans(cert.get(), options.ip_sans, options.dns_sans, uris));
+  if (X509_sign(cert.get(), ca_key.get(), EVP_sha256()) == 0) return SslError("X509_sign");
+  return ToPem(cert.get(), key.get());
+}
+
 }  // namespace
 
 Result<Pem> CreateCa(std::string_view cluster_name, int valid_days) {
@@ -320,33 +353,26 @@ Result<Pem> IssueCertificate(const Pem& ca, Role role, std::string_view common_n
     default:
       return InvalidArgument("a certificate needs the agent or the client role");
   }
-  HERD_ASSIGN_OR_RETURN(Owned<X509> ca_cert, ParseCert(ca.cert));
-  HERD_ASSIGN_OR_RETURN(Owned<EVP_PKEY> ca_key, ParseKey(ca.key));
-  if (X509_check_private_key(ca_cert.get(), ca_key.get()) != 1) {
-    ERR_clear_error();
-    return InvalidArgument("the CA key does not belong to the CA certificate");
+  return SignLeaf(ca, {{"O", "herd"}, {"OU", std::string(ou)}, {"CN", std::string(common_name)}},
+                  eku, options, uris);
+}
+
+Result<Pem> IssueServerCertificate(const Pem& ca, std::string_view common_name,
+                                   const std::vector<std::string>& dns_sans,
+                                   const std::vector<std::string>& ip_sans, int valid_days,
+                                   long not_before_seconds) {
+  if (common_name.empty()) return InvalidArgument("common name is empty");
+  if (dns_sans.empty() && ip_sans.empty()) {
+    return InvalidArgument("a server certificate needs at least one DNS name or IP address");
   }
-  HERD_ASSIGN_OR_RETURN(Owned<EVP_PKEY> key, NewKey());
-  Owned<X509> cert(X509_new());
-  if (!cert) return SslError("X509_new");
-  HERD_RETURN_IF_ERROR(InitCert(
-      cert.get(), {{"O", "herd"}, {"OU", std::string(ou)}, {"CN", std::string(common_name)}},
-      options.valid_days, options.not_before_seconds));
-  if (X509_set_issuer_name(cert.get(), X509_get_subject_name(ca_cert.get())) != 1 ||
-      X509_set_pubkey(cert.get(), key.get()) != 1) {
-    return SslError("issuer/key");
-  }
-  HERD_RETURN_IF_ERROR(
-      AddExt(cert.get(), ca_cert.get(), NID_basic_constraints, "critical,CA:FALSE"));
-  HERD_RETURN_IF_ERROR(
-      AddExt(cert.get(), ca_cert.get(), NID_key_usage, "critical,digitalSignature"));
-  HERD_RETURN_IF_ERROR(AddExt(cert.get(), ca_cert.get(), NID_ext_key_usage, eku));
-  HERD_RETURN_IF_ERROR(AddExt(cert.get(), ca_cert.get(), NID_subject_key_identifier, "hash"));
-  HERD_RETURN_IF_ERROR(
-      AddExt(cert.get(), ca_cert.get(), NID_authority_key_identifier, "keyid:always"));
-  HERD_RETURN_IF_ERROR(AddSans(cert.get(), options.ip_sans, options.dns_sans, uris));
-  if (X509_sign(cert.get(), ca_key.get(), EVP_sha256()) == 0) return SslError("X509_sign");
-  return ToPem(cert.get(), key.get());
+  IssueOptions options;
+  options.dns_sans = dns_sans;
+  options.ip_sans = ip_sans;
+  options.valid_days = valid_days;
+  options.not_before_seconds = not_before_seconds;
+  return SignLeaf(ca,
+                  {{"O", "herd"}, {"OU", std::string(kServerOu)}, {"CN", std::string(common_name)}},
+                  "serverAuth", options, {});
 }
 
 Result<std::string> ClusterOfCa(std::string_view ca_cert_pem) {

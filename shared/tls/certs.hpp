@@ -26,6 +26,9 @@ struct Pem {
 // Subject OU of each role's certificates.
 inline constexpr std::string_view kAgentOu = "herd-agent";
 inline constexpr std::string_view kClientOu = "herd-client";
+// Subject OU of a TLS server certificate of the API server (IssueServerCertificate); RoleOf gives
+// kUnknown for it, so it can neither join a cluster as an agent nor dial one as a client.
+inline constexpr std::string_view kServerOu = "herd-api-server";
 
 // A self-signed CA for one cluster (CN "herd-ca <cluster>").
 Result<Pem> CreateCa(std::string_view cluster_name, int valid_days = 3650);
@@ -66,6 +69,16 @@ Result<Pem> IssueCertificate(const Pem& ca, Role role, std::string_view common_n
                              const std::vector<std::string>& dns_sans = {}, int valid_days = 825);
 Result<Pem> IssueCertificate(const Pem& ca, Role role, std::string_view common_name,
                              const IssueOptions& options);
+
+// A TLS server certificate signed by `ca` (e.g. the API server's own CA, made with CreateCa): CN
+// `common_name`, subjectAltName with `dns_sans` and `ip_sans` (at least one of them: clients check
+// the host they dialed against these), extendedKeyUsage serverAuth only. `valid_days` and
+// `not_before_seconds` as in IssueOptions.
+Result<Pem> IssueServerCertificate(const Pem& ca, std::string_view common_name,
+                                   const std::vector<std::string>& dns_sans,
+                                   const std::vector<std::string>& ip_sans,
+                                   int valid_days = IssueOptions{}.valid_days,
+                                   long not_before_seconds = IssueOptions{}.not_before_seconds);
 
 // The role from the subject OU; kUnknown for a certificate without a herd role (e.g. the CA).
 Result<Role> RoleOf(std::string_view cert_pem);
