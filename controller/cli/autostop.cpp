@@ -18,6 +18,8 @@ class AutostopCommand final : public Command {
     return cmd_;
   }
   bool Chosen() const override { return cmd_->parsed(); }
+  bool Remote() const override { return true; }
+  std::string Cluster() const override { return cluster_; }
   int Run(CliContext& ctx) override {
     if (!cancel_ && idle_ < 0) {
       return Fail(ctx, InvalidArgument("autostop: give -i MINUTES or --cancel"), 2);

@@ -17,6 +17,8 @@ class CancelCommand final : public Command {
     return cmd_;
   }
   bool Chosen() const override { return cmd_->parsed(); }
+  bool Remote() const override { return target_.endpoint.empty(); }
+  std::string Cluster() const override { return args_.empty() ? "" : args_[0]; }
   int Run(CliContext& ctx) override {
     auto [cluster, rest] = SplitCluster(args_, target_);
     auto ids = ParseJobIds(rest);

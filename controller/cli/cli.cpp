@@ -29,13 +29,16 @@ int RunCli(int argc, char** argv) {
        {cli::MakeCheckCommand, cli::MakeCertsCommand, cli::MakeLaunchCommand, cli::MakeExecCommand,
         cli::MakeStatusCommand, cli::MakeQueueCommand, cli::MakeLogsCommand, cli::MakeCancelCommand,
         cli::MakeStopCommand, cli::MakeStartCommand, cli::MakeDownCommand, cli::MakeAutostopCommand,
-        cli::MakeJobsCommand, cli::MakeNodesCommand, cli::MakeMuxCommand}) {
+        cli::MakeJobsCommand, cli::MakeNodesCommand, cli::MakeMuxCommand, cli::MakeApiCommand}) {
     commands.push_back(make());
     commands.back()->Add(app);
   }
 
   bool verbose = false;
   app.add_flag("-v,--verbose", verbose, "log what herd does (to stderr)");
+  bool async = false;
+  app.add_flag("--async", async,
+               "through an API server: submit the command and print its request id at once");
   std::vector<std::string> command_after_dashes;
   for (int i = 1; i < argc; ++i) {
     if (std::string_view(argv[i]) == "--") {
@@ -52,10 +55,39 @@ int RunCli(int argc, char** argv) {
   TraceMark("arguments parsed");
   log::SetLevel(verbose ? log::Level::kDebug : log::Level::kWarn);
   cli::CliContext ctx(quiet, verbose, std::cout, std::cerr);
+  ctx.async = async;
   for (auto& command : commands) {
     if (!command->Chosen()) continue;
     // Everything after `--` is the command to run (`herd exec demo --num-nodes 2 -- nvidia-smi`).
     command->TakeCommandAfterDashes(command_after_dashes);
+    if (command->Remote()) {
+      auto api = ctx.Api();
+      if (!api.ok()) {
+        std::cerr << "herd: " << api.status().message() << "\n";
+        return 2;
+      }
+      if (*api) {
+        // The words of the command line as the server's herd gets them: all but this CLI's own
+        // flags (-v logs here; --async is how it is sent; -q goes after the verb).
+        std::vector<std::string> words;
+        for (int i = 1; i < argc; ++i) {
+          std::string_view w(argv[i]);
+          if (w != "-v" && w != "--verbose" && w != "--async" && w != "-q" && w != "--quiet") {
+            words.emplace_back(w);
+          }
+        }
+        if (quiet) words.push_back("-q");
+        if (!command_after_dashes.empty()) {
+          words.push_back("--");
+          words.insert(words.end(), command_after_dashes.begin(), command_after_dashes.end());
+        }
+        return command->RunRemote(ctx, **api, words);
+      }
+    }
+    if (async) {
+      std::cerr << "herd: --async needs an API server (`herd api login -e URL --token TOKEN`)\n";
+      return 2;
+    }
     return command->Run(ctx);
   }
   return 2;

@@ -6,11 +6,13 @@
 #include <CLI/CLI.hpp>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "controller/core/progress.hpp"
 #include "controller/ops/cluster_ops.hpp"
+#include "controller/state/api_config.hpp"
 
 namespace herd::cli {
 
@@ -21,15 +23,19 @@ class CliContext {
   CliContext(bool quiet, bool verbose, std::ostream& out, std::ostream& err)
       : quiet(quiet), verbose(verbose), out(out), err(err), progress(quiet) {}
   ops::ClusterOps& Ops();
+  // The API server this CLI sends its commands to, or nullopt in local mode (api_config.hpp).
+  Result<std::optional<controller::ApiConfig>> Api();
 
   const bool quiet;
   const bool verbose;
+  bool async = false;  // --async: through a server, return the request id at once
   std::ostream& out;
   std::ostream& err;
   controller::Progress progress;
 
  private:
   std::unique_ptr<ops::ClusterOps> ops_;
+  std::optional<Result<std::optional<controller::ApiConfig>>> api_;
 };
 
 class Command {
@@ -43,6 +49,15 @@ class Command {
   virtual void TakeCommandAfterDashes(const std::vector<std::string>&) {}
   // The process exit code.
   virtual int Run(CliContext& ctx) = 0;
+
+  // Whether the command goes through the API server when one is configured (the server runs it
+  // for the user and streams its output back), and the cluster it acts on ("" for none).
+  virtual bool Remote() const { return false; }
+  virtual std::string Cluster() const { return ""; }
+  // Runs it through the server: by default the words of the command line as they are
+  // (`args`: the verb and what follows it); commands that read local files send them.
+  virtual int RunRemote(CliContext& ctx, const controller::ApiConfig& api,
+                        const std::vector<std::string>& args);
 };
 
 std::unique_ptr<Command> MakeCheckCommand();
@@ -60,5 +75,6 @@ std::unique_ptr<Command> MakeAutostopCommand();
 std::unique_ptr<Command> MakeJobsCommand();
 std::unique_ptr<Command> MakeNodesCommand();
 std::unique_ptr<Command> MakeMuxCommand();
+std::unique_ptr<Command> MakeApiCommand();
 
 }  // namespace herd::cli

@@ -9,7 +9,10 @@
 #include <ctime>
 #include <ostream>
 
+#include "controller/jobs/managed_jobs.hpp"
+#include "controller/jobs/task_codec.hpp"
 #include "controller/ops/system_parts.hpp"
+#include "shared/common/file_util.hpp"
 #include "shared/common/host_port.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/proto/job_state.hpp"
@@ -26,6 +29,11 @@ std::atomic<bool> g_interrupted{false};
 void OnSigint(int) { g_interrupted = true; }
 
 }  // namespace
+
+Result<std::optional<ApiConfig>> CliContext::Api() {
+  if (!api_) api_ = LoadApiConfig();
+  return *api_;
+}
 
 ops::ClusterOps& CliContext::Ops() {
   if (!ops_) ops_ = std::make_unique<ops::ClusterOps>(ops::SystemParts(CurrentUser()));
@@ -306,6 +314,31 @@ Result<std::vector<int64_t>> ParseJobIds(const std::vector<std::string>& args) {
     ids.push_back(v);
   }
   return ids;
+}
+
+Result<task::Task> LoadTaskJson(const std::string& path) {
+  HERD_ASSIGN_OR_RETURN(std::string json, ReadFile(path));
+  HERD_ASSIGN_OR_RETURN(task::Task t, jobs::DecodeTask(json));
+  HERD_ASSIGN_OR_RETURN(std::string secrets, TakeSecretsFromStdin(kTaskSecretsOnStdinEnv));
+  if (!secrets.empty()) {
+    try {
+      for (const auto& [k, v] : boost::json::parse(secrets).as_object()) {
+        t.secrets[std::string(k)] = std::string(v.as_string());
+      }
+    } catch (const std::exception& e) {
+      return InvalidArgument(
+          std::string("the secrets on stdin are not a JSON object of strings: ") + e.what());
+    }
+  }
+  return t;
+}
+
+void AddTaskJsonFlag(CLI::App* cmd, std::string& path) {
+  cmd->add_option("--task-json", path, "")->group("");
+}
+
+void AppendTaskFlags(const TaskFlags& f, std::vector<std::string>& args) {
+  if (f.num_nodes > 0) args.insert(args.end(), {"--num-nodes", std::to_string(f.num_nodes)});
 }
 
 }  // namespace herd::cli

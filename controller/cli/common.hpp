@@ -63,6 +63,16 @@ Result<std::unique_ptr<controller::HeadApi>> ConnectTarget(CliContext& ctx,
 std::pair<std::string, std::vector<std::string>> SplitCluster(const std::vector<std::string>& args,
                                                               const TargetFlags& t);
 
+// `--task-json FILE` (hidden; how the API server hands a remote CLI's task to the command it
+// runs): the task's stored form (controller/jobs/task_codec.hpp), and its secrets from stdin when
+// HERD_TASK_SECRETS_ON_STDIN is 1.
+inline constexpr char kTaskSecretsOnStdinEnv[] = "HERD_TASK_SECRETS_ON_STDIN";
+Result<task::Task> LoadTaskJson(const std::string& path);
+void AddTaskJsonFlag(CLI::App* cmd, std::string& path);
+
+// The flags of the task's shape that a command sends to the server besides the task itself.
+void AppendTaskFlags(const TaskFlags& f, std::vector<std::string>& args);
+
 Result<std::vector<int64_t>> ParseJobIds(const std::vector<std::string>& args);
 
 // After a launch or exec: the JSON line (-o json), the submitted line, the job's log followed

@@ -15,6 +15,8 @@ class DownCommand final : public Command {
     return cmd_;
   }
   bool Chosen() const override { return cmd_->parsed(); }
+  bool Remote() const override { return true; }
+  std::string Cluster() const override { return cluster_; }
   int Run(CliContext& ctx) override {
     auto s = ctx.Ops().Down(cluster_, ctx.progress.Callback());
     ctx.progress.Done();

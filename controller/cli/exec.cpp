@@ -2,6 +2,7 @@
 #include <ostream>
 
 #include "controller/cli/common.hpp"
+#include "controller/cli/remote.hpp"
 #include "controller/core/trace.hpp"
 #include "controller/task/task.hpp"
 
@@ -17,15 +18,36 @@ class ExecCommand final : public Command {
     cmd_->add_flag("-d,--detach-run", detach_, "submit and return without streaming logs");
     cmd_->add_option("-o,--output", output_, "output format")->check(CLI::IsMember({"json"}));
     cmd_->add_option("args", args_, "CLUSTER, then TASK.yaml or a command after --");
+    AddTaskJsonFlag(cmd_, task_json_);
     return cmd_;
   }
   bool Chosen() const override { return cmd_->parsed(); }
   void TakeCommandAfterDashes(const std::vector<std::string>& words) override {
     args_.insert(args_.end(), words.begin(), words.end());
   }
+  bool Remote() const override { return target_.endpoint.empty(); }
+  std::string Cluster() const override { return args_.empty() ? "" : args_[0]; }
+  int RunRemote(CliContext& ctx, const controller::ApiConfig& api,
+                const std::vector<std::string>&) override {
+    auto [cluster, rest] = SplitCluster(args_, target_);
+    if (cluster.empty()) return Fail(ctx, InvalidArgument("give a cluster name"), 2);
+    auto t = BuildTask(rest, flags_);
+    if (!t.ok()) return Fail(ctx, t.status(), 2);
+    std::vector<std::string> args = {"exec", cluster};
+    AppendTaskFlags(flags_, args);
+    if (detach_) args.push_back("-d");
+    if (!output_.empty()) args.insert(args.end(), {"-o", output_});
+    if (ctx.quiet) args.push_back("-q");
+    return cli::RunRemote(ctx, api, {args, cluster, &*t});
+  }
   int Run(CliContext& ctx) override {
     auto [cluster, rest] = SplitCluster(args_, target_);
-    auto t = BuildTask(rest, flags_);
+    if (!task_json_.empty()) {
+      // The server's command: the cluster alone, the task in the file.
+      cluster = args_.empty() ? "" : args_[0];
+      rest.clear();
+    }
+    auto t = task_json_.empty() ? BuildTask(rest, flags_) : LoadTaskJson(task_json_);
     if (!t.ok()) return Fail(ctx, t.status(), 2);
     controller::TraceMark("task built");
     InstallSigint();
@@ -53,7 +75,7 @@ class ExecCommand final : public Command {
   TaskFlags flags_;
   std::vector<std::string> args_;
   bool detach_ = false;
-  std::string output_;
+  std::string output_, task_json_;
 };
 
 }  // namespace

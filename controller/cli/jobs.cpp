@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "controller/cli/common.hpp"
+#include "controller/cli/remote.hpp"
 #include "controller/core/table.hpp"
 #include "controller/jobs/managed_jobs.hpp"
 
@@ -24,6 +25,7 @@ class JobsCommand final : public Command {
     launch_->add_flag("-d,--detach-run", detach_, "do not stream the job's logs");
     launch_->add_flag("-y,--yes", yes_, "do not ask");
     launch_->add_option("args", launch_args_, "TASK.yaml, or a command after --");
+    AddTaskJsonFlag(launch_, task_json_);
     queue_ = cmd_->add_subcommand("queue", "list managed jobs");
     queue_->add_flag("-s,--skip-finished", queue_skip_, "only jobs that have not ended");
     queue_->add_option("-o,--output", queue_output_, "output format")
@@ -44,6 +46,19 @@ class JobsCommand final : public Command {
   void TakeCommandAfterDashes(const std::vector<std::string>& words) override {
     if (launch_->parsed()) launch_args_.insert(launch_args_.end(), words.begin(), words.end());
   }
+  bool Remote() const override { return !controller_->parsed(); }
+  int RunRemote(CliContext& ctx, const controller::ApiConfig& api,
+                const std::vector<std::string>& args) override {
+    if (!launch_->parsed()) return Command::RunRemote(ctx, api, args);
+    auto t = BuildTask(launch_args_, flags_);
+    if (!t.ok()) return Fail(ctx, t.status(), 2);
+    std::vector<std::string> remote = {"jobs", "launch"};
+    if (!infra_.empty()) remote.insert(remote.end(), {"--infra", infra_});
+    AppendTaskFlags(flags_, remote);
+    if (detach_) remote.push_back("-d");
+    if (ctx.quiet) remote.push_back("-q");
+    return cli::RunRemote(ctx, api, {remote, "", &*t});
+  }
   int Run(CliContext& ctx) override {
     if (controller_->parsed()) return controller::RunManagedController(ctx.Ops(), controller_id_);
     if (launch_->parsed()) return Launch(ctx);
@@ -54,7 +69,7 @@ class JobsCommand final : public Command {
 
  private:
   int Launch(CliContext& ctx) {
-    auto t = BuildTask(launch_args_, flags_);
+    auto t = task_json_.empty() ? BuildTask(launch_args_, flags_) : LoadTaskJson(task_json_);
     if (!t.ok()) return Fail(ctx, t.status(), 2);
     controller::ManagedLaunchOptions o;
     o.infra = infra_;
@@ -138,7 +153,7 @@ class JobsCommand final : public Command {
   CLI::App* logs_ = nullptr;
   CLI::App* cancel_ = nullptr;
   CLI::App* controller_ = nullptr;
-  std::string infra_;
+  std::string infra_, task_json_;
   TaskFlags flags_;
   std::vector<std::string> launch_args_;
   bool detach_ = false, yes_ = false;

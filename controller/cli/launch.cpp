@@ -7,6 +7,7 @@
 #include <ostream>
 
 #include "controller/cli/common.hpp"
+#include "controller/cli/remote.hpp"
 #include "controller/task/task.hpp"
 #include "shared/common/limits.hpp"
 
@@ -36,16 +37,35 @@ class LaunchCommand final : public Command {
     cmd_->add_flag("--down", down_, "with -i: tear the cluster down instead of stopping it");
     cmd_->add_option("-o,--output", output_, "output format")->check(CLI::IsMember({"json"}));
     cmd_->add_option("args", args_, "TASK.yaml, or a command after --");
+    AddTaskJsonFlag(cmd_, task_json_);
     return cmd_;
   }
   bool Chosen() const override { return cmd_->parsed(); }
   void TakeCommandAfterDashes(const std::vector<std::string>& words) override {
     args_.insert(args_.end(), words.begin(), words.end());
   }
-  int Run(CliContext& ctx) override {
-    auto t = args_.empty() ? task::ParseTaskYaml("{}", "<none>", {}) : BuildTask(args_, flags_);
+  bool Remote() const override { return true; }
+  std::string Cluster() const override { return cluster_; }
+  int RunRemote(CliContext& ctx, const controller::ApiConfig& api,
+                const std::vector<std::string>&) override {
+    auto t = Task();
     if (!t.ok()) return Fail(ctx, t.status(), 2);
-    if (args_.empty() && flags_.num_nodes > 0) t->num_nodes = flags_.num_nodes;
+    // The name is chosen here, so that the server knows what the launch makes.
+    if (cluster_.empty()) cluster_ = RandomClusterName();
+    std::vector<std::string> args = {"launch", "-c", cluster_};
+    if (!infra_.empty()) args.insert(args.end(), {"--infra", infra_});
+    AppendTaskFlags(flags_, args);
+    if (detach_) args.push_back("-d");
+    if (no_setup_) args.push_back("--no-setup");
+    if (idle_ >= 0) args.insert(args.end(), {"-i", std::to_string(idle_)});
+    if (down_) args.push_back("--down");
+    if (!output_.empty()) args.insert(args.end(), {"-o", output_});
+    if (ctx.quiet) args.push_back("-q");
+    return cli::RunRemote(ctx, api, {args, cluster_, &*t});
+  }
+  int Run(CliContext& ctx) override {
+    auto t = Task();
+    if (!t.ok()) return Fail(ctx, t.status(), 2);
     ops::LaunchOptions o;
     o.cluster = cluster_.empty() ? RandomClusterName() : cluster_;
     o.infra = infra_;
@@ -66,8 +86,15 @@ class LaunchCommand final : public Command {
   }
 
  private:
+  Result<task::Task> Task() {
+    if (!task_json_.empty()) return LoadTaskJson(task_json_);
+    auto t = args_.empty() ? task::ParseTaskYaml("{}", "<none>", {}) : BuildTask(args_, flags_);
+    if (t.ok() && args_.empty() && flags_.num_nodes > 0) t->num_nodes = flags_.num_nodes;
+    return t;
+  }
+
   CLI::App* cmd_ = nullptr;
-  std::string cluster_, infra_, output_;
+  std::string cluster_, infra_, output_, task_json_;
   TaskFlags flags_;
   std::vector<std::string> args_;
   bool detach_ = false, yes_ = false, no_setup_ = false, down_ = false;

@@ -27,6 +27,8 @@ class LogsCommand final : public Command {
     return cmd_;
   }
   bool Chosen() const override { return cmd_->parsed(); }
+  bool Remote() const override { return target_.endpoint.empty(); }
+  std::string Cluster() const override { return args_.empty() ? "" : args_[0]; }
   int Run(CliContext& ctx) override {
     auto [cluster, rest] = SplitCluster(args_, target_);
     if (rest.size() > 1) return Fail(ctx, InvalidArgument("logs takes one job id"), 2);

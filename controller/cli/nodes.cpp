@@ -35,6 +35,8 @@ class NodesCommand final : public Command {
     return cmd_;
   }
   bool Chosen() const override { return cmd_->parsed(); }
+  bool Remote() const override { return target_.endpoint.empty(); }
+  std::string Cluster() const override { return cluster_; }
   int Run(CliContext& ctx) override {
     auto client = ConnectTarget(ctx, cluster_, target_);
     if (!client.ok()) return FailForStatus(ctx, client.status());

@@ -26,6 +26,7 @@ class StatusCommand final : public Command {
     return cmd_;
   }
   bool Chosen() const override { return cmd_->parsed(); }
+  bool Remote() const override { return true; }
   int Run(CliContext& ctx) override {
     auto all = ctx.Ops().List();
     if (!all.ok()) return FailForStatus(ctx, all.status());

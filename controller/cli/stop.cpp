@@ -16,6 +16,8 @@ class StopCommand final : public Command {
     return cmd_;
   }
   bool Chosen() const override { return cmd_->parsed(); }
+  bool Remote() const override { return true; }
+  std::string Cluster() const override { return cluster_; }
   int Run(CliContext& ctx) override {
     auto s = ctx.Ops().Stop(cluster_, ctx.progress.Callback());
     ctx.progress.Done();

@@ -57,30 +57,6 @@ Result<int> SecretsFile(const std::string& json) {
   return fd;
 }
 
-// Reads the secrets the launcher left on stdin (whole, from its start) and replaces stdin with
-// /dev/null. Empty when this process was not started with them.
-Result<std::string> TakeSecretsFromStdin() {
-  const char* marker = ::getenv(kSecretsOnStdinEnv);
-  if (marker == nullptr || std::string_view(marker) != "1") return std::string();
-  ::unsetenv(kSecretsOnStdinEnv);
-  std::string json;
-  char buf[64 * 1024];
-  for (off_t off = 0;;) {
-    ssize_t n = ::pread(STDIN_FILENO, buf, sizeof buf, off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoError("cannot read the secrets from stdin", errno);
-    if (n == 0) break;
-    json.append(buf, static_cast<std::size_t>(n));
-    off += n;
-  }
-  int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (null < 0 || ::dup2(null, STDIN_FILENO) < 0) {
-    return ErrnoError("cannot close the secrets on stdin", errno);
-  }
-  ::close(null);
-  return json;
-}
-
 Result<std::unique_ptr<ManagedJobStore>> OpenJobs() {
   return ManagedJobStore::Open(jobs::ManagedJobsDbPath());
 }
@@ -401,6 +377,29 @@ void AbsolutePaths(task::Task& t) {
 
 }  // namespace
 
+Result<std::string> TakeSecretsFromStdin(const char* marker_env) {
+  const char* marker = ::getenv(marker_env);
+  if (marker == nullptr || std::string_view(marker) != "1") return std::string();
+  ::unsetenv(marker_env);
+  std::string json;
+  char buf[64 * 1024];
+  for (off_t off = 0;;) {
+    ssize_t n = ::pread(STDIN_FILENO, buf, sizeof buf, off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoError("cannot read the secrets from stdin", errno);
+    if (n == 0) break;
+    json.append(buf, static_cast<std::size_t>(n));
+    off += n;
+  }
+  int null = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (null < 0 || ::dup2(null, STDIN_FILENO) < 0) {
+    return ErrnoError("cannot close the secrets on stdin", errno);
+  }
+  ::close(null);
+  return json;
+}
+
+
 Result<int64_t> LaunchManagedJob(task::Task task, const ManagedLaunchOptions& options) {
   AbsolutePaths(task);
   HERD_ASSIGN_OR_RETURN(auto store, OpenJobs());
@@ -470,7 +469,7 @@ int RunManagedController(ops::ClusterOps& ops, int64_t id) {
     return 1;
   }
   // Secrets come on this process's stdin only (SecretsFile); children (ssh, rsync) get none.
-  auto secrets_json = TakeSecretsFromStdin();
+  auto secrets_json = TakeSecretsFromStdin(kSecretsOnStdinEnv);
   auto task = jobs::DecodeTask(job->task_json);
   if (!secrets_json.ok()) {
     task = secrets_json.status();

@@ -48,6 +48,13 @@ int FollowManagedLogs(int64_t id, bool follow, std::ostream& out, std::ostream& 
 int CancelManagedJobs(ops::ClusterOps& ops, const std::vector<int64_t>& ids, bool all,
                       std::ostream& out, std::ostream& err);
 
+// The secrets a parent left on this process's stdin as a JSON object in an anonymous file, when
+// the environment variable `marker_env` is "1" (it is then unset): read whole, from the file's
+// start, and stdin is replaced with /dev/null so that nothing this process runs inherits them.
+// Empty when the variable is not set. (The managed-job controller gets a task's secrets so, and a
+// command the API server runs for a remote CLI.)
+Result<std::string> TakeSecretsFromStdin(const char* marker_env);
+
 // "3 mins ago"-style and duration helpers shared with the table printer.
 std::string ManagedDuration(const jobs::ManagedJob& job, int64_t now_ms);
 

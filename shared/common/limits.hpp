@@ -51,6 +51,26 @@ inline constexpr std::size_t kHeapMmapThreshold = 8u << 20;
 // so keeping this much costs an idle agent nothing.
 inline constexpr std::size_t kHeapTrimThreshold = 32u << 20;
 
+// ---- The API server's commands (controller/server: `herd api`) ---------------------------------
+// The server runs each command of a remote CLI as a `herd` child process and streams its output
+// back in frames (stream_frames.hpp) of at most this many bytes of output each.
+inline constexpr std::size_t kApiMaxFrameBytes = 256u << 10;
+// A workdir or file mount a remote CLI uploads (a tar archive), each; the listener's body limit
+// for upload requests. JSON requests stay within the HTTP layer's own body limit.
+inline constexpr std::size_t kApiMaxUploadBytes = 256u << 20;
+// A cancelled command (`herd api cancel`, or a client that went away while following) gets
+// SIGINT, as Ctrl-C would give it; still running after this, SIGKILL.
+inline constexpr Duration kApiCommandCancelGrace = 10s;
+// `herd api start` waits this long for the server it started to answer its health check.
+inline constexpr Duration kApiServerStartTimeout = 20s;
+// `herd api stop` waits this long for the server to exit after SIGTERM, then SIGKILLs it.
+inline constexpr Duration kApiServerStopTimeout = 15s;
+// A command's stream carries an empty frame when it has printed nothing for this long, so that a
+// remote CLI blocked on its stream notices Ctrl-C (and the server a client gone) within it.
+inline constexpr Duration kApiStreamHeartbeat = 1s;
+// How often `herd api logs --follow` reads a running request's log again.
+inline constexpr Duration kApiRequestLogPoll = 200ms;
+
 // ---- Connections ------------------------------------------------------------------------------
 // TCP connect + TLS handshake + websocket upgrade must finish within this.
 inline constexpr Duration kHandshakeTimeout = 10s;

@@ -1,0 +1,190 @@
+#include "controller/server/command_runner.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "shared/common/file_util.hpp"
+#include "shared/common/limits.hpp"
+
+namespace herd::server {
+
+struct RunningCommand::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  int exit_code = -1;
+  std::vector<std::function<void(int)>> on_exit;
+  std::atomic<bool> cancel{false};
+};
+
+namespace {
+
+int ExitCodeOf(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return 1;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<RunningCommand>> RunningCommand::Start(CommandSpec spec,
+                                                              OutputFn on_output) {
+  if (spec.argv.empty()) return InvalidArgument("no command to run");
+  int in = -1;
+  if (!spec.stdin_data.empty()) {
+    in = ::memfd_create("herd-api-stdin", MFD_CLOEXEC);
+    if (in < 0) return ErrnoError("memfd_create", errno);
+    if (int err = WriteAll(in, spec.stdin_data); err != 0) {
+      ::close(in);
+      return ErrnoError("writing the command's stdin", err);
+    }
+    ::lseek(in, 0, SEEK_SET);
+  }
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) return ErrnoError("pipe", errno);
+  if (::pipe2(err, O_CLOEXEC) != 0) {
+    ::close(out[0]);
+    ::close(out[1]);
+    return ErrnoError("pipe", errno);
+  }
+  // Everything the child needs is made before fork: between fork and exec only async-signal-safe
+  // calls (the server has other threads).
+  std::vector<char*> argv, envp;
+  for (auto& a : spec.argv) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : spec.env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) {
+    int e = errno;
+    for (int fd : {out[0], out[1], err[0], err[1], in}) {
+      if (fd >= 0) ::close(fd);
+    }
+    return ErrnoError("fork", e);
+  }
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);  // the server died before the line above
+    int null = ::open("/dev/null", O_RDONLY);
+    ::dup2(in >= 0 ? in : null, STDIN_FILENO);
+    ::dup2(out[1], STDOUT_FILENO);
+    ::dup2(err[1], STDERR_FILENO);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::signal(SIGPIPE, SIG_DFL);
+    ::signal(SIGINT, SIG_DFL);
+    ::signal(SIGTERM, SIG_DFL);
+    if (!spec.cwd.empty() && ::chdir(spec.cwd.c_str()) != 0) ::_exit(126);
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also here: no race with a Cancel right after Start
+  ::close(out[1]);
+  ::close(err[1]);
+  if (in >= 0) ::close(in);
+
+  auto state = std::make_shared<State>();
+  std::thread([state, pid, fo = out[0], fe = err[0], on_output = std::move(on_output),
+               log_path = spec.log_path]() mutable {
+    int log = log_path.empty()
+                  ? -1
+                  : ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    std::vector<pollfd> fds = {{fo, POLLIN, 0}, {fe, POLLIN, 0}};
+    int open_fds = 2;
+    bool interrupted = false;
+    std::chrono::steady_clock::time_point kill_at{};
+    std::string buf(limits::kApiMaxFrameBytes, '\0');
+    auto last_output = std::chrono::steady_clock::now();
+    while (open_fds > 0) {
+      if (std::chrono::steady_clock::now() - last_output >= limits::kApiStreamHeartbeat) {
+        if (on_output) on_output(FrameTag::kStdout, {});
+        last_output = std::chrono::steady_clock::now();
+      }
+      if (state->cancel && !interrupted) {
+        interrupted = true;
+        ::kill(-pid, SIGINT);
+        kill_at = std::chrono::steady_clock::now() + limits::kApiCommandCancelGrace;
+      }
+      if (interrupted && std::chrono::steady_clock::now() >= kill_at) ::kill(-pid, SIGKILL);
+      int n = ::poll(fds.data(), fds.size(), 100);
+      if (n < 0 && errno != EINTR) break;
+      for (std::size_t i = 0; n > 0 && i < fds.size(); ++i) {
+        if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+        ssize_t got = ::read(fds[i].fd, buf.data(), buf.size());
+        if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (got <= 0) {
+          ::close(fds[i].fd);
+          fds[i].fd = -1;
+          --open_fds;
+          continue;
+        }
+        std::string_view bytes(buf.data(), static_cast<std::size_t>(got));
+        last_output = std::chrono::steady_clock::now();
+        if (log >= 0) (void)WriteAll(log, bytes);
+        if (on_output) on_output(i == 0 ? FrameTag::kStdout : FrameTag::kStderr, bytes);
+      }
+    }
+    for (auto& p : fds) {
+      if (p.fd >= 0) ::close(p.fd);
+    }
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (log >= 0) ::close(log);
+    std::vector<std::function<void(int)>> callbacks;
+    {
+      std::lock_guard<std::mutex> l(state->mu);
+      state->done = true;
+      state->exit_code = ExitCodeOf(status);
+      callbacks.swap(state->on_exit);
+    }
+    state->cv.notify_all();
+    for (auto& fn : callbacks) fn(state->exit_code);
+  }).detach();
+  return std::shared_ptr<RunningCommand>(new RunningCommand(state, pid));
+}
+
+RunningCommand::~RunningCommand() = default;
+
+void RunningCommand::Cancel() { state_->cancel = true; }
+
+int RunningCommand::Wait() {
+  std::unique_lock<std::mutex> l(state_->mu);
+  state_->cv.wait(l, [&] { return state_->done; });
+  return state_->exit_code;
+}
+
+void RunningCommand::OnExit(std::function<void(int)> fn) {
+  int code = 0;
+  {
+    std::lock_guard<std::mutex> l(state_->mu);
+    if (!state_->done) {
+      state_->on_exit.push_back(std::move(fn));
+      return;
+    }
+    code = state_->exit_code;
+  }
+  fn(code);
+}
+
+bool RunningCommand::done() const {
+  std::lock_guard<std::mutex> l(state_->mu);
+  return state_->done;
+}
+
+}  // namespace herd::server

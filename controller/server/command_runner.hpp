@@ -1,0 +1,56 @@
+// A `herd` command run by the API server for a remote CLI: a child process of its own (its own
+// process group), with the user's environment and working directory, its stdout and stderr read
+// as they come and handed to a callback and appended to the request's log file. Cancel() is the
+// remote Ctrl-C: SIGINT to the group, SIGKILL after limits::kApiCommandCancelGrace. A server
+// that dies takes its commands with it (PR_SET_PDEATHSIG): their requests are failed when it
+// starts again (ApiStore::FailUnfinished); what a command started detached (a managed job's
+// controller) lives on.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "controller/server/stream_frames.hpp"
+#include "shared/common/status.hpp"
+
+namespace herd::server {
+
+struct CommandSpec {
+  std::vector<std::string> argv;  // argv[0]: the path of the program
+  std::vector<std::string> env;   // the whole environment, "K=V" each
+  std::string cwd;
+  std::string stdin_data;  // the child's stdin (an anonymous file); "" gives /dev/null
+  std::string log_path;    // every output byte is appended here too; "" for none
+};
+
+class RunningCommand {
+ public:
+  // Called on the command's reader thread, in order, with kStdout or kStderr and the bytes; with
+  // kStdout and no bytes after limits::kApiStreamHeartbeat without output (a heartbeat).
+  using OutputFn = std::function<void(FrameTag stream, std::string_view bytes)>;
+
+  static Result<std::shared_ptr<RunningCommand>> Start(CommandSpec spec, OutputFn on_output);
+  ~RunningCommand();
+
+  // SIGINT now (once), SIGKILL if still running after the grace. Any thread.
+  void Cancel();
+  // Blocks until the command exited and its output was all delivered; its exit code (128 +
+  // signal for a killed one).
+  int Wait();
+  // Runs `fn` (on the reader thread, or at once when done already) with the exit code.
+  void OnExit(std::function<void(int exit_code)> fn);
+  bool done() const;
+  int pid() const { return pid_; }
+
+ private:
+  struct State;
+  explicit RunningCommand(std::shared_ptr<State> state, int pid)
+      : state_(std::move(state)), pid_(pid) {}
+  std::shared_ptr<State> state_;
+  int pid_;
+};
+
+}  // namespace herd::server

@@ -1,0 +1,31 @@
+// Which API server this CLI talks to (`herd api login`): its endpoint, the user's token and the CA
+// its certificate chains to, kept in <herd home>/config.yaml (0600). HERD_API_SERVER,
+// HERD_API_TOKEN and HERD_API_CA_CERT override the file; HERD_API_SERVER=local forces local mode
+// (the server sets it for the commands it runs).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "shared/common/status.hpp"
+
+namespace herd::controller {
+
+struct ApiConfig {
+  std::string endpoint;  // "https://HOST:PORT"
+  std::string token;
+  std::string ca_cert;  // "" : the system's trust store
+};
+
+// <herd home>/config.yaml
+std::string ApiConfigPath();
+
+// The server to use, or nullopt for local mode. An unreadable or malformed file is an error that
+// names it (file:line:col).
+Result<std::optional<ApiConfig>> LoadApiConfig();
+// Writes the api_server section (0600), keeping nothing else: the file holds only it today.
+Status SaveApiConfig(const ApiConfig& config);
+// Back to local mode: the file's api_server section is removed. OK when there was none.
+Status ClearApiConfig();
+
+}  // namespace herd::controller

@@ -1,0 +1,245 @@
+"""The team API server as its users drive it: `herd api start` (SQLite in its home, its own CA),
+an admin adding users, two users logged in from homes of their own, each command of the CLI run
+through the server on a 2-node local cluster (namespaces, sshd, herdlet: all real), isolation
+between the users, tokens refused for every reason with exit 2, requests (--async, logs, a server
+killed with SIGKILL and started again), the audit trail, and logout back to local mode. Needs root
+(network namespaces); skipped otherwise."""
+
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from herd_env import HERD, HerdEnv, namespaces_of, netns_available, wait_for  # noqa: E402
+
+HERD_API = os.environ.get("HERD_API", "")
+CLUSTER = "hapi1"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Client(HerdEnv):
+    """A user's machine: a HOME and HERD_HOME of its own, logged in to the server."""
+
+    def __init__(self, prefix):
+        super().__init__(prefix)
+        self.env["HERD_API_BINARY"] = HERD_API
+
+    def out(self, *args, **kw):
+        return self.herd(*args, **kw).stdout.decode()
+
+    def close(self):
+        import shutil
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@unittest.skipUnless(os.geteuid() == 0 and netns_available() and HERD_API,
+                     "needs root, ip netns and HERD_API (the herd-api binary)")
+class ApiServerTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server_dir = tempfile.mkdtemp(prefix="herd-apisrv-")
+        cls.home = os.path.join(cls.server_dir, "api")
+        cls.port = free_port()
+        cls.admin = Client("apiadm")
+        cls.alice = Client("apialice")
+        cls.bob = Client("apibob")
+        try:
+            cls.start_server()
+            cls.info = json.loads(cls.admin.out("api", "status", "--home", cls.home, "-o", "json"))
+            with open(cls.info["admin_token"]) as f:
+                token = f.read().strip()
+            cls.admin.herd("api", "login", "-e", cls.info["endpoint"], "--token", token,
+                           "--ca-cert", cls.info["ca_cert"])
+            for c, name in ((cls.alice, "alice"), (cls.bob, "bob")):
+                added = json.loads(cls.admin.out("api", "users", "add", name, "-o", "json"))
+                c.token = added["token"]
+                c.herd("api", "login", "-e", cls.info["endpoint"], "--token", c.token,
+                       "--ca-cert", cls.info["ca_cert"])
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def start_server(cls):
+        cls.admin.herd("api", "start", "--home", cls.home, "--port", str(cls.port), timeout=60)
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            # Through the server, as the user would; then the server goes.
+            if hasattr(cls, "info"):
+                cls.alice.herd("down", CLUSTER, "-y", check=False, timeout=300)
+        finally:
+            cls.admin.herd("api", "stop", "--home", cls.home, check=False, timeout=60)
+            for c in (cls.admin, cls.alice, cls.bob):
+                c.close()
+            # The commands the server ran for the users keep their state in its home: a down that
+            # failed above is finished here, as that user, locally.
+            users = os.path.join(cls.home, "users")
+            if os.path.isdir(users):
+                for user in os.listdir(users):
+                    uhome = os.path.join(users, user)
+                    env = dict(os.environ, HOME=uhome, HERD_HOME=os.path.join(uhome, "herd"),
+                               HERD_API_SERVER="local")
+                    subprocess.run([HERD, "down", CLUSTER, "-y"], env=env, capture_output=True,
+                                   timeout=300)
+            import shutil
+            shutil.rmtree(cls.server_dir, ignore_errors=True)
+        assert namespaces_of(CLUSTER) == [], namespaces_of(CLUSTER)
+        left = subprocess.run(["pgrep", "-f", cls.home], capture_output=True).stdout.decode()
+        assert left.strip() == "", f"processes of the server's home left: {left}"
+
+    # ---- the server itself
+
+    def test_00_status_names_pid_endpoint_ca_and_admin_token(self):
+        info = self.info
+        self.assertTrue(info["running"])
+        self.assertTrue(info["healthy"])
+        self.assertEqual(info["endpoint"], f"https://127.0.0.1:{self.port}")
+        self.assertTrue(os.path.exists(info["ca_cert"]))
+        mode = stat.S_IMODE(os.stat(info["admin_token"]).st_mode)
+        self.assertEqual(mode, 0o600)
+        os.kill(info["pid"], 0)
+        # The client's config keeps the token, readable by its user only.
+        cfg = os.path.join(self.alice.env["HERD_HOME"], "config.yaml")
+        self.assertEqual(stat.S_IMODE(os.stat(cfg).st_mode), 0o600)
+
+    def test_01_refused_tokens_get_exit_2_and_one_line(self):
+        bad = dict(self.alice.env, HERD_API_TOKEN="herd_0123456789abcdef_" + "A" * 43)
+        for env in (bad, dict(self.alice.env, HERD_API_TOKEN="not-a-token")):
+            p = subprocess.run([HERD, "status"], env=env, capture_output=True, timeout=60)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            lines = p.stderr.decode().strip().splitlines()
+            self.assertEqual(len(lines), 1, lines)
+            self.assertIn("unauthenticated", lines[0])
+        # Expired and revoked tokens say so.
+        short = json.loads(self.alice.out("api", "tokens", "create", "--expires", "1s", "-o",
+                                          "json"))
+        other = json.loads(self.alice.out("api", "tokens", "create", "-o", "json"))
+        self.alice.herd("api", "tokens", "revoke", other["id"])
+        time.sleep(1.5)
+        for token, why in ((short["token"], "expired"), (other["token"], "revoked")):
+            p = subprocess.run([HERD, "queue", CLUSTER], env=dict(self.alice.env,
+                                                                   HERD_API_TOKEN=token),
+                               capture_output=True, timeout=60)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(why, p.stderr.decode())
+        # A user may not add users.
+        p = self.alice.herd("api", "users", "add", "mallory", check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("admin", p.stderr.decode())
+
+    # ---- commands through the server
+
+    def test_10_launch_exec_logs_queue_through_the_server(self):
+        wd = os.path.join(self.alice.dir, "wd")
+        os.makedirs(wd)
+        with open(os.path.join(wd, "data.txt"), "w") as f:
+            f.write("from-the-laptop\n")
+        task = os.path.join(self.alice.dir, "task.yaml")
+        with open(task, "w") as f:
+            f.write(f"name: apitask\nworkdir: {wd}\nnum_nodes: 2\n"
+                    "run: echo rank $SKYPILOT_NODE_RANK of $SKYPILOT_NUM_NODES $(cat data.txt)\n")
+        p = self.alice.herd("launch", "-c", CLUSTER, "-y", task, timeout=300)
+        out = p.stdout.decode()
+        self.assertIn("rank 0 of 2 from-the-laptop", out)
+        self.assertIn("rank 1 of 2 from-the-laptop", out)
+        self.assertIn("Job finished (status: SUCCEEDED)", p.stderr.decode())
+
+        # The same output, -o json and exit codes as local mode.
+        clusters = json.loads(self.alice.out("status", "-o", "json"))
+        self.assertEqual([c["name"] for c in clusters], [CLUSTER])
+        self.assertEqual(clusters[0]["status"], "UP")
+        p = self.alice.herd("exec", CLUSTER, "-d", "--", "echo", "second")
+        self.assertIn("Job submitted, ID: 2", p.stderr.decode())
+        p = self.alice.herd("logs", CLUSTER, "2")
+        self.assertIn("second", p.stdout.decode())
+        p = self.alice.herd("exec", CLUSTER, "--", "exit 3", check=False)
+        self.assertEqual(p.returncode, 100)
+        jobs = json.loads(self.alice.out("queue", CLUSTER, "-o", "json"))
+        self.assertEqual([j["status"] for j in jobs], ["FAILED", "SUCCEEDED", "SUCCEEDED"])
+        self.assertEqual({j["user"] for j in jobs}, {"alice"})
+        p = self.alice.herd("logs", CLUSTER, "99", check=False)
+        self.assertEqual(p.returncode, 102)
+
+    def test_20_another_users_cluster_does_not_exist_for_them(self):
+        self.assertEqual(json.loads(self.bob.out("status", "-o", "json")), [])
+        for args in (("queue", CLUSTER), ("logs", CLUSTER, "1"), ("down", CLUSTER, "-y"),
+                     ("exec", CLUSTER, "--", "true")):
+            p = self.bob.herd(*args, check=False)
+            self.assertEqual(p.returncode, 102, (args, p.stderr))
+            self.assertIn("does not exist", p.stderr.decode())
+        p = self.bob.herd("launch", "-c", CLUSTER, "-y", "--", "true", check=False)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("taken", p.stderr.decode())
+        # Still alice's, untouched.
+        self.assertEqual(len(json.loads(self.alice.out("queue", CLUSTER, "-o", "json"))), 3)
+
+    def test_30_requests_async_logs_and_audit(self):
+        p = self.alice.herd("--async", "exec", CLUSTER, "--", "echo", "async-run")
+        req = p.stdout.decode().strip()
+        self.assertTrue(req.startswith("req-"), req)
+        p = self.alice.herd("api", "logs", req, timeout=120)
+        self.assertIn("async-run", p.stdout.decode())
+        reqs = json.loads(self.alice.out("api", "requests", "-o", "json"))
+        mine = {r["id"]: r for r in reqs}
+        self.assertEqual(mine[req]["state"], "SUCCEEDED")
+        self.assertEqual(mine[req]["verb"], "exec")
+        self.assertEqual({r["user"] for r in reqs}, {"alice"})
+        self.assertTrue(any(r["verb"] == "launch" and r["state"] == "SUCCEEDED" for r in reqs))
+        # bob does not see alice's requests, nor may he list everyone's; the admin may.
+        self.assertEqual(json.loads(self.bob.out("api", "requests", "-o", "json")), [])
+        p = self.bob.herd("api", "logs", req, check=False)
+        self.assertEqual(p.returncode, 102)
+        p = self.bob.herd("api", "requests", "-u", check=False)
+        self.assertNotEqual(p.returncode, 0)
+        everyone = json.loads(self.admin.out("api", "requests", "-u", "-o", "json"))
+        self.assertIn(req, {r["id"] for r in everyone})
+        audit = json.loads(self.admin.out("api", "audit", "-o", "json"))
+        self.assertTrue(any(a["user"] == "alice" and a["verb"] == "launch" and
+                            a["target"] == CLUSTER and a["result"] == "ok" for a in audit))
+        self.assertTrue(any(a["user"] == "bob" and a["verb"] == "launch" and
+                            a["result"].startswith("refused") for a in audit))
+        p = self.alice.herd("api", "audit", check=False)
+        self.assertNotEqual(p.returncode, 0)
+
+    def test_40_a_killed_server_fails_what_it_was_running_when_it_starts_again(self):
+        p = self.alice.herd("--async", "exec", CLUSTER, "--", "sleep", "60")
+        req = p.stdout.decode().strip()
+        wait_for(lambda: {r["id"]: r for r in json.loads(
+            self.alice.out("api", "requests", "-o", "json"))}[req]["state"] == "RUNNING")
+        os.kill(self.info["pid"], signal.SIGKILL)
+        wait_for(lambda: subprocess.run(["kill", "-0", str(self.info["pid"])],
+                                        capture_output=True).returncode != 0)
+        type(self).start_server()
+        type(self).info = json.loads(self.admin.out("api", "status", "--home", self.home, "-o",
+                                                    "json"))
+        reqs = {r["id"]: r for r in json.loads(self.alice.out("api", "requests", "-o", "json"))}
+        self.assertEqual(reqs[req]["state"], "FAILED")
+        self.assertIn("server stopped", reqs[req]["message"])
+        self.assertFalse(any(r["state"] in ("PENDING", "RUNNING") for r in reqs.values()))
+        # The users and their clusters are still there.
+        self.assertEqual([c["name"] for c in json.loads(self.alice.out("status", "-o", "json"))],
+                         [CLUSTER])
+        self.alice.herd("cancel", CLUSTER, "-a")
+
+    def test_50_logout_returns_to_local_mode(self):
+        self.bob.herd("api", "logout")
+        self.assertEqual(json.loads(self.bob.out("status", "-o", "json")), [])
+        self.assertFalse(os.path.exists(os.path.join(self.bob.env["HERD_HOME"], "config.yaml")))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
