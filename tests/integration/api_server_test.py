@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from herd_env import HERD, HerdEnv, namespaces_of, netns_available, wait_for  # noqa: E402
 
 HERD_API = os.environ.get("HERD_API", "")
-CLUSTER = "hapi1"
+PG_BIN = "/usr/lib/postgresql/15/bin"
 
 
 def free_port():
@@ -47,6 +47,9 @@ class Client(HerdEnv):
 @unittest.skipUnless(os.geteuid() == 0 and netns_available() and HERD_API,
                      "needs root, ip netns and HERD_API (the herd-api binary)")
 class ApiServerTest(unittest.TestCase):
+    CLUSTER = "hapi1"
+    DB = None  # a database URL; None: SQLite in the server's home
+
     @classmethod
     def setUpClass(cls):
         cls.server_dir = tempfile.mkdtemp(prefix="herd-apisrv-")
@@ -73,14 +76,16 @@ class ApiServerTest(unittest.TestCase):
 
     @classmethod
     def start_server(cls):
-        cls.admin.herd("api", "start", "--home", cls.home, "--port", str(cls.port), timeout=60)
+        db = ["--db", cls.DB] if cls.DB else []
+        cls.admin.herd("api", "start", "--home", cls.home, "--port", str(cls.port), *db,
+                       timeout=60)
 
     @classmethod
     def tearDownClass(cls):
         try:
             # Through the server, as the user would; then the server goes.
             if hasattr(cls, "info"):
-                cls.alice.herd("down", CLUSTER, "-y", check=False, timeout=300)
+                cls.alice.herd("down", cls.CLUSTER, "-y", check=False, timeout=300)
         finally:
             cls.admin.herd("api", "stop", "--home", cls.home, check=False, timeout=60)
             for c in (cls.admin, cls.alice, cls.bob):
@@ -93,11 +98,11 @@ class ApiServerTest(unittest.TestCase):
                     uhome = os.path.join(users, user)
                     env = dict(os.environ, HOME=uhome, HERD_HOME=os.path.join(uhome, "herd"),
                                HERD_API_SERVER="local")
-                    subprocess.run([HERD, "down", CLUSTER, "-y"], env=env, capture_output=True,
-                                   timeout=300)
+                    subprocess.run([HERD, "down", cls.CLUSTER, "-y"], env=env,
+                                   capture_output=True, timeout=300)
             import shutil
             shutil.rmtree(cls.server_dir, ignore_errors=True)
-        assert namespaces_of(CLUSTER) == [], namespaces_of(CLUSTER)
+        assert namespaces_of(cls.CLUSTER) == [], namespaces_of(cls.CLUSTER)
         left = subprocess.run(["pgrep", "-f", cls.home], capture_output=True).stdout.decode()
         assert left.strip() == "", f"processes of the server's home left: {left}"
 
@@ -131,7 +136,7 @@ class ApiServerTest(unittest.TestCase):
         self.alice.herd("api", "tokens", "revoke", other["id"])
         time.sleep(1.5)
         for token, why in ((short["token"], "expired"), (other["token"], "revoked")):
-            p = subprocess.run([HERD, "queue", CLUSTER], env=dict(self.alice.env,
+            p = subprocess.run([HERD, "queue", self.CLUSTER], env=dict(self.alice.env,
                                                                    HERD_API_TOKEN=token),
                                capture_output=True, timeout=60)
             self.assertEqual(p.returncode, 2, p.stderr)
@@ -152,7 +157,7 @@ class ApiServerTest(unittest.TestCase):
         with open(task, "w") as f:
             f.write(f"name: apitask\nworkdir: {wd}\nnum_nodes: 2\n"
                     "run: echo rank $SKYPILOT_NODE_RANK of $SKYPILOT_NUM_NODES $(cat data.txt)\n")
-        p = self.alice.herd("launch", "-c", CLUSTER, "-y", task, timeout=300)
+        p = self.alice.herd("launch", "-c", self.CLUSTER, "-y", task, timeout=300)
         out = p.stdout.decode()
         self.assertIn("rank 0 of 2 from-the-laptop", out)
         self.assertIn("rank 1 of 2 from-the-laptop", out)
@@ -160,35 +165,36 @@ class ApiServerTest(unittest.TestCase):
 
         # The same output, -o json and exit codes as local mode.
         clusters = json.loads(self.alice.out("status", "-o", "json"))
-        self.assertEqual([c["name"] for c in clusters], [CLUSTER])
+        self.assertEqual([c["name"] for c in clusters], [self.CLUSTER])
         self.assertEqual(clusters[0]["status"], "UP")
-        p = self.alice.herd("exec", CLUSTER, "-d", "--", "echo", "second")
+        p = self.alice.herd("exec", self.CLUSTER, "-d", "--", "echo", "second")
         self.assertIn("Job submitted, ID: 2", p.stderr.decode())
-        p = self.alice.herd("logs", CLUSTER, "2")
+        p = self.alice.herd("logs", self.CLUSTER, "2")
         self.assertIn("second", p.stdout.decode())
-        p = self.alice.herd("exec", CLUSTER, "--", "exit 3", check=False)
+        p = self.alice.herd("exec", self.CLUSTER, "--", "exit 3", check=False)
         self.assertEqual(p.returncode, 100)
-        jobs = json.loads(self.alice.out("queue", CLUSTER, "-o", "json"))
+        jobs = json.loads(self.alice.out("queue", self.CLUSTER, "-o", "json"))
         self.assertEqual([j["status"] for j in jobs], ["FAILED", "SUCCEEDED", "SUCCEEDED"])
         self.assertEqual({j["user"] for j in jobs}, {"alice"})
-        p = self.alice.herd("logs", CLUSTER, "99", check=False)
+        p = self.alice.herd("logs", self.CLUSTER, "99", check=False)
         self.assertEqual(p.returncode, 102)
 
     def test_20_another_users_cluster_does_not_exist_for_them(self):
         self.assertEqual(json.loads(self.bob.out("status", "-o", "json")), [])
-        for args in (("queue", CLUSTER), ("logs", CLUSTER, "1"), ("down", CLUSTER, "-y"),
-                     ("exec", CLUSTER, "--", "true")):
+        for args in (("queue", self.CLUSTER), ("logs", self.CLUSTER, "1"),
+                     ("down", self.CLUSTER, "-y"), ("exec", self.CLUSTER, "--", "true")):
             p = self.bob.herd(*args, check=False)
             self.assertEqual(p.returncode, 102, (args, p.stderr))
             self.assertIn("does not exist", p.stderr.decode())
-        p = self.bob.herd("launch", "-c", CLUSTER, "-y", "--", "true", check=False)
+        p = self.bob.herd("launch", "-c", self.CLUSTER, "-y", "--", "true", check=False)
         self.assertNotEqual(p.returncode, 0)
         self.assertIn("taken", p.stderr.decode())
         # Still alice's, untouched.
-        self.assertEqual(len(json.loads(self.alice.out("queue", CLUSTER, "-o", "json"))), 3)
+        jobs = json.loads(self.alice.out("queue", self.CLUSTER, "-o", "json"))
+        self.assertEqual(len(jobs), 3)
 
     def test_30_requests_async_logs_and_audit(self):
-        p = self.alice.herd("--async", "exec", CLUSTER, "--", "echo", "async-run")
+        p = self.alice.herd("--async", "exec", self.CLUSTER, "--", "echo", "async-run")
         req = p.stdout.decode().strip()
         self.assertTrue(req.startswith("req-"), req)
         p = self.alice.herd("api", "logs", req, timeout=120)
@@ -209,14 +215,14 @@ class ApiServerTest(unittest.TestCase):
         self.assertIn(req, {r["id"] for r in everyone})
         audit = json.loads(self.admin.out("api", "audit", "-o", "json"))
         self.assertTrue(any(a["user"] == "alice" and a["verb"] == "launch" and
-                            a["target"] == CLUSTER and a["result"] == "ok" for a in audit))
+                            a["target"] == self.CLUSTER and a["result"] == "ok" for a in audit))
         self.assertTrue(any(a["user"] == "bob" and a["verb"] == "launch" and
                             a["result"].startswith("refused") for a in audit))
         p = self.alice.herd("api", "audit", check=False)
         self.assertNotEqual(p.returncode, 0)
 
     def test_40_a_killed_server_fails_what_it_was_running_when_it_starts_again(self):
-        p = self.alice.herd("--async", "exec", CLUSTER, "--", "sleep", "60")
+        p = self.alice.herd("--async", "exec", self.CLUSTER, "--", "sleep", "60")
         req = p.stdout.decode().strip()
         wait_for(lambda: {r["id"]: r for r in json.loads(
             self.alice.out("api", "requests", "-o", "json"))}[req]["state"] == "RUNNING")
@@ -232,13 +238,82 @@ class ApiServerTest(unittest.TestCase):
         self.assertFalse(any(r["state"] in ("PENDING", "RUNNING") for r in reqs.values()))
         # The users and their clusters are still there.
         self.assertEqual([c["name"] for c in json.loads(self.alice.out("status", "-o", "json"))],
-                         [CLUSTER])
-        self.alice.herd("cancel", CLUSTER, "-a")
+                         [self.CLUSTER])
+        self.alice.herd("cancel", self.CLUSTER, "-a")
 
     def test_50_logout_returns_to_local_mode(self):
         self.bob.herd("api", "logout")
         self.assertEqual(json.loads(self.bob.out("status", "-o", "json")), [])
         self.assertFalse(os.path.exists(os.path.join(self.bob.env["HERD_HOME"], "config.yaml")))
+
+
+class Postgres:
+    """A PostgreSQL 15 of the test's own: a temporary directory owned by postgres, a free loopback
+    port, stopped and removed by stop()."""
+
+    def __init__(self):
+        import pwd
+        self.dir = tempfile.mkdtemp(prefix="herd-apipg-")
+        pw = pwd.getpwnam("postgres")
+        os.chown(self.dir, pw.pw_uid, pw.pw_gid)
+        self.data = os.path.join(self.dir, "data")
+        self.port = free_port()
+        self.started = False
+
+        def run(*argv):
+            p = subprocess.run(["runuser", "-u", "postgres", "--", *argv], capture_output=True,
+                               timeout=120)
+            if p.returncode != 0:
+                raise AssertionError(f"{argv} exited {p.returncode}: {p.stderr.decode()}")
+
+        try:
+            run(f"{PG_BIN}/initdb", "-D", self.data, "-A", "trust", "-U", "postgres")
+            run(f"{PG_BIN}/pg_ctl", "-D", self.data, "-o",
+                f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1", "-l",
+                os.path.join(self.dir, "log"), "-w", "start")
+            self.started = True
+        except BaseException:
+            self.stop()
+            raise
+        self.url = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def stop(self):
+        import shutil
+        if self.started:
+            subprocess.run(["runuser", "-u", "postgres", "--", f"{PG_BIN}/pg_ctl", "-D",
+                            self.data, "-m", "immediate", "stop"], capture_output=True,
+                           timeout=60)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@unittest.skipUnless(os.path.exists(f"{PG_BIN}/initdb"), "needs PostgreSQL 15 (postgresql-15)")
+class ApiServerPostgresTest(ApiServerTest):
+    """The same cases with the server's state in PostgreSQL."""
+
+    CLUSTER = "hapi2"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.pg = Postgres()
+        cls.DB = cls.pg.url
+        try:
+            super().setUpClass()
+        except BaseException:
+            cls.pg.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            cls.pg.stop()
+
+    def test_60_the_database_is_postgresql(self):
+        self.assertTrue(self.info["db"].startswith("postgresql://postgres@127.0.0.1:"),
+                        self.info["db"])
+        # Nothing of the server's state in its home's SQLite file.
+        self.assertFalse(os.path.exists(os.path.join(self.home, "api.db")))
 
 
 if __name__ == "__main__":
