@@ -77,7 +77,15 @@ Result<boost::json::object> ReadServerJson(const std::string& home) {
   }
 }
 
-bool Alive(int pid) { return pid > 0 && (::kill(pid, 0) == 0 || errno == EPERM); }
+// A process that runs: not gone, and not a zombie (a server killed a moment ago that its parent
+// has not reaped yet is no server).
+bool Alive(int pid) {
+  if (pid <= 0 || (::kill(pid, 0) != 0 && errno != EPERM)) return false;
+  auto stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat.ok()) return true;
+  const auto paren = stat->rfind(')');
+  return paren == std::string::npos || paren + 2 >= stat->size() || (*stat)[paren + 2] != 'Z';
+}
 
 // The running server of a home: its server.json, when its process lives.
 std::optional<boost::json::object> Running(const std::string& home) {

@@ -7,6 +7,7 @@ killed with SIGKILL and started again), the audit trail, and logout back to loca
 
 import json
 import os
+import re
 import signal
 import socket
 import stat
@@ -98,6 +99,8 @@ class ApiServerTest(unittest.TestCase):
                     uhome = os.path.join(users, user)
                     env = dict(os.environ, HOME=uhome, HERD_HOME=os.path.join(uhome, "herd"),
                                HERD_API_SERVER="local")
+                    subprocess.run([HERD, "jobs", "cancel", "-a", "-y"], env=env,
+                                   capture_output=True, timeout=300)
                     subprocess.run([HERD, "down", cls.CLUSTER, "-y"], env=env,
                                    capture_output=True, timeout=300)
             import shutil
@@ -240,6 +243,87 @@ class ApiServerTest(unittest.TestCase):
         self.assertEqual([c["name"] for c in json.loads(self.alice.out("status", "-o", "json"))],
                          [self.CLUSTER])
         self.alice.herd("cancel", self.CLUSTER, "-a")
+
+    def test_45_a_managed_job_outlives_its_client_and_a_killed_server(self):
+        ckpt = os.path.join(self.alice.dir, "ckpt")
+        os.makedirs(ckpt)
+        name = f"{self.CLUSTER}mj"
+        task = os.path.join(self.alice.dir, "mj.yaml")
+        with open(task, "w") as f:
+            f.write(f"""name: {name}
+num_nodes: 2
+resources:
+  job_recovery:
+    strategy: FAILOVER
+envs:
+  CKPT: {ckpt}
+run: |
+  d=$CKPT/$SKYPILOT_TASK_ID; mkdir -p $d
+  if [ "$SKYPILOT_NODE_RANK" = 0 ]; then
+    step=$(cat $d/step 2>/dev/null || echo 0)
+    echo "resuming at step $step (attempt $HERD_ATTEMPT)"
+    while [ $step -lt 16 ]; do step=$((step + 1)); echo $step > $d/s && mv $d/s $d/step; \
+      sleep 0.5; done
+  else
+    while [ "$(cat $d/step 2>/dev/null || echo 0)" -lt 16 ]; do sleep 0.2; done
+  fi
+""")
+        # Launched through the server and detached: no process of the client side is left.
+        p = self.alice.herd("jobs", "launch", "-d", "-y", task, timeout=120)
+        job = int(re.search(rb"Managed job ID: (\d+)", p.stdout).group(1))
+        self.assertEqual(subprocess.run(["pgrep", "-f", self.alice.dir],
+                                        capture_output=True).stdout, b"")
+
+        def queue():
+            return {j["id"]: j for j in json.loads(
+                self.alice.out("jobs", "queue", "-o", "json"))}[job]
+
+        def wait(pred, what, timeout=120):
+            deadline = time.time() + timeout
+            while time.time() < deadline:
+                j = queue()
+                if pred(j):
+                    return j
+                time.sleep(0.3)
+            self.fail(f"managed job {job}: no {what} within {timeout} s: {queue()}")
+
+        j = wait(lambda j: j["status"] == "RUNNING", "RUNNING")
+        first = j["cluster"]
+        step = os.path.join(ckpt, j["task_id"], "step")
+        deadline = time.time() + 60
+        def at_step():
+            try:
+                with open(step) as f:
+                    return int(f.read() or 0)
+            except (OSError, ValueError):
+                return 0
+
+        while at_step() < 3:
+            self.assertLess(time.time(), deadline, "no checkpoint at step 3")
+            time.sleep(0.2)
+        # The server dies (SIGKILL) and, while it is gone, so does a worker node.
+        os.kill(self.info["pid"], signal.SIGKILL)
+        wait_for(lambda: subprocess.run(["kill", "-0", str(self.info["pid"])],
+                                        capture_output=True).returncode != 0)
+        for pid in subprocess.run(["ip", "netns", "pids", f"herd-{first}-1"], capture_output=True,
+                                  text=True).stdout.split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        type(self).start_server()
+        type(self).info = json.loads(self.admin.out("api", "status", "--home", self.home, "-o",
+                                                    "json"))
+        j = wait(lambda j: j["status"] == "SUCCEEDED" or j["recoveries"] >= 1, "recovery")
+        j = wait(lambda j: j["status"] not in ("RUNNING", "RECOVERING", "PENDING", "STARTING"),
+                 "the end", timeout=180)
+        self.assertEqual(j["status"], "SUCCEEDED", j)
+        self.assertEqual(j["recoveries"], 1, j)  # no extra recovery for the server's restart
+        self.assertEqual([a["outcome"] for a in j["attempts"]], ["NODE_LOST", "SUCCEEDED"])
+        logs = self.alice.out("jobs", "logs", str(job), "--no-follow")
+        resumed = int(re.search(r"resuming at step (\d+) \(attempt 2\)", logs).group(1))
+        self.assertGreaterEqual(resumed, 3)
+        self.assertEqual(namespaces_of(first), [])
 
     def test_50_logout_returns_to_local_mode(self):
         self.bob.herd("api", "logout")
