@@ -322,7 +322,8 @@ Result<task::Task> LoadTaskJson(const std::string& path) {
   HERD_ASSIGN_OR_RETURN(std::string secrets, TakeSecretsFromStdin(kTaskSecretsOnStdinEnv));
   if (!secrets.empty()) {
     try {
-      for (const auto& [k, v] : boost::json::parse(secrets).as_object()) {
+      const boost::json::value parsed = boost::json::parse(secrets);
+      for (const auto& [k, v] : parsed.as_object()) {
         t.secrets[std::string(k)] = std::string(v.as_string());
       }
     } catch (const std::exception& e) {

@@ -19,6 +19,29 @@
 
 namespace herd::cli {
 
+// `herd VERB CLUSTER [-y]`: a command on one cluster by name (stop, start, down); the command's
+// file gives its Run.
+class OneClusterCommand : public Command {
+ public:
+  OneClusterCommand(std::string verb, std::string help)
+      : verb_(std::move(verb)), help_(std::move(help)) {}
+  CLI::App* Add(CLI::App& app) override {
+    cmd_ = app.add_subcommand(verb_, help_);
+    cmd_->add_option("cluster", cluster_, "cluster name")->required();
+    cmd_->add_flag("-y,--yes", yes_, "do not ask");
+    return cmd_;
+  }
+  bool Chosen() const override { return cmd_->parsed(); }
+  bool Remote() const override { return true; }
+  std::string Cluster() const override { return cluster_; }
+
+ protected:
+  std::string verb_, help_;
+  CLI::App* cmd_ = nullptr;
+  std::string cluster_;
+  bool yes_ = false;
+};
+
 // Prints "herd: MESSAGE" and returns the exit code: `code`, or 102 for NotFound when code is 1.
 int Fail(CliContext& ctx, const Status& s, int code = 1);
 // 102 NotFound, 2 InvalidArgument, 1 otherwise.

@@ -6,17 +6,9 @@
 namespace herd::cli {
 namespace {
 
-class DownCommand final : public Command {
+class DownCommand final : public OneClusterCommand {
  public:
-  CLI::App* Add(CLI::App& app) override {
-    cmd_ = app.add_subcommand("down", "tear a cluster down: machines, agents, files");
-    cmd_->add_option("cluster", cluster_, "cluster name")->required();
-    cmd_->add_flag("-y,--yes", yes_, "do not ask");
-    return cmd_;
-  }
-  bool Chosen() const override { return cmd_->parsed(); }
-  bool Remote() const override { return true; }
-  std::string Cluster() const override { return cluster_; }
+  DownCommand() : OneClusterCommand("down", "tear a cluster down: machines, agents, files") {}
   int Run(CliContext& ctx) override {
     auto s = ctx.Ops().Down(cluster_, ctx.progress.Callback());
     ctx.progress.Done();
@@ -24,11 +16,6 @@ class DownCommand final : public Command {
     ctx.err << "Cluster " << cluster_ << " terminated.\n";
     return 0;
   }
-
- private:
-  CLI::App* cmd_ = nullptr;
-  std::string cluster_;
-  bool yes_ = false;
 };
 
 }  // namespace

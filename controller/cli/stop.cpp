@@ -7,17 +7,9 @@
 namespace herd::cli {
 namespace {
 
-class StopCommand final : public Command {
+class StopCommand final : public OneClusterCommand {
  public:
-  CLI::App* Add(CLI::App& app) override {
-    cmd_ = app.add_subcommand("stop", "stop a cluster's machines (they keep their files)");
-    cmd_->add_option("cluster", cluster_, "cluster name")->required();
-    cmd_->add_flag("-y,--yes", yes_, "do not ask");
-    return cmd_;
-  }
-  bool Chosen() const override { return cmd_->parsed(); }
-  bool Remote() const override { return true; }
-  std::string Cluster() const override { return cluster_; }
+  StopCommand() : OneClusterCommand("stop", "stop a cluster's machines (they keep their files)") {}
   int Run(CliContext& ctx) override {
     auto s = ctx.Ops().Stop(cluster_, ctx.progress.Callback());
     ctx.progress.Done();
@@ -25,11 +17,6 @@ class StopCommand final : public Command {
     ctx.err << "Cluster " << cluster_ << " stopped.\n";
     return 0;
   }
-
- private:
-  CLI::App* cmd_ = nullptr;
-  std::string cluster_;
-  bool yes_ = false;
 };
 
 }  // namespace

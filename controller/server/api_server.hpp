@@ -13,7 +13,7 @@
 //
 // Routes (JSON unless said; every one but the health check needs "Authorization: Bearer TOKEN"):
 //   GET  /api/v1/health                       {"status": "ok", "version", "server"}
-//   GET  /api/v1/whoami                       {"user", "role"}
+//   GET  /api/v1/whoami                       {"name", "role", "created_at_ms"}
 //   POST /api/v1/run                          a command, streamed in frames
 //   POST /api/v1/uploads                      a tar archive (workdir, file mount): {"id"}
 //   GET  /api/v1/requests[?all=1&limit=N]     newest first (all users: admins)

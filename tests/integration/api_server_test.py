@@ -174,10 +174,16 @@ class ApiServerTest(unittest.TestCase):
         self.assertIn("Job submitted, ID: 2", p.stderr.decode())
         p = self.alice.herd("logs", self.CLUSTER, "2")
         self.assertIn("second", p.stdout.decode())
+        # Secrets reach the job through the server (in the request body, then the command's
+        # stdin), never its argv.
+        p = self.alice.herd("exec", self.CLUSTER, "--secret", "API_KEY=s3cr3t", "--",
+                            'test "$API_KEY" = s3cr3t && echo secret-ok')
+        self.assertIn("secret-ok", p.stdout.decode())
         p = self.alice.herd("exec", self.CLUSTER, "--", "exit 3", check=False)
         self.assertEqual(p.returncode, 100)
         jobs = json.loads(self.alice.out("queue", self.CLUSTER, "-o", "json"))
-        self.assertEqual([j["status"] for j in jobs], ["FAILED", "SUCCEEDED", "SUCCEEDED"])
+        self.assertEqual([j["status"] for j in jobs],
+                         ["FAILED", "SUCCEEDED", "SUCCEEDED", "SUCCEEDED"])
         self.assertEqual({j["user"] for j in jobs}, {"alice"})
         p = self.alice.herd("logs", self.CLUSTER, "99", check=False)
         self.assertEqual(p.returncode, 102)
@@ -194,7 +200,7 @@ class ApiServerTest(unittest.TestCase):
         self.assertIn("taken", p.stderr.decode())
         # Still alice's, untouched.
         jobs = json.loads(self.alice.out("queue", self.CLUSTER, "-o", "json"))
-        self.assertEqual(len(jobs), 3)
+        self.assertEqual(len(jobs), 4)
 
     def test_30_requests_async_logs_and_audit(self):
         p = self.alice.herd("--async", "exec", self.CLUSTER, "--", "echo", "async-run")

@@ -309,46 +309,5 @@ TEST_CASE("a certificate's validity window can start in the past or the future")
   CHECK_FALSE(Verifies(ca, ReadFile(root / "later/agent.crt").value(), X509_PURPOSE_SSL_CLIENT));
 }
 
-TEST_CASE("a server certificate names its hosts in the SAN and may only serve") {
-  Pem ca = CreateCa("api").value();
-  Pem server =
-      IssueServerCertificate(ca, "herd-api", {"api.example.com", "localhost"}, {"127.0.0.1", "::1"})
-          .value();
-  CHECK(Verifies(ca.cert, server.cert, X509_PURPOSE_SSL_SERVER));
-  CHECK_FALSE(Verifies(ca.cert, server.cert, X509_PURPOSE_SSL_CLIENT));
-  CHECK_FALSE(Verifies(CreateCa("api").value().cert, server.cert, X509_PURPOSE_SSL_SERVER));
-  CHECK(RoleOf(server.cert).value() == Role::kUnknown);
-  CHECK(CommonNameOf(server.cert).value() == "herd-api");
-
-  // The names a client checks the host it dialed against.
-  X509Ptr cert = Parse(server.cert);
-  CHECK(X509_check_host(cert.get(), "api.example.com", 0, 0, nullptr) == 1);
-  CHECK(X509_check_host(cert.get(), "localhost", 0, 0, nullptr) == 1);
-  CHECK(X509_check_host(cert.get(), "other.example.com", 0, 0, nullptr) == 0);
-  CHECK(X509_check_ip_asc(cert.get(), "127.0.0.1", 0) == 1);
-  CHECK(X509_check_ip_asc(cert.get(), "::1", 0) == 1);
-  CHECK(X509_check_ip_asc(cert.get(), "127.0.0.2", 0) == 0);
-  // No CA powers and no node identity.
-  CHECK(X509_check_ca(cert.get()) == 0);
-  CHECK(NodeIdentityOf(server.cert).status().code() == Code::kNotFound);
-
-  // Validity as asked: one that ended yesterday does not verify.
-  Pem expired = IssueServerCertificate(ca, "herd-api", {}, {"127.0.0.1"}, 1, -2 * 86400).value();
-  CHECK(X509_cmp_current_time(X509_get0_notAfter(Parse(expired.cert).get())) < 0);
-  CHECK_FALSE(Verifies(ca.cert, expired.cert, X509_PURPOSE_SSL_SERVER));
-}
-
-TEST_CASE("a server certificate needs a name, a host and valid addresses") {
-  Pem ca = CreateCa("api").value();
-  CHECK(IssueServerCertificate(ca, "", {"h"}, {}).status().code() == Code::kInvalidArgument);
-  CHECK(IssueServerCertificate(ca, "s", {}, {}).status().code() == Code::kInvalidArgument);
-  CHECK(IssueServerCertificate(ca, "s", {}, {"not-an-ip"}).status().code() ==
-        Code::kInvalidArgument);
-  CHECK(IssueServerCertificate(ca, "s", {""}, {}).status().code() == Code::kInvalidArgument);
-  CHECK(IssueServerCertificate(ca, "s", {"h"}, {}, 0).status().code() == Code::kInvalidArgument);
-  Pem mixed{ca.cert, CreateCa("other").value().key};
-  CHECK(IssueServerCertificate(mixed, "s", {"h"}, {}).status().code() == Code::kInvalidArgument);
-}
-
 }  // namespace
 }  // namespace herd::tls
