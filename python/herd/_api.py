@@ -62,22 +62,28 @@ def config_path() -> str:
 
 
 def _yaml_scalar(text: str, where: str) -> str:
+    """A plain, single- or double-quoted YAML scalar, with an optional trailing comment."""
     text = text.strip()
+    rest = ""
     if text.startswith('"'):
         try:
-            value = json.loads(text)
+            value, end = json.JSONDecoder().raw_decode(text)
         except ValueError:
-            raise HerdError(f"{where}: a double-quoted string the SDK cannot read", EXIT_USAGE)
-        if not isinstance(value, str):
-            raise HerdError(f"{where}: expected a string", EXIT_USAGE)
-        return value
-    if text.startswith("'"):
-        if len(text) < 2 or not text.endswith("'"):
+            raise HerdError(f"{where}: a double-quoted string the SDK cannot read",
+                            EXIT_USAGE) from None
+        rest = text[end:].strip()
+    elif text.startswith("'"):
+        m = re.match(r"'((?:[^']|'')*)'", text)
+        if not m:
             raise HerdError(f"{where}: unterminated single-quoted string", EXIT_USAGE)
-        return text[1:-1].replace("''", "'")
-    if " #" in text:
-        text = text[:text.index(" #")].rstrip()
-    return "" if text in ("~", "null") else text
+        value, rest = m.group(1).replace("''", "'"), text[m.end():].strip()
+    else:
+        if " #" in text:
+            text = text[:text.index(" #")].rstrip()
+        return "" if text in ("~", "null") else text
+    if rest and not rest.startswith("#"):
+        raise HerdError(f"{where}: unexpected text after a quoted string", EXIT_USAGE)
+    return value
 
 
 def _read_config_file(path: str) -> Dict[str, str]:

@@ -174,12 +174,15 @@ class Pump:
     `keep` bytes) and, once `attach`ed to a text stream, also copies them there as they come,
     starting with what arrived before."""
 
-    def __init__(self, pipe: IO[bytes], keep: Optional[int] = None):
+    def __init__(self, pipe: IO[bytes], keep: Optional[int] = None,
+                 sink: Optional[IO[str]] = None):
         self._pipe = pipe
         self._keep = keep
         self._chunks: List[bytes] = []
         self._size = 0
-        self._sink: Optional[IO[str]] = None
+        # Given here, the sink sees every byte: with keep=0 nothing that came before an attach
+        # would be left to copy.
+        self._sink: Optional[IO[str]] = sink
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -272,11 +275,9 @@ def run_streamed(args: Sequence[str], ok_codes: Sequence[int]) -> int:
     """Runs `herd ARGS` with its stdout copied to sys.stdout and its stderr to sys.stderr as it
     comes; returns its exit code when it is one of ok_codes, else raises HerdError."""
     proc = start(args)
-    out = Pump(proc.stdout, keep=0)
-    err = Pump(proc.stderr, keep=STDERR_KEPT_BYTES)
     # Looked up now, not at import: callers (and tests) may have replaced them.
-    out.attach(sys.stdout)
-    err.attach(sys.stderr)
+    out = Pump(proc.stdout, keep=0, sink=sys.stdout)
+    err = Pump(proc.stderr, keep=STDERR_KEPT_BYTES, sink=sys.stderr)
     try:
         out.join()
         err.join()
