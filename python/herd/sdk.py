@@ -395,7 +395,7 @@ def api_login(endpoint: str, token: str, ca_cert: Optional[str] = None) -> Dict[
     """Logs in to a team API server as `herd api login -e ENDPOINT --token TOKEN --ca-cert CA`:
     checks the token (GET /api/v1/whoami), then writes <herd home>/config.yaml (0600). From then
     on every call (of the SDK and of the CLI) runs on the server. Returns the server's
-    whoami answer ({"user", "role"}). api_logout() goes back to local mode."""
+    whoami answer ({"name", "role", ...}). api_logout() goes back to local mode."""
     config = _api.ApiConfig(endpoint, token,
                             os.path.abspath(ca_cert) if ca_cert else "")
     try:
