@@ -21,6 +21,7 @@ import tarfile
 import tempfile
 import textwrap
 import threading
+import time
 import unittest
 from contextlib import redirect_stderr, redirect_stdout
 
@@ -48,6 +49,7 @@ class FakeServer:
         self.uploads = {}
         self.seen_tokens = []
         self.script = {}
+        self.client_gone = threading.Event()
         self.rng = random.Random(7)
         outer = self
 
@@ -78,6 +80,21 @@ class FakeServer:
             def body(self):
                 return self.rfile.read(int(self.headers.get("Content-Length", "0")))
 
+            def stream_until_closed(self, first):
+                self.send_response(200)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                piece = first
+                try:
+                    for _ in range(2000):  # 100 s at most
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                        self.wfile.flush()
+                        piece = frames(("O", b""))
+                        time.sleep(0.05)
+                except OSError:
+                    outer.client_gone.set()
+
             def do_GET(self):
                 if not self.authorized():
                     return
@@ -103,6 +120,8 @@ class FakeServer:
                 answer = outer.script.get(verb)
                 if isinstance(answer, tuple):  # (http status, error object)
                     return self.reply(*answer)
+                if isinstance(answer, list):  # [frames]: then heartbeats until the client goes
+                    return self.stream_until_closed(answer[0])
                 if answer is None:
                     answer = frames(("X", b"0"))
                 self.send_response(200)
@@ -451,6 +470,19 @@ class RemoteCallsTest(RemoteTestBase):
             herd.status()
         self.assertEqual(e.exception.returncode, 1)
         self.assertIn("API server http://127.0.0.1:1", str(e.exception))
+
+    def test_interrupt_closes_the_stream_as_ctrl_c_does(self):
+        from herd import _process
+        self.server.script["logs"] = [frames(("O", b"step 1\n"))]
+        proc = _process.start(["logs", "c1"])
+        self.assertEqual(proc.stdout.read(7), b"step 1\n")
+        self.assertIsNone(proc.poll())
+        _process.interrupt(proc)
+        self.assertEqual(proc.returncode, herd.JOB_NOT_FINISHED)
+        self.assertIn(b"Detached; the command was interrupted on the server", proc.stderr.read())
+        proc.stdout.close()
+        proc.stderr.close()
+        self.assertTrue(self.server.client_gone.wait(10), "the server still streams")
 
     def test_variables_in_paths_are_substituted(self):
         work, data, _ = self.make_tree()
