@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import unittest
 from contextlib import redirect_stdout
 
@@ -31,6 +32,7 @@ HERD = os.environ.get("HERD", "")
 HERD_API = os.environ.get("HERD_API", "")
 CLUSTER = "hsdkr1"
 SKY_CLUSTER = "hsdkr2"
+MANAGED = "hsdkrm"  # managed jobs' name: their clusters are hsdkrm-<id>-<attempt>
 TIMEOUT_S = 300
 
 
@@ -135,6 +137,8 @@ class SdkThroughApiServerTest(unittest.TestCase):
                     uhome = os.path.join(users, user)
                     env = dict(os.environ, HOME=uhome, HERD_HOME=os.path.join(uhome, "herd"),
                                HERD_API_SERVER="local")
+                    subprocess.run([HERD, "jobs", "cancel", "-a", "-y"], env=env,
+                                   capture_output=True, timeout=TIMEOUT_S)
                     for name in (CLUSTER, SKY_CLUSTER):
                         subprocess.run([HERD, "down", name, "-y"], env=env, capture_output=True,
                                        timeout=TIMEOUT_S)
@@ -144,8 +148,12 @@ class SdkThroughApiServerTest(unittest.TestCase):
                 else:
                     os.environ[k] = v
             shutil.rmtree(cls.dir, ignore_errors=True)
-        assert namespaces_of(CLUSTER) == [] and namespaces_of(SKY_CLUSTER) == [], \
-            namespaces_of("hsdkr")
+        left = namespaces_of("hsdkr")
+        deadline = time.time() + 60  # a cancelled managed job's controller tears its cluster down
+        while left and time.time() < deadline:
+            time.sleep(0.5)
+            left = namespaces_of("hsdkr")
+        assert left == [], left
 
     def test_1_login(self):
         who = herd.api_login(self.info["endpoint"], self.token, ca_cert=self.info["ca_cert"])
@@ -207,6 +215,28 @@ class SdkThroughApiServerTest(unittest.TestCase):
         self.assertIn("secret length 3", out.getvalue())
         self.assertNotIn("shh", out.getvalue())
         herd.down(SKY_CLUSTER)
+
+    def wait_managed(self, job_id, states, timeout=180):
+        deadline = time.time() + timeout
+        while True:
+            (job,) = [j for j in herd.jobs.queue() if j["id"] == job_id]
+            if job["status"] in states or time.time() > deadline:
+                return job
+            time.sleep(0.5)
+
+    def test_5_managed_jobs(self):
+        done = herd.jobs.launch(herd.Task(name=MANAGED, run="echo managed-ok"))
+        job = self.wait_managed(done, ("SUCCEEDED", "FAILED", "FAILED_SETUP",
+                                       "FAILED_NO_RESOURCE", "FAILED_CONTROLLER", "CANCELLED"))
+        self.assertEqual(job["status"], "SUCCEEDED", job)
+        long = herd.jobs.launch(herd.Task(name=MANAGED, run="sleep 300"))
+        self.assertGreater(long, done)
+        self.assertEqual(self.wait_managed(long, ("RUNNING",))["status"], "RUNNING")
+        self.assertEqual([j["id"] for j in herd.jobs.queue(skip_finished=True)], [long])
+        herd.jobs.cancel(long)
+        job = self.wait_managed(long, ("CANCELLED",))
+        self.assertEqual(job["status"], "CANCELLED", job)
+        self.assertEqual(herd.jobs.queue(skip_finished=True), [])
 
     def test_4_sky_script_through_the_shim(self):
         script = os.path.join(self.dir, "train.py")
