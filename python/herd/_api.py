@@ -291,8 +291,7 @@ class Client:
             what = f"no answer within {CLIENT_TIMEOUT_S:g} s"
         elif isinstance(e, ssl.SSLCertVerificationError):
             what = f"TLS handshake: {e.verify_message or e}"
-        return ApiError(f"API server {self.config.endpoint}: {what}",
-                        EXIT_ERROR)
+        return ApiError(f"API server {self.config.endpoint}: {what}", EXIT_ERROR)
 
     def open(self, method: str, path: str, body: bytes = b"",
              content_type: str = "application/json"):
@@ -483,7 +482,7 @@ _VAR = re.compile(r"\$(?:\{([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 
 def _substitute(field: str, text: str, envs: Dict[str, str]) -> str:
     """SubstituteVars: $NAME and ${NAME} from the task's envs, then this environment."""
-    if "${" in text and "}" not in text[text.index("${"):]:
+    if "${" in text and "}" not in text[text.rindex("${"):]:
         raise ValueError(f"{field}: unterminated '${{' in '{text}'")
 
     def value(m: "re.Match[str]") -> str:
