@@ -7,8 +7,9 @@ import signal
 import subprocess
 import sys
 import threading
-from typing import IO, List, Optional, Sequence
+from typing import IO, Any, List, Optional, Sequence
 
+from herd import _api
 from herd.errors import HerdError
 
 # How much of a command's stderr a HerdError keeps (launch progress can be long).
@@ -25,10 +26,118 @@ def binary() -> str:
     return os.environ.get("HERD") or "herd"
 
 
-def start(args: Sequence[str]) -> subprocess.Popen:
-    """Starts `herd ARGS` with its stdout and stderr on pipes and no stdin (nothing may
-    prompt)."""
-    argv = [binary(), *args]
+def api_config() -> Optional[_api.ApiConfig]:
+    """The API server the calls go to, or None (local mode: the CLI runs them). A config file
+    the SDK cannot read is a HerdError, as it is an error of every CLI command."""
+    try:
+        return _api.load_config()
+    except HerdError as e:
+        raise HerdError(f"herd: {e.message}", e.returncode or 2) from None
+
+
+# The commands whose second word is the cluster they act on (what the CLI's Command::Cluster()
+# gives the server, which checks the cluster is the user's).
+_CLUSTER_VERBS = ("exec", "queue", "logs", "cancel", "down", "stop", "start", "autostop", "nodes")
+
+
+def _cluster_of(args: Sequence[str]) -> str:
+    if args and args[0] == "launch" and "-c" in args:
+        i = list(args).index("-c")
+        return args[i + 1] if i + 1 < len(args) else ""
+    if len(args) > 1 and args[0] in _CLUSTER_VERBS and not args[1].startswith("-"):
+        return args[1]
+    return ""
+
+
+class RemoteProcess:
+    """A command run on the API server, looking like the Popen of the CLI that would run it
+    locally: its stdout and stderr come on pipes (the frames' bytes; a failure of the exchange
+    is a "herd: ..." line on stderr, as the CLI prints it) and its exit code is the command's
+    (or the CLI's for that failure). send_signal(SIGINT) closes the stream, which interrupts the
+    command on the server as Ctrl-C does."""
+
+    def __init__(self, config: _api.ApiConfig, args: Sequence[str], task: Any = None,
+                 cluster: Optional[str] = None):
+        self.args = ["herd", *args]
+        self.returncode: Optional[int] = None
+        self._call = _api.RunCall(list(args), _cluster_of(args) if cluster is None else cluster,
+                                  task)
+        self._config = config
+        out_r, self._out_w = os.pipe()
+        err_r, self._err_w = os.pipe()
+        self.stdout = os.fdopen(out_r, "rb", buffering=0)
+        self.stderr = os.fdopen(err_r, "rb", buffering=0)
+        self._stop = threading.Event()
+        self._conn: Any = None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _write(self, fd: int, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+
+    def _on_connection(self, conn: Any) -> None:
+        self._conn = conn
+        if self._stop.is_set():
+            conn.close()
+
+    def _run(self) -> None:
+        code = 1
+        try:
+            code = _api.run(self._config, self._call,
+                            lambda tag, data: self._write(self._out_w if tag == "O" else
+                                                          self._err_w, data),
+                            self._stop.is_set, self._on_connection)
+            if self._stop.is_set():
+                cluster = self._call.cluster
+                self._write(self._err_w, (
+                    "\nDetached; the command was interrupted on the server (a job keeps "
+                    "running)." + (f" Reattach with: herd logs {cluster}" if cluster else "") +
+                    "\n").encode())
+        except _api.ApiError as e:
+            self._write(self._err_w, f"herd: {e.message}\n".encode())
+            code = e.returncode
+        except BaseException as e:  # noqa: B036 (the pipes must close, the code must be set)
+            self._write(self._err_w, f"herd: {type(e).__name__}: {e}\n".encode())
+            code = 1
+        finally:
+            os.close(self._out_w)
+            os.close(self._err_w)
+            self.returncode = code
+            self._done.set()
+
+    def poll(self) -> Optional[int]:
+        return self.returncode if self._done.is_set() else None
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        if not self._done.wait(timeout):
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        assert self.returncode is not None
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        self._stop.set()
+        conn = self._conn
+        if conn is not None:
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+def start(args: Sequence[str], task: Any = None, local_args: Optional[Sequence[str]] = None):
+    """Starts `herd ARGS`: on the API server when one is configured (a RemoteProcess; task, a
+    herd.Task, goes in the request), else the CLI with its stdout and stderr on pipes and no
+    stdin (nothing may prompt), with local_args when given (the task in a file)."""
+    config = api_config()
+    if config is not None:
+        return RemoteProcess(config, args, task)
+    argv = [binary(), *(args if local_args is None else local_args)]
     try:
         return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
@@ -65,12 +174,15 @@ class Pump:
     `keep` bytes) and, once `attach`ed to a text stream, also copies them there as they come,
     starting with what arrived before."""
 
-    def __init__(self, pipe: IO[bytes], keep: Optional[int] = None):
+    def __init__(self, pipe: IO[bytes], keep: Optional[int] = None,
+                 sink: Optional[IO[str]] = None):
         self._pipe = pipe
         self._keep = keep
         self._chunks: List[bytes] = []
         self._size = 0
-        self._sink: Optional[IO[str]] = None
+        # Given here, the sink sees every byte: with keep=0 nothing that came before an attach
+        # would be left to copy.
+        self._sink: Optional[IO[str]] = sink
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -128,7 +240,7 @@ class Pump:
         return data.decode("utf-8", errors="replace")
 
 
-def interrupt(proc: subprocess.Popen) -> None:
+def interrupt(proc: Any) -> None:
     """After Ctrl-C: lets the CLI child detach (it normally got the SIGINT from the terminal too),
     then kills it if it is still there."""
     try:
@@ -140,9 +252,11 @@ def interrupt(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def run_captured(args: Sequence[str]) -> str:
-    """Runs `herd ARGS` to its end and returns its stdout; raises HerdError when it fails."""
-    proc = start(args)
+def run_captured(args: Sequence[str], task: Any = None,
+                 local_args: Optional[Sequence[str]] = None) -> str:
+    """Runs `herd ARGS` to its end and returns its stdout; raises HerdError when it fails.
+    task and local_args as for start."""
+    proc = start(args, task, local_args)
     out = Pump(proc.stdout)
     err = Pump(proc.stderr, keep=STDERR_KEPT_BYTES)
     try:
@@ -161,11 +275,9 @@ def run_streamed(args: Sequence[str], ok_codes: Sequence[int]) -> int:
     """Runs `herd ARGS` with its stdout copied to sys.stdout and its stderr to sys.stderr as it
     comes; returns its exit code when it is one of ok_codes, else raises HerdError."""
     proc = start(args)
-    out = Pump(proc.stdout, keep=0)
-    err = Pump(proc.stderr, keep=STDERR_KEPT_BYTES)
     # Looked up now, not at import: callers (and tests) may have replaced them.
-    out.attach(sys.stdout)
-    err.attach(sys.stderr)
+    out = Pump(proc.stdout, keep=0, sink=sys.stdout)
+    err = Pump(proc.stderr, keep=STDERR_KEPT_BYTES, sink=sys.stderr)
     try:
         out.join()
         err.join()

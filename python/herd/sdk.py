@@ -11,7 +11,7 @@ import tempfile
 import threading
 from typing import IO, Any, Dict, Iterable, List, Optional, Sequence, Set, Tuple, Union
 
-from herd import _process
+from herd import _api, _process
 from herd.errors import HerdError
 from herd.task import Task
 
@@ -46,13 +46,17 @@ class Request:
     """A launch or exec in progress: the CLI runs in the background from the moment the request
     is made. Pass it to stream_and_get (shows the CLI's progress) or get (quiet)."""
 
-    def __init__(self, args: Sequence[str], task_dir: str, cluster_name: str):
+    def __init__(self, args: Sequence[str], task_dir: Optional[str], cluster_name: str,
+                 task: Optional[Task] = None, remote: Optional[_api.ApiConfig] = None):
         self.cluster_name = cluster_name
         self._task_dir = task_dir
         try:
-            self._proc = _process.start(args)
+            if remote is not None:
+                self._proc = _process.RemoteProcess(remote, args, task, cluster_name)
+            else:
+                self._proc = _process.start(args)
         except HerdError:
-            shutil.rmtree(task_dir, ignore_errors=True)
+            self._remove_task_dir()
             raise
         self._stdout = _process.Pump(self._proc.stdout)
         self._stderr = _process.Pump(self._proc.stderr, keep=_process.STDERR_KEPT_BYTES)
@@ -92,8 +96,12 @@ class Request:
             raise error
         return result
 
+    def _remove_task_dir(self) -> None:
+        if self._task_dir is not None:
+            shutil.rmtree(self._task_dir, ignore_errors=True)
+
     def _forget(self) -> None:
-        shutil.rmtree(self._task_dir, ignore_errors=True)
+        self._remove_task_dir()
         with _unfinished_lock:
             _unfinished.discard(self)
 
@@ -156,6 +164,14 @@ def _check_cluster(cluster_name: Any) -> str:
 def _submit(verb: str, task: Union[Task, str], cluster_name: str,
             flags: Sequence[str]) -> Request:
     task = _as_task(task)
+    config = _process.api_config()
+    if config is not None:
+        # The CLI's remote mode: the task goes in the request (remote.cpp), not in a file.
+        if verb == "launch":
+            args = ["launch", "-c", cluster_name, "-d", *flags, "-o", "json"]
+        else:
+            args = ["exec", cluster_name, "-d", "-o", "json"]
+        return Request(args, None, cluster_name, task, config)
     # Private directory: the file holds the task's secrets.
     task_dir = tempfile.mkdtemp(prefix="herd-sdk-")
     try:
@@ -312,3 +328,96 @@ def stop(cluster_name: str) -> None:
 def start(cluster_name: str) -> None:
     """Starts a stopped cluster again (`herd start NAME -y`)."""
     _process.run_captured(["start", _check_cluster(cluster_name), "-y"])
+
+
+# ---- managed jobs (`herd jobs`): relaunched on new nodes after node loss
+
+
+def jobs_launch(task: Union[Task, str], *, infra: Optional[str] = None) -> int:
+    """Starts a managed job (`herd jobs launch TASK.yaml -d -y`) and returns its id."""
+    task = _as_task(task)
+    flags = [] if infra is None else ["--infra", infra]
+    if _process.api_config() is not None:
+        stdout = _process.run_captured(["jobs", "launch", *flags, "-d"], task=task)
+    else:
+        task_dir = tempfile.mkdtemp(prefix="herd-sdk-")
+        try:
+            path = os.path.join(task_dir, "task.yaml")
+            task.to_yaml(path)
+            stdout = _process.run_captured(["jobs", "launch", path, *flags, "-d", "-y"])
+        finally:
+            shutil.rmtree(task_dir, ignore_errors=True)
+    for line in stdout.splitlines():
+        if line.startswith("Managed job ID:"):
+            try:
+                return int(line.split(":", 1)[1])
+            except ValueError:
+                break
+    raise HerdError(f"herd jobs launch printed no job id: {stdout[:200]!r}", 0,
+                    ["herd", "jobs", "launch"])
+
+
+def jobs_queue(skip_finished: bool = False) -> List[Dict[str, Any]]:
+    """The managed jobs (`herd jobs queue -o json`): dicts with id, name, status, cluster,
+    recoveries, ... With skip_finished, only those that have not ended."""
+    return _json_list(["jobs", "queue", *(["-s"] if skip_finished else []), "-o", "json"])
+
+
+def jobs_cancel(job_ids: Union[None, int, Iterable[int]] = None,
+                all: bool = False) -> None:  # noqa: A002 (sky.jobs.cancel's name)
+    """Cancels managed jobs (`herd jobs cancel ID... -y`), or all of them with all=True."""
+    args = ["jobs", "cancel"]
+    if all:
+        if job_ids is not None:
+            raise ValueError("jobs_cancel: give job_ids or all=True, not both")
+        args.append("-a")
+    else:
+        if job_ids is None:
+            raise ValueError("jobs_cancel: give the job_ids to cancel, or all=True")
+        ids = [job_ids] if isinstance(job_ids, int) else list(job_ids)
+        if not ids:
+            raise ValueError("jobs_cancel: job_ids is empty")
+        args += [str(_job_id(j)) for j in ids]
+    _process.run_captured([*args, "-y"])
+
+
+class jobs:  # noqa: N801 (a namespace, as sky.jobs)
+    """herd.jobs.launch / queue / cancel: the managed-job calls under SkyPilot's names."""
+    launch = staticmethod(jobs_launch)
+    queue = staticmethod(jobs_queue)
+    cancel = staticmethod(jobs_cancel)
+
+
+# ---- the team API server
+
+
+def api_login(endpoint: str, token: str, ca_cert: Optional[str] = None) -> Dict[str, Any]:
+    """Logs in to a team API server as `herd api login -e ENDPOINT --token TOKEN --ca-cert CA`:
+    checks the token (GET /api/v1/whoami), then writes <herd home>/config.yaml (0600). From then
+    on every call (of the SDK and of the CLI) runs on the server. Returns the server's
+    whoami answer ({"name", "role", ...}). api_logout() goes back to local mode."""
+    config = _api.ApiConfig(endpoint, token,
+                            os.path.abspath(ca_cert) if ca_cert else "")
+    try:
+        who = _api.whoami(config)
+    except _api.ApiError as e:
+        raise HerdError(f"herd api login failed: herd: {e.message}", e.returncode,
+                        ["herd", "api", "login"]) from None
+    _api.save_config(config)
+    return who
+
+
+def api_logout() -> None:
+    """Back to local mode: removes the api_server section (config.yaml) as `herd api logout`."""
+    try:
+        os.unlink(_api.config_path())
+    except FileNotFoundError:
+        pass
+
+
+def api_info() -> Optional[Dict[str, str]]:
+    """The server the calls go to ({"endpoint", "ca_cert"}), or None in local mode."""
+    config = _process.api_config()
+    if config is None:
+        return None
+    return {"endpoint": config.endpoint, "ca_cert": config.ca_cert}

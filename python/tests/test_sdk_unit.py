@@ -65,7 +65,9 @@ class FakeHerdTest(unittest.TestCase):
         self.log = os.path.join(self.dir, "calls.jsonl")
         self.script = os.path.join(self.dir, "script.json")
         self.answer({})
-        self.env = {"HERD": self.fake, "FAKE_HERD_LOG": self.log, "FAKE_HERD_SCRIPT": self.script}
+        # Local mode whatever the user running the tests is logged in to.
+        self.env = {"HERD": self.fake, "FAKE_HERD_LOG": self.log, "FAKE_HERD_SCRIPT": self.script,
+                    "HERD_API_SERVER": "local"}
         saved = {k: os.environ.get(k) for k in self.env}
         os.environ.update(self.env)
         self.addCleanup(self._restore_env, saved)
