@@ -100,7 +100,7 @@ Result<std::shared_ptr<RunningCommand>> RunningCommand::Start(CommandSpec spec,
 
   auto state = std::make_shared<State>();
   std::thread([state, pid, fo = out[0], fe = err[0], on_output = std::move(on_output),
-               log_path = spec.log_path]() mutable {
+               log_path = spec.log_path, grace = spec.cancel_grace]() mutable {
     int log = log_path.empty()
                   ? -1
                   : ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
@@ -110,17 +110,20 @@ Result<std::shared_ptr<RunningCommand>> RunningCommand::Start(CommandSpec spec,
     std::chrono::steady_clock::time_point kill_at{};
     std::string buf(limits::kApiMaxFrameBytes, '\0');
     auto last_output = std::chrono::steady_clock::now();
+    auto honour_cancel = [&] {
+      if (state->cancel && !interrupted) {
+        interrupted = true;
+        ::kill(-pid, SIGINT);
+        kill_at = std::chrono::steady_clock::now() + grace;
+      }
+      if (interrupted && std::chrono::steady_clock::now() >= kill_at) ::kill(-pid, SIGKILL);
+    };
     while (open_fds > 0) {
       if (std::chrono::steady_clock::now() - last_output >= limits::kApiStreamHeartbeat) {
         if (on_output) on_output(FrameTag::kStdout, {});
         last_output = std::chrono::steady_clock::now();
       }
-      if (state->cancel && !interrupted) {
-        interrupted = true;
-        ::kill(-pid, SIGINT);
-        kill_at = std::chrono::steady_clock::now() + limits::kApiCommandCancelGrace;
-      }
-      if (interrupted && std::chrono::steady_clock::now() >= kill_at) ::kill(-pid, SIGKILL);
+      honour_cancel();
       int n = ::poll(fds.data(), fds.size(), 100);
       if (n < 0 && errno != EINTR) break;
       for (std::size_t i = 0; n > 0 && i < fds.size(); ++i) {
@@ -142,8 +145,14 @@ Result<std::shared_ptr<RunningCommand>> RunningCommand::Start(CommandSpec spec,
     for (auto& p : fds) {
       if (p.fd >= 0) ::close(p.fd);
     }
+    // A command may close its output and run on (`exec >/dev/null`): it is still cancellable
+    // until it exits, so wait for it without blocking.
     int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    while (true) {
+      const pid_t got = ::waitpid(pid, &status, WNOHANG);
+      if (got == pid || (got < 0 && errno != EINTR)) break;
+      honour_cancel();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     if (log >= 0) ::close(log);
     std::vector<std::function<void(int)>> callbacks;

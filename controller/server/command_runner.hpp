@@ -1,7 +1,7 @@
 // A `herd` command run by the API server for a remote CLI: a child process of its own (its own
 // process group), with the user's environment and working directory, its stdout and stderr read
 // as they come and handed to a callback and appended to the request's log file. Cancel() is the
-// remote Ctrl-C: SIGINT to the group, SIGKILL after limits::kApiCommandCancelGrace. A server
+// remote Ctrl-C: SIGINT to the group, SIGKILL after CommandSpec::cancel_grace. A server
 // that dies takes its commands with it (PR_SET_PDEATHSIG): their requests are failed when it
 // starts again (ApiStore::FailUnfinished); what a command started detached (a managed job's
 // controller) lives on.
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "controller/server/stream_frames.hpp"
+#include "shared/common/limits.hpp"
 #include "shared/common/status.hpp"
 
 namespace herd::server {
@@ -24,6 +25,8 @@ struct CommandSpec {
   std::string cwd;
   std::string stdin_data;  // the child's stdin (an anonymous file); "" gives /dev/null
   std::string log_path;    // every output byte is appended here too; "" for none
+  // Between Cancel's SIGINT and the SIGKILL of a command still running.
+  limits::Duration cancel_grace = limits::kApiCommandCancelGrace;
 };
 
 class RunningCommand {
