@@ -5,9 +5,12 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -67,6 +70,13 @@ Result<std::shared_ptr<RunningCommand>> RunningCommand::Start(CommandSpec spec,
   for (auto& e : spec.env) envp.push_back(e.data());
   envp.push_back(nullptr);
   const pid_t parent = ::getpid();
+  // The child keeps only stdin, stdout and stderr: the server's listener, its clients'
+  // connections and its files are opened without close-on-exec by the libraries (Asio), and a
+  // command that lives on (a detached managed-job controller) would hold them.
+  int max_fd = 1 << 16;
+  if (rlimit rl{}; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    max_fd = static_cast<int>(std::min<rlim_t>(rl.rlim_cur, 1 << 20));
+  }
   pid_t pid = ::fork();
   if (pid < 0) {
     int e = errno;
@@ -83,6 +93,9 @@ Result<std::shared_ptr<RunningCommand>> RunningCommand::Start(CommandSpec spec,
     ::dup2(in >= 0 ? in : null, STDIN_FILENO);
     ::dup2(out[1], STDOUT_FILENO);
     ::dup2(err[1], STDERR_FILENO);
+    if (::syscall(SYS_close_range, 3u, ~0u, 0u) != 0) {
+      for (int fd = 3; fd < max_fd; ++fd) ::close(fd);
+    }
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);

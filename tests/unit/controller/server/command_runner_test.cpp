@@ -4,6 +4,7 @@
 #include "controller/server/command_runner.hpp"
 
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -201,6 +202,23 @@ TEST_CASE("the environment is exactly env, and the command runs in cwd") {
   CHECK(WaitBounded(*cmd) == 0);
   const std::string real = std::filesystem::canonical(dir.path()).string();
   CHECK(o.Out() == "bar baz|unset|" + real + "\n");
+}
+
+TEST_CASE("the command inherits no descriptor but stdin, stdout and stderr") {
+  // The server's sockets (its listener, its clients' connections), its database and log files
+  // are not the command's: a detached child holding the listener would keep the port taken.
+  int leaky = ::open("/dev/null", O_RDONLY);  // not close-on-exec
+  REQUIRE(leaky >= 0);
+  int leaky_pipe[2];
+  REQUIRE(::pipe(leaky_pipe) == 0);
+  Output o;
+  auto cmd = RunningCommand::Start(Sh("ls /proc/$$/fd"), o.Fn());
+  ::close(leaky);
+  ::close(leaky_pipe[0]);
+  ::close(leaky_pipe[1]);
+  REQUIRE(cmd.ok());
+  CHECK(WaitBounded(*cmd) == 0);
+  CHECK(o.Out() == "0\n1\n2\n");
 }
 
 TEST_CASE("the command runs in a process group of its own") {
