@@ -626,6 +626,8 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
                           api_http::DecodeBody(raw, {FieldSpec{"name", FieldType::kString, true},
                                                      FieldSpec{"role", FieldType::kString}}));
     const std::string name = body.String("name");
+    // A malformed name is a bad request, refused before anything is recorded (the audit, too).
+    HERD_RETURN_IF_ERROR(api_http::ValidateName("name", name));
     if (auto s = RequireAdmin(admin); !s.ok()) {
       done(s, name);
       return s;
