@@ -289,6 +289,14 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
       return res->Respond(HttpError(InvalidArgument(
           "async: `" + verb + "` changes nothing and is not a request; run it without --async")));
     }
+    // Everything in the body is checked before anything changes (a launch claims its name).
+    auto uploads = body->StringMap("uploads");
+    for (const auto& [place, id] : uploads) {
+      if (auto s = ValidateUploadName(place); !s.ok()) return res->Respond(HttpError(s));
+      if (auto s = api_http::ValidateName("uploads." + place, id); !s.ok()) {
+        return res->Respond(HttpError(s));
+      }
+    }
     const std::string cluster = body->String("cluster");
     if (!cluster.empty()) {
       if (auto s = api_http::ValidateClusterNameField("cluster", cluster); !s.ok()) {
@@ -314,19 +322,19 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
                      "`herd launch -c " + cluster + " TASK.yaml`)")));
       }
     }
-    auto uploads = body->StringMap("uploads");
-    for (const auto& [place, id] : uploads) {
-      if (auto s = ValidateUploadName(place); !s.ok()) return res->Respond(HttpError(s));
-      if (auto s = api_http::ValidateName("uploads." + place, id); !s.ok()) {
-        return res->Respond(HttpError(s));
-      }
-    }
 
     // The request: a row (mutating commands) and a directory the command runs in.
+    // A launch refused from here on made nothing: the name it claimed is free again.
+    auto release_unmade = [&] {
+      if (verb == "launch" && !cluster.empty()) (void)MaybeReleaseUnmade(user.name, cluster);
+    };
     std::string id;
     if (mutating) {
       auto created = store_->CreateRequest(user.name, verb, cluster, NowUnixMs(), holder_);
-      if (!created.ok()) return res->Respond(HttpError(created.status()));
+      if (!created.ok()) {
+        release_unmade();
+        return res->Respond(HttpError(created.status()));
+      }
       id = *created;
       Audit(user, verb, cluster, "accepted " + id);
     } else {
@@ -336,6 +344,7 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
     auto fail = [&](const Status& s) {
       if (mutating)
         (void)store_->FinishRequest(id, RequestState::kFailed, s.message(), {}, NowUnixMs());
+      release_unmade();
       std::error_code ec;
       fs::remove_all(dir, ec);
       res->Respond(HttpError(s));
@@ -385,6 +394,9 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
         (void)store_->FinishRequest(id, RequestState::kFailed, cmd.status().message(), {},
                                     NowUnixMs());
       }
+      release_unmade();
+      std::error_code ec;
+      fs::remove_all(dir, ec);
       res->Write(EncodeFrame(FrameTag::kStderr, "herd: " + cmd.status().message() + "\n"));
       res->Write(EncodeFrame(FrameTag::kExit, "1"));
       return res->End();
