@@ -417,11 +417,13 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
     }
     auto self = shared_from_this();
     (*cmd)->OnExit([self, res, async, mutating, id, verb, cluster, user, dir, last_err](int code) {
+      // The request ends (its row, its name, its directory) before the client hears the exit
+      // code, so that what the client does next sees it ended.
+      self->Finished(user, id, verb, cluster, dir, mutating, code, *last_err);
       if (!async) {
         res->Write(EncodeFrame(FrameTag::kExit, std::to_string(code)));
         res->End();
       }
-      self->Finished(user, id, verb, cluster, dir, mutating, code, *last_err);
     });
   }
 
