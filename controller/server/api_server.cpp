@@ -154,14 +154,28 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
   }
   void Stop() override {
     if (http_) http_->Stop();
-    std::vector<std::shared_ptr<RunningCommand>> running;
-    for (auto& [id, c] : RunningById()) running.push_back(c);
+    StopCommands();
+    // The handlers in progress. Only now: a command dies with the thread that forked it
+    // (PR_SET_PDEATHSIG), and the pool's threads end here.
+    pool_.join();
+    StopCommands();  // what a handler started meanwhile
+  }
+
+  // Interrupts the running commands and waits until each one's request has ended (its OnExit
+  // ran Finished), not only its process: a server started again on this database must not find
+  // it RUNNING. Wait also means the command let go of its Responder, whose connection must not
+  // outlive the io_context.
+  void StopCommands() {
     for (auto& [id, c] : RunningById()) {
       (void)store_->RequestCancel(id);
       c->Cancel();
     }
-    for (auto& c : running) c->Wait();
-    pool_.join();
+    std::vector<std::shared_ptr<RunningCommand>> started;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      started.swap(started_);
+    }
+    for (auto& c : started) c->Wait();
   }
 
   // Names this server in the requests it accepts, and ends what an earlier run of it (killed, or
@@ -404,6 +418,8 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
     {
       std::lock_guard<std::mutex> l(mu_);
       running_[id] = *cmd;
+      std::erase_if(started_, [](const auto& c) { return c->done(); });
+      started_.push_back(*cmd);
     }
     if (async) {
       res->Respond(Json(boost::json::object{{"request_id", id}}));
@@ -740,6 +756,8 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
   std::string holder_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<RunningCommand>> running_;
+  // Every command started and not seen done yet, for Stop to wait on.
+  std::vector<std::shared_ptr<RunningCommand>> started_;
 };
 
 bool IsIpLiteral(const std::string& host) {

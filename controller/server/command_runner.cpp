@@ -26,7 +26,8 @@ namespace herd::server {
 struct RunningCommand::State {
   std::mutex mu;
   std::condition_variable cv;
-  bool done = false;
+  bool exited = false;  // the process was reaped: OnExit runs functions at once
+  bool done = false;    // and the OnExit functions ran: Wait returns
   int exit_code = -1;
   std::vector<std::function<void(int)>> on_exit;
   std::atomic<bool> cancel{false};
@@ -168,15 +169,24 @@ Result<std::shared_ptr<RunningCommand>> RunningCommand::Start(CommandSpec spec,
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     if (log >= 0) ::close(log);
+    // What the caller handed in is let go of, and the OnExit functions have run and are gone,
+    // before Wait returns: the caller may tear down what they refer to right after.
+    on_output = nullptr;
+    const int code = ExitCodeOf(status);
     std::vector<std::function<void(int)>> callbacks;
     {
       std::lock_guard<std::mutex> l(state->mu);
-      state->done = true;
-      state->exit_code = ExitCodeOf(status);
+      state->exited = true;
+      state->exit_code = code;
       callbacks.swap(state->on_exit);
     }
+    for (auto& fn : callbacks) fn(code);
+    callbacks.clear();
+    {
+      std::lock_guard<std::mutex> l(state->mu);
+      state->done = true;
+    }
     state->cv.notify_all();
-    for (auto& fn : callbacks) fn(state->exit_code);
   }).detach();
   return std::shared_ptr<RunningCommand>(new RunningCommand(state, pid));
 }
@@ -195,7 +205,7 @@ void RunningCommand::OnExit(std::function<void(int)> fn) {
   int code = 0;
   {
     std::lock_guard<std::mutex> l(state_->mu);
-    if (!state_->done) {
+    if (!state_->exited) {
       state_->on_exit.push_back(std::move(fn));
       return;
     }

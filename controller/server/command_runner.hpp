@@ -40,11 +40,14 @@ class RunningCommand {
 
   // SIGINT now (once), SIGKILL if still running after the grace. Any thread.
   void Cancel();
-  // Blocks until the command exited and its output was all delivered; its exit code (128 +
-  // signal for a killed one).
+  // Blocks until the command exited, its output was all delivered and the OnExit functions ran,
+  // and the output callback and those functions were destroyed (so what they hold may go once
+  // Wait returns); its exit code (128 + signal for a killed one). Not from an OnExit function.
   int Wait();
-  // Runs `fn` (on the reader thread, or at once when done already) with the exit code.
+  // Runs `fn` (on the reader thread, or at once when the command exited already) with the exit
+  // code.
   void OnExit(std::function<void(int exit_code)> fn);
+  // Whether Wait would return at once.
   bool done() const;
   int pid() const { return pid_; }
 

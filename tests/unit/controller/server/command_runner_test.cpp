@@ -316,5 +316,22 @@ TEST_CASE("OnExit: registered before the end it runs at the end; after, at once"
   CHECK(ran_on == std::this_thread::get_id());
 }
 
+TEST_CASE("Wait returns once the OnExit functions ran and everything given was let go") {
+  // What a caller hands in (the server: its HTTP responder, itself) must not outlive Wait: the
+  // caller may tear down what they refer to right after it.
+  auto held = std::make_shared<int>(0);
+  std::atomic<bool> on_exit_returned{false};
+  auto cmd = RunningCommand::Start(Sh("echo hi"), [held](FrameTag, std::string_view) {});
+  REQUIRE(cmd.ok());
+  (*cmd)->OnExit([held, &on_exit_returned](int) {
+    std::this_thread::sleep_for(300ms);  // a slow callback: Wait must not return before it ends
+    on_exit_returned = true;
+  });
+  CHECK(WaitBounded(*cmd) == 0);
+  CHECK(on_exit_returned);
+  CHECK(held.use_count() == 1);
+  CHECK((*cmd)->done());
+}
+
 }  // namespace
 }  // namespace herd::server
