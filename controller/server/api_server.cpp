@@ -703,6 +703,13 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
     if (who != user.name) HERD_RETURN_IF_ERROR(RequireAdmin(user));
     const int64_t in_s = body.Int("expires_in_s", 0);
     if (in_s < 0) return InvalidArgument("expires_in_s: must be 0 (never) or more");
+    // Checked before the arithmetic below, which a larger value would overflow.
+    const int64_t max_s =
+        std::chrono::duration_cast<std::chrono::seconds>(limits::kApiTokenMaxLifetime).count();
+    if (in_s > max_s) {
+      return InvalidArgument("expires_in_s: at most " + std::to_string(max_s) + " (" +
+                             std::to_string(max_s / 86400) + " days)");
+    }
     const int64_t now = NowUnixMs();
     auto token = store_->CreateToken(who, in_s == 0 ? 0 : now + in_s * 1000, now);
     Audit(user, "api.tokens.create", who,

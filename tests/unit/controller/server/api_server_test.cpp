@@ -251,7 +251,7 @@ TEST_CASE("the health check needs no token; everything else does") {
   CHECK(Str(Parse(h), "status") == "ok");
   CHECK(Str(Parse(h), "version") == "test");
   for (auto path : {"/api/v1/whoami", "/api/v1/requests", "/api/v1/users", "/api/v1/audit"}) {
-    CAPTURE(path);
+    CAPTURE(std::string(path));
     auto r = Call(*anon, "GET", path);
     CHECK(r.status == 401);
     CHECK(ErrorCode(r) == "UNAUTHENTICATED");
@@ -340,6 +340,34 @@ TEST_CASE("admin-only routes are 403 for a user, and change nothing") {
   for (const auto& e : entries) {
     if (Str(e, "user") == "alice") CHECK(Str(e, "result") != "ok");
   }
+}
+
+TEST_CASE("tokens: expiry bounds, and another user's token is not found") {
+  Server s;
+  auto alice = s.Client(s.AddUser("alice"));
+  auto bob = s.Client(s.AddUser("bob"));
+  const int64_t before = NowUnixMs();
+  auto hour = Call(*alice, "POST", "/api/v1/tokens", R"({"expires_in_s": 3600})");
+  REQUIRE(hour.status == 200);
+  const int64_t expires = Parse(hour).as_object().at("expires_at_ms").to_number<int64_t>();
+  CHECK(expires >= before + 3600 * 1000);
+  CHECK(expires <= NowUnixMs() + 3600 * 1000);
+  CHECK(Call(*s.Client(Str(Parse(hour), "token")), "GET", "/api/v1/whoami").status == 200);
+  const std::size_t tokens = Parse(Call(*alice, "GET", "/api/v1/tokens")).as_array().size();
+  CHECK(tokens == 2);
+  for (auto body : {R"({"expires_in_s": -1})", R"({"expires_in_s": 9223372036854775807})",
+                    R"({"expires_in_s": 9223372036854775})", R"({"expires_in_s": 1e3})",
+                    R"({"expires_in_s": "60"})"}) {
+    CAPTURE(std::string(body));
+    auto got = Call(*alice, "POST", "/api/v1/tokens", body);
+    CHECK(got.status == 400);
+    CHECK(ErrorCode(got) == "INVALID_ARGUMENT");
+  }
+  CHECK(Parse(Call(*alice, "GET", "/api/v1/tokens")).as_array().size() == tokens);
+  // bob cannot revoke (or learn of) alice's token.
+  auto revoke = Call(*bob, "POST", "/api/v1/tokens/" + Str(Parse(hour), "id") + "/revoke");
+  CHECK(revoke.status == 404);
+  CHECK(Call(*s.Client(Str(Parse(hour), "token")), "GET", "/api/v1/whoami").status == 200);
 }
 
 // ---- running commands --------------------------------------------------------------------------
@@ -551,7 +579,7 @@ TEST_CASE("a cluster launched by one user is 409 for another's launch and 404 fo
       json::serialize(json::object{{"args", Args({"launch", "-c", "c1"})}, {"cluster", "c1"}}));
   CHECK(taken.status == 409);
   for (auto verb : {"status", "exec", "down", "logs"}) {
-    CAPTURE(verb);
+    CAPTURE(std::string(verb));
     auto got =
         Call(*bob, "POST", "/api/v1/run",
              json::serialize(json::object{{"args", Args({verb, "-c", "c1"})}, {"cluster", "c1"}}));
@@ -583,7 +611,7 @@ TEST_CASE("a refused launch claims no cluster name") {
                                                    {"uploads", {{"workdir", "up-00"}}}}));
   CHECK(missing.status == 404);
   for (auto name : {"c3", "c4"}) {
-    CAPTURE(name);
+    CAPTURE(std::string(name));
     CHECK(Run(*bob, {{"args", Args({"status", "-c", name})}, {"cluster", name}}).status == 200);
   }
 }
@@ -619,7 +647,7 @@ TEST_CASE("an upload round trip: the command's working directory has the files")
   REQUIRE(up2.status == 201);
   const std::string id2 = Str(Parse(up2), "id");
   for (auto bad : {"mounts", "mounts/", "mounts/1/x", "workdir2", "/tmp", "mounts/../x"}) {
-    CAPTURE(bad);
+    CAPTURE(std::string(bad));
     auto got =
         Call(*alice, "POST", "/api/v1/run",
              json::serialize(json::object{{"args", Args({"exec"})}, {"uploads", {{bad, id2}}}}));
