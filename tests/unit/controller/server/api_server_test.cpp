@@ -669,6 +669,64 @@ TEST_CASE("an upload round trip: the command's working directory has the files")
   CHECK(theirs.status == 404);
 }
 
+TEST_CASE("an upload cannot write outside the command's directory") {
+  Server s;
+  auto alice = s.Client(s.AddUser("alice"));
+  TempDir src("herd-api-upload");
+  const std::string outside = s.dir / "outside";
+  std::filesystem::create_directories(outside);
+  std::filesystem::create_directories(src / "b/link");
+  src.Write("b/link/evil", "evil\n");
+  std::filesystem::create_directories(src / "a");
+  std::filesystem::create_directory_symlink(outside, src / "a/link");
+  // A symlink to a directory outside, then a file through it; and a member named "../x".
+  const std::string tar = s.dir / "evil.tar";
+  REQUIRE(std::system(("tar -cf " + tar + " -C " + src / "a" + " link && tar -rf " + tar + " -C " +
+                       src / "b" + " link/evil && tar -rf " + tar + " -C " + src / "b" +
+                       " --transform 's,^,../,' link/evil")
+                          .c_str()) == 0);
+  auto up = Call(*alice, "POST", "/api/v1/uploads", ReadAll(tar));
+  REQUIRE(up.status == 201);
+  auto got = Call(*alice, "POST", "/api/v1/run",
+                  json::serialize(json::object{{"args", Args({"exec"})},
+                                               {"uploads", {{"workdir", Str(Parse(up), "id")}}}}));
+  CHECK(got.status == 400);
+  CHECK(std::filesystem::is_empty(outside));
+  CHECK_FALSE(std::filesystem::exists(s.home + "/requests/link"));
+  // Not a tar archive at all.
+  auto junk = Call(*alice, "POST", "/api/v1/uploads", "not a tar archive");
+  REQUIRE(junk.status == 201);
+  auto bad =
+      Call(*alice, "POST", "/api/v1/run",
+           json::serialize(json::object{{"args", Args({"exec"})},
+                                        {"uploads", {{"workdir", Str(Parse(junk), "id")}}}}));
+  CHECK(bad.status == 400);
+  CHECK(Call(*alice, "POST", "/api/v1/uploads", "").status == 400);
+}
+
+TEST_CASE("a request's log followed until it ends; bad listing parameters are 400") {
+  Server s;
+  auto alice = s.Client(s.AddUser("alice"));
+  auto started = Call(*alice, "POST", "/api/v1/run",
+                      json::serialize(json::object{{"args", Args({"exec", "sleep=1", "exit=5"})},
+                                                   {"async", true}}));
+  REQUIRE(started.status == 200);
+  const std::string id = Str(Parse(started), "request_id");
+  auto log = Call(*alice, "GET", "/api/v1/requests/" + id + "/log?follow=1");
+  REQUIRE(log.status == 200);
+  // Followed to the end: the last words, written after the sleep, are in.
+  CHECK(log.body.find("sleeping\n") != std::string::npos);
+  CHECK(log.body.find("last words 5\n") != std::string::npos);
+  CHECK(Str(Parse(Call(*alice, "GET", "/api/v1/requests/" + id)), "state") == "FAILED");
+  for (auto path : {"/api/v1/requests?limit=x", "/api/v1/requests?limit=-1",
+                    "/api/v1/requests/..%2Fx", "/api/v1/requests/a%3Bb/log"}) {
+    CAPTURE(std::string(path));
+    CHECK(Call(*alice, "GET", path).status == 400);
+  }
+  CHECK(Call(*alice, "GET", "/api/v1/requests/req-0000000000000000").status == 404);
+  CHECK(Call(*alice, "GET", "/api/v1/nothing").status == 404);
+}
+
 // ---- restarts and the audit --------------------------------------------------------------------
 
 TEST_CASE("Stop cancels running requests; a restart fails what was left RUNNING") {
