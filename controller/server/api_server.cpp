@@ -154,14 +154,28 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
   }
   void Stop() override {
     if (http_) http_->Stop();
-    std::vector<std::shared_ptr<RunningCommand>> running;
-    for (auto& [id, c] : RunningById()) running.push_back(c);
+    StopCommands();
+    // The handlers in progress. Only now: a command dies with the thread that forked it
+    // (PR_SET_PDEATHSIG), and the pool's threads end here.
+    pool_.join();
+    StopCommands();  // what a handler started meanwhile
+  }
+
+  // Interrupts the running commands and waits until each one's request has ended (its OnExit
+  // ran Finished), not only its process: a server started again on this database must not find
+  // it RUNNING. Wait also means the command let go of its Responder, whose connection must not
+  // outlive the io_context.
+  void StopCommands() {
     for (auto& [id, c] : RunningById()) {
       (void)store_->RequestCancel(id);
       c->Cancel();
     }
-    for (auto& c : running) c->Wait();
-    pool_.join();
+    std::vector<std::shared_ptr<RunningCommand>> started;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      started.swap(started_);
+    }
+    for (auto& c : started) c->Wait();
   }
 
   // Names this server in the requests it accepts, and ends what an earlier run of it (killed, or
@@ -289,6 +303,14 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
       return res->Respond(HttpError(InvalidArgument(
           "async: `" + verb + "` changes nothing and is not a request; run it without --async")));
     }
+    // Everything in the body is checked before anything changes (a launch claims its name).
+    auto uploads = body->StringMap("uploads");
+    for (const auto& [place, id] : uploads) {
+      if (auto s = ValidateUploadName(place); !s.ok()) return res->Respond(HttpError(s));
+      if (auto s = api_http::ValidateName("uploads." + place, id); !s.ok()) {
+        return res->Respond(HttpError(s));
+      }
+    }
     const std::string cluster = body->String("cluster");
     if (!cluster.empty()) {
       if (auto s = api_http::ValidateClusterNameField("cluster", cluster); !s.ok()) {
@@ -314,19 +336,19 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
                      "`herd launch -c " + cluster + " TASK.yaml`)")));
       }
     }
-    auto uploads = body->StringMap("uploads");
-    for (const auto& [place, id] : uploads) {
-      if (auto s = ValidateUploadName(place); !s.ok()) return res->Respond(HttpError(s));
-      if (auto s = api_http::ValidateName("uploads." + place, id); !s.ok()) {
-        return res->Respond(HttpError(s));
-      }
-    }
 
     // The request: a row (mutating commands) and a directory the command runs in.
+    // A launch refused from here on made nothing: the name it claimed is free again.
+    auto release_unmade = [&] {
+      if (verb == "launch" && !cluster.empty()) (void)MaybeReleaseUnmade(user.name, cluster);
+    };
     std::string id;
     if (mutating) {
       auto created = store_->CreateRequest(user.name, verb, cluster, NowUnixMs(), holder_);
-      if (!created.ok()) return res->Respond(HttpError(created.status()));
+      if (!created.ok()) {
+        release_unmade();
+        return res->Respond(HttpError(created.status()));
+      }
       id = *created;
       Audit(user, verb, cluster, "accepted " + id);
     } else {
@@ -336,6 +358,7 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
     auto fail = [&](const Status& s) {
       if (mutating)
         (void)store_->FinishRequest(id, RequestState::kFailed, s.message(), {}, NowUnixMs());
+      release_unmade();
       std::error_code ec;
       fs::remove_all(dir, ec);
       res->Respond(HttpError(s));
@@ -385,6 +408,9 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
         (void)store_->FinishRequest(id, RequestState::kFailed, cmd.status().message(), {},
                                     NowUnixMs());
       }
+      release_unmade();
+      std::error_code ec;
+      fs::remove_all(dir, ec);
       res->Write(EncodeFrame(FrameTag::kStderr, "herd: " + cmd.status().message() + "\n"));
       res->Write(EncodeFrame(FrameTag::kExit, "1"));
       return res->End();
@@ -392,6 +418,8 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
     {
       std::lock_guard<std::mutex> l(mu_);
       running_[id] = *cmd;
+      std::erase_if(started_, [](const auto& c) { return c->done(); });
+      started_.push_back(*cmd);
     }
     if (async) {
       res->Respond(Json(boost::json::object{{"request_id", id}}));
@@ -405,11 +433,13 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
     }
     auto self = shared_from_this();
     (*cmd)->OnExit([self, res, async, mutating, id, verb, cluster, user, dir, last_err](int code) {
+      // The request ends (its row, its name, its directory) before the client hears the exit
+      // code, so that what the client does next sees it ended.
+      self->Finished(user, id, verb, cluster, dir, mutating, code, *last_err);
       if (!async) {
         res->Write(EncodeFrame(FrameTag::kExit, std::to_string(code)));
         res->End();
       }
-      self->Finished(user, id, verb, cluster, dir, mutating, code, *last_err);
     });
   }
 
@@ -626,6 +656,8 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
                           api_http::DecodeBody(raw, {FieldSpec{"name", FieldType::kString, true},
                                                      FieldSpec{"role", FieldType::kString}}));
     const std::string name = body.String("name");
+    // A malformed name is a bad request, refused before anything is recorded (the audit, too).
+    HERD_RETURN_IF_ERROR(api_http::ValidateName("name", name));
     if (auto s = RequireAdmin(admin); !s.ok()) {
       done(s, name);
       return s;
@@ -671,6 +703,13 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
     if (who != user.name) HERD_RETURN_IF_ERROR(RequireAdmin(user));
     const int64_t in_s = body.Int("expires_in_s", 0);
     if (in_s < 0) return InvalidArgument("expires_in_s: must be 0 (never) or more");
+    // Checked before the arithmetic below, which a larger value would overflow.
+    const int64_t max_s =
+        std::chrono::duration_cast<std::chrono::seconds>(limits::kApiTokenMaxLifetime).count();
+    if (in_s > max_s) {
+      return InvalidArgument("expires_in_s: at most " + std::to_string(max_s) + " (" +
+                             std::to_string(max_s / 86400) + " days)");
+    }
     const int64_t now = NowUnixMs();
     auto token = store_->CreateToken(who, in_s == 0 ? 0 : now + in_s * 1000, now);
     Audit(user, "api.tokens.create", who,
@@ -724,6 +763,8 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
   std::string holder_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<RunningCommand>> running_;
+  // Every command started and not seen done yet, for Stop to wait on.
+  std::vector<std::shared_ptr<RunningCommand>> started_;
 };
 
 bool IsIpLiteral(const std::string& host) {

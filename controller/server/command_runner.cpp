@@ -5,9 +5,12 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -23,7 +26,8 @@ namespace herd::server {
 struct RunningCommand::State {
   std::mutex mu;
   std::condition_variable cv;
-  bool done = false;
+  bool exited = false;  // the process was reaped: OnExit runs functions at once
+  bool done = false;    // and the OnExit functions ran: Wait returns
   int exit_code = -1;
   std::vector<std::function<void(int)>> on_exit;
   std::atomic<bool> cancel{false};
@@ -67,6 +71,13 @@ Result<std::shared_ptr<RunningCommand>> RunningCommand::Start(CommandSpec spec,
   for (auto& e : spec.env) envp.push_back(e.data());
   envp.push_back(nullptr);
   const pid_t parent = ::getpid();
+  // The child keeps only stdin, stdout and stderr: the server's listener, its clients'
+  // connections and its files are opened without close-on-exec by the libraries (Asio), and a
+  // command that lives on (a detached managed-job controller) would hold them.
+  int max_fd = 1 << 16;
+  if (rlimit rl{}; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    max_fd = static_cast<int>(std::min<rlim_t>(rl.rlim_cur, 1 << 20));
+  }
   pid_t pid = ::fork();
   if (pid < 0) {
     int e = errno;
@@ -83,6 +94,9 @@ Result<std::shared_ptr<RunningCommand>> RunningCommand::Start(CommandSpec spec,
     ::dup2(in >= 0 ? in : null, STDIN_FILENO);
     ::dup2(out[1], STDOUT_FILENO);
     ::dup2(err[1], STDERR_FILENO);
+    if (::syscall(SYS_close_range, 3u, ~0u, 0u) != 0) {
+      for (int fd = 3; fd < max_fd; ++fd) ::close(fd);
+    }
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -100,7 +114,7 @@ Result<std::shared_ptr<RunningCommand>> RunningCommand::Start(CommandSpec spec,
 
   auto state = std::make_shared<State>();
   std::thread([state, pid, fo = out[0], fe = err[0], on_output = std::move(on_output),
-               log_path = spec.log_path]() mutable {
+               log_path = spec.log_path, grace = spec.cancel_grace]() mutable {
     int log = log_path.empty()
                   ? -1
                   : ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
@@ -110,17 +124,20 @@ Result<std::shared_ptr<RunningCommand>> RunningCommand::Start(CommandSpec spec,
     std::chrono::steady_clock::time_point kill_at{};
     std::string buf(limits::kApiMaxFrameBytes, '\0');
     auto last_output = std::chrono::steady_clock::now();
+    auto honour_cancel = [&] {
+      if (state->cancel && !interrupted) {
+        interrupted = true;
+        ::kill(-pid, SIGINT);
+        kill_at = std::chrono::steady_clock::now() + grace;
+      }
+      if (interrupted && std::chrono::steady_clock::now() >= kill_at) ::kill(-pid, SIGKILL);
+    };
     while (open_fds > 0) {
       if (std::chrono::steady_clock::now() - last_output >= limits::kApiStreamHeartbeat) {
         if (on_output) on_output(FrameTag::kStdout, {});
         last_output = std::chrono::steady_clock::now();
       }
-      if (state->cancel && !interrupted) {
-        interrupted = true;
-        ::kill(-pid, SIGINT);
-        kill_at = std::chrono::steady_clock::now() + limits::kApiCommandCancelGrace;
-      }
-      if (interrupted && std::chrono::steady_clock::now() >= kill_at) ::kill(-pid, SIGKILL);
+      honour_cancel();
       int n = ::poll(fds.data(), fds.size(), 100);
       if (n < 0 && errno != EINTR) break;
       for (std::size_t i = 0; n > 0 && i < fds.size(); ++i) {
@@ -142,19 +159,34 @@ Result<std::shared_ptr<RunningCommand>> RunningCommand::Start(CommandSpec spec,
     for (auto& p : fds) {
       if (p.fd >= 0) ::close(p.fd);
     }
+    // A command may close its output and run on (`exec >/dev/null`): it is still cancellable
+    // until it exits, so wait for it without blocking.
     int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    while (true) {
+      const pid_t got = ::waitpid(pid, &status, WNOHANG);
+      if (got == pid || (got < 0 && errno != EINTR)) break;
+      honour_cancel();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     if (log >= 0) ::close(log);
+    // What the caller handed in is let go of, and the OnExit functions have run and are gone,
+    // before Wait returns: the caller may tear down what they refer to right after.
+    on_output = nullptr;
+    const int code = ExitCodeOf(status);
     std::vector<std::function<void(int)>> callbacks;
     {
       std::lock_guard<std::mutex> l(state->mu);
-      state->done = true;
-      state->exit_code = ExitCodeOf(status);
+      state->exited = true;
+      state->exit_code = code;
       callbacks.swap(state->on_exit);
     }
+    for (auto& fn : callbacks) fn(code);
+    callbacks.clear();
+    {
+      std::lock_guard<std::mutex> l(state->mu);
+      state->done = true;
+    }
     state->cv.notify_all();
-    for (auto& fn : callbacks) fn(state->exit_code);
   }).detach();
   return std::shared_ptr<RunningCommand>(new RunningCommand(state, pid));
 }
@@ -173,7 +205,7 @@ void RunningCommand::OnExit(std::function<void(int)> fn) {
   int code = 0;
   {
     std::lock_guard<std::mutex> l(state_->mu);
-    if (!state_->done) {
+    if (!state_->exited) {
       state_->on_exit.push_back(std::move(fn));
       return;
     }

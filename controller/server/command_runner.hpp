@@ -1,7 +1,7 @@
 // A `herd` command run by the API server for a remote CLI: a child process of its own (its own
 // process group), with the user's environment and working directory, its stdout and stderr read
 // as they come and handed to a callback and appended to the request's log file. Cancel() is the
-// remote Ctrl-C: SIGINT to the group, SIGKILL after limits::kApiCommandCancelGrace. A server
+// remote Ctrl-C: SIGINT to the group, SIGKILL after CommandSpec::cancel_grace. A server
 // that dies takes its commands with it (PR_SET_PDEATHSIG): their requests are failed when it
 // starts again (ApiStore::FailUnfinished); what a command started detached (a managed job's
 // controller) lives on.
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "controller/server/stream_frames.hpp"
+#include "shared/common/limits.hpp"
 #include "shared/common/status.hpp"
 
 namespace herd::server {
@@ -24,6 +25,8 @@ struct CommandSpec {
   std::string cwd;
   std::string stdin_data;  // the child's stdin (an anonymous file); "" gives /dev/null
   std::string log_path;    // every output byte is appended here too; "" for none
+  // Between Cancel's SIGINT and the SIGKILL of a command still running.
+  limits::Duration cancel_grace = limits::kApiCommandCancelGrace;
 };
 
 class RunningCommand {
@@ -37,11 +40,14 @@ class RunningCommand {
 
   // SIGINT now (once), SIGKILL if still running after the grace. Any thread.
   void Cancel();
-  // Blocks until the command exited and its output was all delivered; its exit code (128 +
-  // signal for a killed one).
+  // Blocks until the command exited, its output was all delivered and the OnExit functions ran,
+  // and the output callback and those functions were destroyed (so what they hold may go once
+  // Wait returns); its exit code (128 + signal for a killed one). Not from an OnExit function.
   int Wait();
-  // Runs `fn` (on the reader thread, or at once when done already) with the exit code.
+  // Runs `fn` (on the reader thread, or at once when the command exited already) with the exit
+  // code.
   void OnExit(std::function<void(int exit_code)> fn);
+  // Whether Wait would return at once.
   bool done() const;
   int pid() const { return pid_; }
 
