@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -78,7 +79,15 @@ Result<std::shared_ptr<RunningCommand>> RunningCommand::Start(CommandSpec spec,
   if (rlimit rl{}; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
     max_fd = static_cast<int>(std::min<rlim_t>(rl.rlim_cur, 1 << 20));
   }
+  // Every signal is blocked across fork, in the child until it has reset every disposition: a
+  // signal sent to the child's group (Cancel) before its exec must not run one of the server's
+  // handlers there (Asio's SIGINT/SIGTERM handler writes to a pipe the server reads, and the server
+  // would stop).
+  sigset_t all, old_mask;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old_mask);
   pid_t pid = ::fork();
+  if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
   if (pid < 0) {
     int e = errno;
     for (int fd : {out[0], out[1], err[0], err[1], in}) {
@@ -97,12 +106,12 @@ Result<std::shared_ptr<RunningCommand>> RunningCommand::Start(CommandSpec spec,
     if (::syscall(SYS_close_range, 3u, ~0u, 0u) != 0) {
       for (int fd = 3; fd < max_fd; ++fd) ::close(fd);
     }
+    for (int sig = 1; sig < NSIG; ++sig) {
+      if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+    }
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);
-    ::signal(SIGINT, SIG_DFL);
-    ::signal(SIGTERM, SIG_DFL);
     if (!spec.cwd.empty() && ::chdir(spec.cwd.c_str()) != 0) ::_exit(126);
     ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);

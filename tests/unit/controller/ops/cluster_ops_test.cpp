@@ -4,6 +4,8 @@
 
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 
@@ -278,6 +280,17 @@ TEST_CASE("autostop is set on the head of a local cluster and refused on existin
   CHECK(w.heads->Head("pool")->autostop_minutes == -2);
   REQUIRE(w.ops.SetAutostop("demo", -1, false).ok());
   CHECK(w.Stored("demo")->autostop_idle_minutes == -1);
+  // The namespace anchor autostop started (a `sleep infinity` the head enters) goes with down.
+  const std::string anchor_file = controller::ClusterDir("demo") + "/ns-anchor.pid";
+  const int anchor = std::stoi(testing::ReadAll(anchor_file));
+  // Running: its command line is sleep's (a zombie's or a gone process's is empty).
+  auto runs = [&] {
+    return testing::ReadAll("/proc/" + std::to_string(anchor) + "/cmdline").starts_with("sleep");
+  };
+  CHECK(runs());
+  REQUIRE(w.ops.Down("demo").ok());
+  for (int i = 0; i < 200 && runs(); ++i) ::usleep(10000);
+  CHECK_FALSE(runs());
 }
 
 TEST_CASE("health names the nodes a head is without, and a head that does not answer") {

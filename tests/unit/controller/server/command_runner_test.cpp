@@ -229,6 +229,38 @@ TEST_CASE("the command runs in a process group of its own") {
   CHECK(o.Out() == std::to_string((*cmd)->pid()) + "\n");
 }
 
+int g_signal_pipe = -1;
+void WriteOnSignal(int) {
+  const char c = 'x';
+  (void)!::write(g_signal_pipe, &c, 1);
+}
+
+TEST_CASE("a signal sent to the command's group before its exec never runs the server's handler") {
+  // The server's SIGINT handler (Asio's) writes to a pipe the server reads: run in a child that
+  // is between fork and exec, it would stop the server. This process's handler writes a byte to a
+  // pipe; commands are signalled at once after Start, many times, to hit that window.
+  int fds[2];
+  REQUIRE(::pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0);
+  g_signal_pipe = fds[1];
+  struct sigaction sa {
+  }, old{};
+  sa.sa_handler = WriteOnSignal;
+  sigemptyset(&sa.sa_mask);
+  REQUIRE(::sigaction(SIGINT, &sa, &old) == 0);
+  for (int i = 0; i < 300; ++i) {
+    auto cmd = RunningCommand::Start(Sh("exit 0"), {});
+    REQUIRE(cmd.ok());
+    ::kill(-(*cmd)->pid(), SIGINT);
+    const int code = WaitBounded(*cmd);
+    CHECK((code == 0 || code == 128 + SIGINT));
+  }
+  char c = 0;
+  CHECK(::read(fds[0], &c, 1) == -1);  // nothing written (EAGAIN)
+  ::sigaction(SIGINT, &old, nullptr);
+  ::close(fds[0]);
+  ::close(fds[1]);
+}
+
 TEST_CASE("Cancel sends SIGINT to the whole process group") {
   // The outer shell waits on an inner one in the foreground; both trap INT, so both print only
   // if the signal went to the group, not just to the command's own pid.
