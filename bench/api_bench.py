@@ -81,9 +81,11 @@ def loadavg():
     return os.getloadavg()[0]
 
 
-# Every client process this run started and has not reaped, so that an interrupt kills them.
+# Every client process this run started and has not reaped, so that an interrupt kills them;
+# STOPPING, once set, keeps the client threads from starting more.
 _live = set()
 _live_lock = threading.Lock()
+STOPPING = threading.Event()
 
 
 def run(argv, env, timeout=COMMAND_TIMEOUT, stdin=None):
@@ -91,9 +93,9 @@ def run(argv, env, timeout=COMMAND_TIMEOUT, stdin=None):
     start to reap, stdout, stderr). communicate() without a timeout blocks on the pipes and then
     on waitpid, so the time is not rounded up by polling; a timer kills a command that hangs."""
     t0 = time.perf_counter()
-    p = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL if stdin is None else stdin,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     with _live_lock:
+        p = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL if stdin is None else stdin,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         _live.add(p)
     expired = threading.Event()
 
@@ -146,10 +148,34 @@ def copy_binaries(args, dest):
               "herd_api": os.path.join(dest, "controller", "server", "herd-api"),
               "herdlet": os.path.join(dest, "agent", "herdlet.upload")}
     for key, to in copies.items():
-        shutil.copy2(herdlet if key == "herdlet" else getattr(args, key), to)
+        src = herdlet if key == "herdlet" else getattr(args, key)
+        # A binary being relinked is briefly not executable, or still growing: wait (bounded)
+        # until it is executable and its size holds for a second.
+        for _ in range(120):
+            size = os.stat(src).st_size if os.access(src, os.X_OK) else -1
+            time.sleep(1)
+            if size >= 0 and os.access(src, os.X_OK) and os.stat(src).st_size == size:
+                break
+        else:
+            raise SystemExit(f"api_bench.py: {src} did not settle as an executable in 120 s")
+        shutil.copy2(src, to)
     sources = (args.herd, args.herd_api, herdlet)
     args.herd, args.herd_api, args.herdlet = copies["herd"], copies["herd_api"], copies["herdlet"]
     return sources
+
+
+def pooled(fn, items, workers):
+    """[fn(item) for item in items], WORKERS at a time; on an error or an interrupt the items not
+    started yet are dropped (not run while the teardown waits)."""
+    pool = ThreadPoolExecutor(max_workers=workers)
+    try:
+        results = list(pool.map(fn, items))
+    except BaseException:
+        STOPPING.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+    return results
 
 
 def alive(pid):
@@ -252,11 +278,11 @@ class Bench:
         self.home = os.path.join(self.dir, "api")
         try:
             self.sources = copy_binaries(args, os.path.join(self.dir, "bin"))
+            self.version = subprocess.run([args.herd, "--version"], capture_output=True,
+                                          text=True, check=True).stdout.strip()
         except BaseException:
             shutil.rmtree(self.dir, ignore_errors=True)
             raise
-        self.version = subprocess.run([args.herd, "--version"], capture_output=True,
-                                      text=True).stdout.strip()
         self.port = free_port()
         self.base_env = dict(os.environ, HERD_API_BINARY=args.herd_api)
         self.base_env.pop("NO_COLOR", None)
@@ -325,9 +351,7 @@ class Bench:
                       "1000", timeout=300)
 
         # Two at a time: a launch is mostly process starts and this machine may have few CPUs.
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            for f in [pool.submit(one, u) for u in self.users]:
-                f.result()
+        pooled(one, self.users, 2)
         log(f"{len(self.users)} 1-node clusters launched through the server in "
             f"{time.time() - t0:.1f} s")
 
@@ -388,7 +412,7 @@ class Bench:
             u = self.users[i % len(self.users)]
             env, name = self.clients[u], self.clusters[u]
             rnd = random.Random(i)
-            while time.perf_counter() < deadline:
+            while time.perf_counter() < deadline and not STOPPING.is_set():
                 op = rnd.choice(ops)
                 argv = {"status": ("status",), "queue": ("queue", name),
                         "logs": ("logs", name, "1", "--no-follow")}[op]
@@ -406,6 +430,7 @@ class Bench:
         with Sampler(self.server_pid) as s:
             threads = [threading.Thread(target=client, args=(i,), daemon=True)
                        for i in range(clients)]
+            self.threads = threads
             for t in threads:
                 t.start()
             for t in threads:
@@ -479,6 +504,8 @@ class Bench:
 
         def one(item):
             u, _ = item
+            if STOPPING.is_set():
+                raise KeyboardInterrupt
             code, dt, out, err = run([self.args.herd, "exec", self.clusters[u], "-d", "--",
                                       "true"], self.clients[u])
             m = pattern.search(err) or pattern.search(out)
@@ -494,8 +521,7 @@ class Bench:
         busy0 = busy_cpu_seconds()
         t0 = time.perf_counter()
         with Sampler(self.server_pid) as s:
-            with ThreadPoolExecutor(max_workers=self.args.exec_pool) as pool:
-                times = list(pool.map(one, work))
+            times = pooled(one, work, self.args.exec_pool)
         wall = time.perf_counter() - t0
         busy = busy_cpu_seconds() - busy0
         rows, ok_all = [], True
@@ -563,12 +589,21 @@ class Bench:
 
     def close(self):
         log("tearing down")
+        STOPPING.set()
         kill_live()
+        for t in getattr(self, "threads", []):  # each ends at its next command (killed above)
+            t.join(timeout=COMMAND_TIMEOUT)
+        kill_live()
+        def down(u):
+            code, _, _, err = self.herd(self.clients[u], "down", self.clusters[u], "-y",
+                                        timeout=300, check=False)
+            if code != 0:
+                log(f"down {self.clusters[u]} through the server exited {code}: "
+                    f"{(err.strip().splitlines() or [''])[-1][:300]}")
+
         for u in self.launched:
             if u in self.clients:
-                attempt(f"down {self.clusters[u]} through the server",
-                        lambda: self.herd(self.clients[u], "down", self.clusters[u], "-y",
-                                          timeout=300, check=False))
+                attempt(f"down {self.clusters[u]} through the server", lambda: down(u))
         if self.started:
             def stop():
                 code, dt, _, err = self.herd(self.admin, "api", "stop", "--home", self.home,
@@ -607,11 +642,33 @@ class Bench:
                 os.kill(self.server_pid, signal.SIGKILL)
             except OSError:
                 pass
+        self.sweep()
         shutil.rmtree(self.dir, ignore_errors=True)
         left = [n for n in subprocess.run(["ip", "netns", "list"], capture_output=True,
                                           text=True).stdout.split() if "apib" in n]
         if left:
             log(f"WARNING: namespaces left: {left}")
+
+
+    def sweep(self):
+        """Kills what this run started and left running: processes whose command line names its
+        temporary directory (an ssh ControlMaster a command killed by the interrupt left, a
+        cluster's mux), one by one by pid."""
+        me = os.getpid()
+        for pid in [int(d) for d in os.listdir("/proc") if d.isdigit()]:
+            if pid == me:
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmdline = f.read().decode(errors="replace")
+            except OSError:
+                continue
+            if self.dir in cmdline:
+                log(f"killing {pid} left running: {cmdline.replace(chr(0), ' ')[:160]}")
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
 
 
 def main():
@@ -636,8 +693,8 @@ def main():
     if os.geteuid() != 0:
         raise SystemExit("api_bench.py: needs root (the local provider makes network namespaces)")
     for p in (args.herd, args.herd_api):
-        if not os.access(p, os.X_OK):
-            raise SystemExit(f"api_bench.py: {p} is not an executable")
+        if not os.path.isfile(p):
+            raise SystemExit(f"api_bench.py: no {p}")
     args.herd = os.path.abspath(args.herd)
     args.herd_api = os.path.abspath(args.herd_api)
     sections = set(args.sections.split(","))
