@@ -35,6 +35,7 @@ Usage: api_bench.py [--herd PATH] [--herd-api PATH] [--users 10] [--reps 50] [--
        [--sections a,b,c,d] [--out bench/results]
 """
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -159,6 +160,12 @@ def copy_binaries(args, dest):
         else:
             raise SystemExit(f"api_bench.py: {src} did not settle as an executable in 120 s")
         shutil.copy2(src, to)
+        st = os.stat(to)
+        with open(to, "rb") as f:
+            digest = hashlib.sha256(f.read()).hexdigest()[:12]
+        args.identity = getattr(args, "identity", []) + [
+            f"{os.path.basename(to)} {time.strftime('%H:%M:%S', time.gmtime(st.st_mtime))} "
+            f"sha256 {digest}"]
     sources = (args.herd, args.herd_api, herdlet)
     args.herd, args.herd_api, args.herdlet = copies["herd"], copies["herd_api"], copies["herdlet"]
     return sources
@@ -738,7 +745,8 @@ def main():
                 "",
                 f"machine: {machine()}",
                 f"binaries (copied for the run): herd {b.sources[0]} ({b.version}), herd-api "
-                f"{b.sources[1]}, herdlet {b.sources[2]}",
+                f"{b.sources[1]}, herdlet {b.sources[2]} (built at, UTC: "
+                f"{'; '.join(getattr(args, 'identity', []))})",
                 f"command: {' '.join(sys.argv)}",
                 f"load average at start: {' '.join(f'{x:.2f}' for x in load_start)}; at the "
                 f"end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; run took "
