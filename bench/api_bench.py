@@ -542,9 +542,9 @@ class Bench:
             ok = (len(new) == per and len(printed[u]) == per and not dup_queue and
                   not dup_printed and not lost and not extra)
             ok_all &= ok
+            twice = "yes" if dup_queue or dup_printed else "no"
             rows.append(f"| {u} | {len(printed[u])} | {len(new)} | {len(set(new))} | "
-                        f"{len(lost)} | {len(extra)} | {'yes' if dup_queue or dup_printed else 'no'}"
-                        f" | {'ok' if ok else 'MISMATCH'} |")
+                        f"{len(lost)} | {len(extra)} | {twice} | {'ok' if ok else 'MISMATCH'} |")
         n = len(work)
         self.report += [
             f"## (c) exec flood: {len(self.users)} users x {per} `herd exec NAME -d -- true` "
