@@ -355,10 +355,12 @@ class DebPackageTest(unittest.TestCase):
     def test_layout(self):
         files = sorted(os.path.relpath(os.path.join(d, f), self.root)
                        for d, _, fs in os.walk(self.root) for f in fs)
-        self.assertEqual(files, ["usr/bin/herd", "usr/bin/herdlet",
+        self.assertEqual(files, ["usr/bin/herd", "usr/bin/herd-api", "usr/bin/herdlet",
+                                 "usr/lib/systemd/system/herd-api.service",
                                  "usr/lib/systemd/system/herdlet.service",
                                  "usr/share/herd/herdlet-supervise"])
-        for exe in ("usr/bin/herd", "usr/bin/herdlet", "usr/share/herd/herdlet-supervise"):
+        for exe in ("usr/bin/herd", "usr/bin/herd-api", "usr/bin/herdlet",
+                    "usr/share/herd/herdlet-supervise"):
             mode = os.stat(os.path.join(self.root, exe)).st_mode
             self.assertTrue(mode & stat.S_IXOTH, exe)
         self.assertTrue(os.path.isdir(os.path.join(self.root, "var/lib/herd")))
@@ -382,6 +384,19 @@ class DebPackageTest(unittest.TestCase):
         self.assertIn("ExecStart=/usr/bin/herdlet --config /etc/herd/herdlet.yaml\n", text)
         self.assertIn("KillMode=process\n", text)
         self.assertNotIn("@", text)
+
+    def test_packaged_api_server_unit(self):
+        with open(os.path.join(self.root, "usr/lib/systemd/system/herd-api.service")) as f:
+            text = f.read()
+        self.assertIn("ExecStart=/usr/bin/herd-api --home /var/lib/herd/api --herd /usr/bin/herd "
+                      "$HERD_API_ARGS\n", text)
+        self.assertIn("EnvironmentFile=-/etc/default/herd-api\n", text)
+        # Managed jobs' controllers outlive a restart of the server.
+        self.assertIn("KillMode=process\n", text)
+        self.assertNotIn("@", text)
+        api = os.path.join(self.root, "usr/bin/herd-api")
+        self.assertEqual(run([api, "--version"]).stdout.strip(),
+                         run([os.path.join(self.root, "usr/bin/herd"), "--version"]).stdout.strip())
 
 
 if __name__ == "__main__":
