@@ -94,6 +94,15 @@ std::string AttemptCluster(const ManagedJob& job, int attempt) {
   if (base.empty() || base[0] < 'a' || base[0] > 'z')
     base = "herd-job" + (base.empty() ? "" : "-" + base);
   std::string suffix = "-" + std::to_string(job.id) + "-" + std::to_string(attempt);
+  // A team server's users each count their job ids from 1 on one machine: the server gives each
+  // user's commands a tag of [0-9a-f] that keeps their clusters' names apart.
+  if (const char* tag = std::getenv("HERD_MANAGED_CLUSTER_TAG"); tag != nullptr && *tag != '\0') {
+    std::string t;
+    for (const char* c = tag; *c != '\0' && t.size() < 8; ++c) {
+      if ((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f')) t += *c;
+    }
+    if (!t.empty()) suffix = "-" + t + suffix;
+  }
   if (base.size() + suffix.size() > 40) base.resize(40 - suffix.size());
   while (!base.empty() && base.back() == '-') base.pop_back();
   return base + suffix;
@@ -398,7 +407,6 @@ Result<std::string> TakeSecretsFromStdin(const char* marker_env) {
   ::close(null);
   return json;
 }
-
 
 Result<int64_t> LaunchManagedJob(task::Task task, const ManagedLaunchOptions& options) {
   AbsolutePaths(task);

@@ -1,6 +1,7 @@
 #include "controller/server/api_server.hpp"
 
 #include <openssl/rand.h>
+#include <openssl/sha.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -108,6 +109,19 @@ const std::map<std::string, bool>& Verbs() {
       {"jobs.queue", false}, {"jobs.logs", false}, {"jobs.cancel", true},
   };
   return verbs;
+}
+
+// A short, stable tag of a user's name fit for a cluster name: 6 hex characters of its SHA-256.
+std::string UserTag(const std::string& user) {
+  unsigned char md[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(user.data()), user.size(), md);
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < 3; ++i) {
+    out += kHex[md[i] >> 4];
+    out += kHex[md[i] & 15];
+  }
+  return out;
 }
 
 // An upload's place in the command's directory: "workdir" or "mounts/N".
@@ -311,7 +325,32 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
         return res->Respond(HttpError(s));
       }
     }
-    const std::string cluster = body->String("cluster");
+    std::string cluster = body->String("cluster");
+    if (verb == "launch") {
+      // The name a launch makes is the one its arguments give, whatever the body says: that is
+      // the name claimed (a local cluster's network namespaces are named after it).
+      std::string named;
+      for (std::size_t i = 1; i < args.size(); ++i) {
+        const std::string& a = args[i];
+        if (a == "--") break;
+        if ((a == "-c" || a == "--cluster") && i + 1 < args.size()) {
+          named = args[i + 1];
+        } else if (a.rfind("--cluster=", 0) == 0) {
+          named = a.substr(10);
+        } else if (a.rfind("-c", 0) == 0 && a.size() > 2 && a[2] != '-') {
+          named = a.substr(2);
+        }
+      }
+      if (named.empty()) {
+        return res->Respond(HttpError(
+            InvalidArgument("args: a launch through the server names its cluster (-c NAME)")));
+      }
+      if (!cluster.empty() && cluster != named) {
+        return res->Respond(HttpError(InvalidArgument(
+            "cluster: '" + cluster + "' is not the cluster the launch names ('" + named + "')")));
+      }
+      cluster = named;
+    }
     if (!cluster.empty()) {
       if (auto s = api_http::ValidateClusterNameField("cluster", cluster); !s.ok()) {
         return res->Respond(HttpError(s));
@@ -518,6 +557,9 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
     env.push_back("USER=" + user);
     env.push_back("LOGNAME=" + user);
     env.push_back("HERD_API_SERVER=local");  // this machine's state: never a server again
+    // Managed jobs' clusters are named <name>-<id>-<attempt> with ids counted per user home: the
+    // user's tag keeps two users' jobs of one name from sharing a cluster name on this machine.
+    env.push_back("HERD_MANAGED_CLUSTER_TAG=" + UserTag(user));
     if (secrets_on_stdin) env.push_back("HERD_TASK_SECRETS_ON_STDIN=1");
     return env;
   }

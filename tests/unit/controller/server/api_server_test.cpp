@@ -43,6 +43,7 @@ echo "HOME=$HOME"
 echo "HERD_HOME=$HERD_HOME"
 echo "USER=$USER"
 echo "HERD_API_SERVER=$HERD_API_SERVER"
+echo "HERD_MANAGED_CLUSTER_TAG=$HERD_MANAGED_CLUSTER_TAG"
 echo "PWD=$(pwd)"
 echo "to stderr" >&2
 code=0
@@ -593,6 +594,39 @@ TEST_CASE("a cluster launched by one user is 409 for another's launch and 404 fo
       Run(*alice, {{"args", Args({"launch", "-c", "c2", "exit=1"})}, {"cluster", "c2"}});
   CHECK(failed.exit_code == 1);
   CHECK(Run(*bob, {{"args", Args({"launch", "-c", "c2"})}, {"cluster", "c2"}}).status == 200);
+}
+
+TEST_CASE("a launch claims the cluster its arguments name, whatever the body says") {
+  Server s;
+  auto alice = s.Client(s.AddUser("alice"));
+  auto bob = s.Client(s.AddUser("bob"));
+  REQUIRE(Run(*alice, {{"args", Args({"launch", "-c", "c5"})}, {"cluster", "c5"}}).exit_code == 0);
+  // bob names alice's cluster in his arguments and another (or none) in the body: refused, and
+  // his command never runs.
+  for (const json::object& body :
+       {json::object{{"args", Args({"launch", "-c", "c5"})}},
+        json::object{{"args", Args({"launch", "-c", "c5"})}, {"cluster", "c6"}},
+        json::object{{"args", Args({"launch", "--cluster=c5"})}},
+        json::object{{"args", Args({"launch", "-cc5"})}}}) {
+    CAPTURE(json::serialize(body));
+    auto got = Call(*bob, "POST", "/api/v1/run", json::serialize(body));
+    CHECK((got.status == 409 || got.status == 400));
+  }
+  auto unnamed = Call(*bob, "POST", "/api/v1/run",
+                      json::serialize(json::object{{"args", Args({"launch", "--", "true"})}}));
+  CHECK(unnamed.status == 400);
+  CHECK(ErrorText(unnamed).find("-c NAME") != std::string::npos);
+  // Each user's commands get a tag of their own for managed jobs' cluster names.
+  const std::string a = Run(*alice, {{"args", Args({"status"})}}).out;
+  const std::string b = Run(*bob, {{"args", Args({"status"})}}).out;
+  auto tag = [](const std::string& out) {
+    const auto at = out.find("HERD_MANAGED_CLUSTER_TAG=");
+    return at == std::string::npos ? std::string()
+                                   : out.substr(at + 25, out.find('\n', at) - at - 25);
+  };
+  CHECK(tag(a).size() == 6);
+  CHECK(tag(b).size() == 6);
+  CHECK(tag(a) != tag(b));
 }
 
 TEST_CASE("a refused launch claims no cluster name") {
