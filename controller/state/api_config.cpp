@@ -54,22 +54,59 @@ Result<std::optional<ApiConfig>> LoadApiConfig() {
   return std::optional<ApiConfig>(c);
 }
 
-Status SaveApiConfig(const ApiConfig& config) {
+namespace {
+
+// The file's YAML as it is (other sections, such as aws:, stay), or an empty map when missing.
+Result<YAML::Node> LoadConfigFile(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return YAML::Node(YAML::NodeType::Map);
+  HERD_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  try {
+    YAML::Node root = YAML::Load(text);
+    if (!root || root.IsNull()) return YAML::Node(YAML::NodeType::Map);
+    if (!root.IsMap()) {
+      return InvalidArgument(path + ":" + std::to_string(root.Mark().line + 1) + ":" +
+                             std::to_string(root.Mark().column + 1) + ": expected a mapping");
+    }
+    return root;
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(path + ":" + std::to_string(e.mark.line + 1) + ":" +
+                           std::to_string(e.mark.column + 1) + ": " + e.msg);
+  }
+}
+
+Status WriteConfigFile(const std::string& path, const YAML::Node& root) {
   YAML::Emitter out;
-  out << YAML::BeginMap << YAML::Key << "api_server" << YAML::Value << YAML::BeginMap;
-  out << YAML::Key << "endpoint" << YAML::Value << config.endpoint;
-  out << YAML::Key << "token" << YAML::Value << config.token;
-  if (!config.ca_cert.empty()) out << YAML::Key << "ca_cert" << YAML::Value << config.ca_cert;
-  out << YAML::EndMap << YAML::EndMap;
+  out << root;
   HERD_RETURN_IF_ERROR(EnsureDir(HerdHome()));
-  return WriteFileAtomic(ApiConfigPath(), std::string(out.c_str()) + "\n", 0600);
+  return WriteFileAtomic(path, std::string(out.c_str()) + "\n", 0600);
+}
+
+}  // namespace
+
+Status SaveApiConfig(const ApiConfig& config) {
+  const std::string path = ApiConfigPath();
+  HERD_ASSIGN_OR_RETURN(YAML::Node root, LoadConfigFile(path));
+  YAML::Node s(YAML::NodeType::Map);
+  s["endpoint"] = config.endpoint;
+  s["token"] = config.token;
+  if (!config.ca_cert.empty()) s["ca_cert"] = config.ca_cert;
+  root["api_server"] = s;
+  return WriteConfigFile(path, root);
 }
 
 Status ClearApiConfig() {
-  std::error_code ec;
-  std::filesystem::remove(ApiConfigPath(), ec);
-  if (ec) return IoError("cannot remove " + ApiConfigPath() + ": " + ec.message());
-  return Status::Ok();
+  const std::string path = ApiConfigPath();
+  HERD_ASSIGN_OR_RETURN(YAML::Node root, LoadConfigFile(path));
+  if (!root["api_server"]) return Status::Ok();
+  root.remove("api_server");
+  if (root.size() == 0) {
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+    if (ec) return IoError("cannot remove " + path + ": " + ec.message());
+    return Status::Ok();
+  }
+  return WriteConfigFile(path, root);
 }
 
 }  // namespace herd::controller

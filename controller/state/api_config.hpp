@@ -23,9 +23,10 @@ std::string ApiConfigPath();
 // The server to use, or nullopt for local mode. An unreadable or malformed file is an error that
 // names it (file:line:col).
 Result<std::optional<ApiConfig>> LoadApiConfig();
-// Writes the api_server section (0600), keeping nothing else: the file holds only it today.
+// Writes the api_server section (file 0600); the file's other sections (aws:) stay as they are.
 Status SaveApiConfig(const ApiConfig& config);
-// Back to local mode: the file's api_server section is removed. OK when there was none.
+// Back to local mode: the file's api_server section is removed, the others stay (the file goes
+// when nothing else is in it). OK when there was none.
 Status ClearApiConfig();
 
 }  // namespace herd::controller
