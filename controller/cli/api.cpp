@@ -21,6 +21,7 @@
 #include "controller/state/herd_home.hpp"
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
+#include "shared/common/unix_time.hpp"
 
 namespace herd::cli {
 namespace {
@@ -460,17 +461,11 @@ class ApiCommand final : public Command {
       const auto& o = v.as_object();
       const int64_t exp = o.at("expires_at_ms").as_int64(), rev = o.at("revoked_at_ms").as_int64();
       table.AddRow({Str(o, "id"), Str(o, "user"), Ago(o.at("created_at_ms").as_int64()),
-                    exp == 0 ? "never" : std::to_string((exp - NowMs()) / 86400000) + " days",
+                    exp == 0 ? "never" : std::to_string((exp - NowUnixMs()) / 86400000) + " days",
                     rev == 0 ? "-" : Ago(rev)});
     }
     ctx.out << table.Render();
     return 0;
-  }
-
-  static int64_t NowMs() {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(
-               std::chrono::system_clock::now().time_since_epoch())
-        .count();
   }
 
   int Requests(CliContext& ctx) {
@@ -485,7 +480,7 @@ class ApiCommand final : public Command {
       const auto& o = v.as_object();
       const int64_t created = o.at("created_at_ms").as_int64();
       const int64_t finished = o.at("finished_at_ms").as_int64();
-      const int64_t took = (finished > 0 ? finished : NowMs()) - created;
+      const int64_t took = (finished > 0 ? finished : NowUnixMs()) - created;
       std::string state = Str(o, "state");
       table.AddRow({Str(o, "id"), Str(o, "user"), Str(o, "verb"),
                     Str(o, "target").empty() ? "-" : Str(o, "target"), state, Ago(created),

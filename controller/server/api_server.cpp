@@ -1,7 +1,5 @@
 #include "controller/server/api_server.hpp"
 
-#include <openssl/rand.h>
-#include <openssl/sha.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "controller/bootstrap/sha256.hpp"
 #include "controller/server/command_runner.hpp"
 #include "controller/server/http/http_server.hpp"
 #include "controller/server/http/request_codec.hpp"
@@ -46,21 +45,6 @@ using api_http::Target;
 namespace {
 
 constexpr char kFramesType[] = "application/x-herd-frames";
-
-std::string RandomHex(std::size_t bytes) {
-  std::string raw(bytes, '\0');
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(raw.data()), static_cast<int>(bytes)) != 1) {
-    // Unreachable on a working OpenSSL; the ids then still differ by time.
-    raw = std::to_string(NowUnixMs()) + std::to_string(::getpid());
-  }
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (unsigned char c : raw.substr(0, bytes)) {
-    out += kHex[c >> 4];
-    out += kHex[c & 15];
-  }
-  return out;
-}
 
 HttpResponse Json(const boost::json::value& v, int status = 200) {
   HttpResponse r;
@@ -112,17 +96,7 @@ const std::map<std::string, bool>& Verbs() {
 }
 
 // A short, stable tag of a user's name fit for a cluster name: 6 hex characters of its SHA-256.
-std::string UserTag(const std::string& user) {
-  unsigned char md[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(user.data()), user.size(), md);
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (int i = 0; i < 3; ++i) {
-    out += kHex[md[i] >> 4];
-    out += kHex[md[i] & 15];
-  }
-  return out;
-}
+std::string UserTag(const std::string& user) { return controller::Sha256Hex(user).substr(0, 6); }
 
 // An upload's place in the command's directory: "workdir" or "mounts/N".
 Status ValidateUploadName(const std::string& name) {
@@ -391,7 +365,9 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
       id = *created;
       Audit(user, verb, cluster, "accepted " + id);
     } else {
-      id = "read-" + RandomHex(8);
+      auto random = RandomHex(8);
+      if (!random.ok()) return res->Respond(HttpError(random.status()));
+      id = "read-" + *random;
     }
     const std::string dir = home_.RequestDir(id);
     auto fail = [&](const Status& s) {
@@ -567,7 +543,9 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
   // ---- uploads
   void Upload(const User& user, const HttpRequest& req, const std::shared_ptr<Responder>& res) {
     if (req.body.empty()) return res->Respond(HttpError(InvalidArgument("upload: empty body")));
-    const std::string id = "up-" + RandomHex(8);
+    auto random = RandomHex(8);
+    if (!random.ok()) return res->Respond(HttpError(random.status()));
+    const std::string id = "up-" + *random;
     const std::string dir = home_.UploadDir(user.name);
     if (auto s = controller::EnsureDir(dir); !s.ok()) return res->Respond(HttpError(s));
     if (auto s = WriteFileAtomic(dir + "/" + id + ".tar", req.body, 0600); !s.ok()) {

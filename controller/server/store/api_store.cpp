@@ -327,6 +327,11 @@ Status ValidateApiName(std::string_view field, std::string_view value) {
   return Status::Ok();
 }
 
+Result<std::string> RandomHex(std::size_t bytes) {
+  HERD_ASSIGN_OR_RETURN(std::string raw, RandomBytes(bytes));
+  return Hex(raw);
+}
+
 std::string CleanText(std::string_view text) {
   std::string out;
   out.reserve(std::min(text.size(), limits::kApiMaxTextBytes));

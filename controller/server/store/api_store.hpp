@@ -225,4 +225,8 @@ class ApiStore {
 // replaced by '?', never a cut multi-byte character (PostgreSQL refuses NUL and invalid UTF-8).
 std::string CleanText(std::string_view text);
 
+// `bytes` random bytes (OpenSSL's RAND_bytes) as lowercase hex: the random part of the ids the
+// store and the server make (requests, uploads).
+Result<std::string> RandomHex(std::size_t bytes);
+
 }  // namespace herd::server
