@@ -1,6 +1,7 @@
 #include "controller/cli/cli.hpp"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <string_view>
@@ -16,7 +17,12 @@ namespace herd::controller {
 int RunCli(int argc, char** argv) {
   TraceMark("cli start");
   TuneHeapForStreaming();  // `herd _mux` and a followed job's output: large messages
+  return RunCliArgs(std::vector<std::string>(argv + 1, argv + argc), std::cout, std::cerr);
+}
+
+int RunCliArgs(std::vector<std::string> args, std::ostream& out, std::ostream& err) {
   CLI::App app{"herd: launch distributed jobs on clusters of machines"};
+  app.name("herd");
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "help for every command");
   app.set_version_flag("--version", HERD_VERSION, "print the version and exit");
@@ -29,7 +35,8 @@ int RunCli(int argc, char** argv) {
        {cli::MakeCheckCommand, cli::MakeCertsCommand, cli::MakeLaunchCommand, cli::MakeExecCommand,
         cli::MakeStatusCommand, cli::MakeQueueCommand, cli::MakeLogsCommand, cli::MakeCancelCommand,
         cli::MakeStopCommand, cli::MakeStartCommand, cli::MakeDownCommand, cli::MakeAutostopCommand,
-        cli::MakeJobsCommand, cli::MakeNodesCommand, cli::MakeMuxCommand, cli::MakeApiCommand}) {
+        cli::MakeJobsCommand, cli::MakeNodesCommand, cli::MakeMuxCommand,
+        cli::MakeApiCommand}) {
     commands.push_back(make());
     commands.back()->Add(app);
   }
@@ -40,21 +47,20 @@ int RunCli(int argc, char** argv) {
   app.add_flag("--async", async,
                "through an API server: submit the command and print its request id at once");
   std::vector<std::string> command_after_dashes;
-  for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "--") {
-      command_after_dashes.assign(argv + i + 1, argv + argc);
-      argc = i;
-      break;
-    }
+  if (auto dashes = std::find(args.begin(), args.end(), "--"); dashes != args.end()) {
+    command_after_dashes.assign(dashes + 1, args.end());
+    args.erase(dashes, args.end());
   }
+  const std::vector<std::string> words_given = args;
   try {
-    app.parse(argc, argv);
+    std::reverse(args.begin(), args.end());  // CLI11 takes a vector of words last to first
+    app.parse(args);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    return app.exit(e, out, err) == 0 ? 0 : 2;
   }
   TraceMark("arguments parsed");
   log::SetLevel(verbose ? log::Level::kDebug : log::Level::kWarn);
-  cli::CliContext ctx(quiet, verbose, std::cout, std::cerr);
+  cli::CliContext ctx(quiet, verbose, out, err);
   ctx.async = async;
   for (auto& command : commands) {
     if (!command->Chosen()) continue;
@@ -63,15 +69,14 @@ int RunCli(int argc, char** argv) {
     if (command->Remote()) {
       auto api = ctx.Api();
       if (!api.ok()) {
-        std::cerr << "herd: " << api.status().message() << "\n";
+        err << "herd: " << api.status().message() << "\n";
         return 2;
       }
       if (*api) {
         // The words of the command line as the server's herd gets them: all but this CLI's own
         // flags (-v logs here; --async is how it is sent; -q goes after the verb).
         std::vector<std::string> words;
-        for (int i = 1; i < argc; ++i) {
-          std::string_view w(argv[i]);
+        for (const std::string& w : words_given) {
           if (w != "-v" && w != "--verbose" && w != "--async" && w != "-q" && w != "--quiet") {
             words.emplace_back(w);
           }
@@ -85,7 +90,7 @@ int RunCli(int argc, char** argv) {
       }
     }
     if (async) {
-      std::cerr << "herd: --async needs an API server (`herd api login -e URL --token TOKEN`)\n";
+      err << "herd: --async needs an API server (`herd api login -e URL --token TOKEN`)\n";
       return 2;
     }
     return command->Run(ctx);

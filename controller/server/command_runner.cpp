@@ -44,6 +44,59 @@ int ExitCodeOf(int status) {
 
 }  // namespace
 
+Result<int> SpawnProcess(std::vector<std::string> args, std::vector<std::string> env,
+                         const std::string& cwd, int in, int out, int err) {
+  if (args.empty()) return InvalidArgument("no command to run");
+  // Everything the child needs is made before fork: between fork and exec only async-signal-safe
+  // calls (the server has other threads).
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  // The child keeps only stdin, stdout and stderr: the server's listener, its clients'
+  // connections and its files are opened without close-on-exec by the libraries (Asio), and a
+  // command that lives on (a detached managed-job controller) would hold them.
+  int max_fd = 1 << 16;
+  if (rlimit rl{}; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    max_fd = static_cast<int>(std::min<rlim_t>(rl.rlim_cur, 1 << 20));
+  }
+  // Every signal is blocked across fork, in the child until it has reset every disposition: a
+  // signal sent to the child's group (Cancel) before its exec must not run one of the server's
+  // handlers there (Asio's SIGINT/SIGTERM handler writes to a pipe the server reads, and the server
+  // would stop).
+  sigset_t all, old_mask;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old_mask);
+  pid_t pid = ::fork();
+  if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  if (pid < 0) return ErrnoError("fork", errno);
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);  // the server died before the line above
+    int null = ::open("/dev/null", O_RDWR);
+    ::dup2(in >= 0 ? in : null, STDIN_FILENO);
+    ::dup2(out >= 0 ? out : null, STDOUT_FILENO);
+    ::dup2(err >= 0 ? err : null, STDERR_FILENO);
+    if (::syscall(SYS_close_range, 3u, ~0u, 0u) != 0) {
+      for (int fd = 3; fd < max_fd; ++fd) ::close(fd);
+    }
+    for (int sig = 1; sig < NSIG; ++sig) {
+      if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(126);
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also here: no race with a signal to its group (Cancel) right after
+  return pid;
+}
+
 Result<std::shared_ptr<RunningCommand>> RunningCommand::Start(CommandSpec spec,
                                                               OutputFn on_output) {
   if (spec.argv.empty()) return InvalidArgument("no command to run");
@@ -64,59 +117,14 @@ Result<std::shared_ptr<RunningCommand>> RunningCommand::Start(CommandSpec spec,
     ::close(out[1]);
     return ErrnoError("pipe", errno);
   }
-  // Everything the child needs is made before fork: between fork and exec only async-signal-safe
-  // calls (the server has other threads).
-  std::vector<char*> argv, envp;
-  for (auto& a : spec.argv) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : spec.env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  // The child keeps only stdin, stdout and stderr: the server's listener, its clients'
-  // connections and its files are opened without close-on-exec by the libraries (Asio), and a
-  // command that lives on (a detached managed-job controller) would hold them.
-  int max_fd = 1 << 16;
-  if (rlimit rl{}; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
-    max_fd = static_cast<int>(std::min<rlim_t>(rl.rlim_cur, 1 << 20));
-  }
-  // Every signal is blocked across fork, in the child until it has reset every disposition: a
-  // signal sent to the child's group (Cancel) before its exec must not run one of the server's
-  // handlers there (Asio's SIGINT/SIGTERM handler writes to a pipe the server reads, and the server
-  // would stop).
-  sigset_t all, old_mask;
-  sigfillset(&all);
-  ::pthread_sigmask(SIG_SETMASK, &all, &old_mask);
-  pid_t pid = ::fork();
-  if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
-  if (pid < 0) {
-    int e = errno;
+  auto spawned = SpawnProcess(spec.argv, spec.env, spec.cwd, in, out[1], err[1]);
+  if (!spawned.ok()) {
     for (int fd : {out[0], out[1], err[0], err[1], in}) {
       if (fd >= 0) ::close(fd);
     }
-    return ErrnoError("fork", e);
+    return spawned.status();
   }
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);  // the server died before the line above
-    int null = ::open("/dev/null", O_RDONLY);
-    ::dup2(in >= 0 ? in : null, STDIN_FILENO);
-    ::dup2(out[1], STDOUT_FILENO);
-    ::dup2(err[1], STDERR_FILENO);
-    if (::syscall(SYS_close_range, 3u, ~0u, 0u) != 0) {
-      for (int fd = 3; fd < max_fd; ++fd) ::close(fd);
-    }
-    for (int sig = 1; sig < NSIG; ++sig) {
-      if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
-    }
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    if (!spec.cwd.empty() && ::chdir(spec.cwd.c_str()) != 0) ::_exit(126);
-    ::execve(argv[0], argv.data(), envp.data());
-    ::_exit(127);
-  }
-  ::setpgid(pid, pid);  // also here: no race with a Cancel right after Start
+  const pid_t pid = *spawned;
   ::close(out[1]);
   ::close(err[1]);
   if (in >= 0) ::close(in);
@@ -170,13 +178,21 @@ Result<std::shared_ptr<RunningCommand>> RunningCommand::Start(CommandSpec spec,
     }
     // A command may close its output and run on (`exec >/dev/null`): it is still cancellable
     // until it exits, so wait for it without blocking.
+    // Its exit is waited for on a pidfd (no polling interval added to every command's end).
     int status = 0;
+    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
     while (true) {
       const pid_t got = ::waitpid(pid, &status, WNOHANG);
       if (got == pid || (got < 0 && errno != EINTR)) break;
       honour_cancel();
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (pidfd >= 0) {
+        pollfd p{pidfd, POLLIN, 0};
+        (void)::poll(&p, 1, 100);
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
     }
+    if (pidfd >= 0) ::close(pidfd);
     if (log >= 0) ::close(log);
     // What the caller handed in is let go of, and the OnExit functions have run and are gone,
     // before Wait returns: the caller may tear down what they refer to right after.

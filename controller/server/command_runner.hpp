@@ -29,6 +29,14 @@ struct CommandSpec {
   limits::Duration cancel_grace = limits::kApiCommandCancelGrace;
 };
 
+// Starts args (args[0]: the program's path) with exactly env, in cwd ("" : here), in a process
+// group of its own, with in, out and err as its stdin, stdout and stderr (-1: /dev/null) and no
+// other descriptor, every signal at its default, and SIGKILL when the calling thread ends
+// (PR_SET_PDEATHSIG: start it from a thread that lives as long as the server). Returns its pid;
+// the caller reaps it.
+Result<int> SpawnProcess(std::vector<std::string> args, std::vector<std::string> env,
+                         const std::string& cwd, int in, int out, int err);
+
 class RunningCommand {
  public:
   // Called on the command's reader thread, in order, with kStdout or kStderr and the bytes; with
