@@ -8,7 +8,9 @@ in from a client home of its own, launches one 1-node local cluster per user thr
   (a) local vs remote: `herd status` and `herd queue NAME` of user 0, --reps times each, in local
       mode (HERD_API_SERVER=local, HOME/HERD_HOME = that user's home inside the server's home:
       the same state the server's commands use) and through the server, interleaved; p50/p90,
-      ratio remote/local. Targets: remote p50 <= 2x local and < 30 ms.
+      ratio remote/local. Targets: remote p50 <= 2x local and < 30 ms. Then the same again with
+      the server restarted with --warm-workers 0 (a `herd` process per read: the baseline the
+      warm workers are measured against), without verdicts.
   (b) concurrency: C clients at once (--clients, a comma list) for --duration s, each looping
       over `herd status`, `herd queue NAME`, `herd logs NAME 1 --no-follow` of its user (client i
       is user i % USERS). Errors (non-zero exit or killed), p50/p99, the server's peak RSS (and,
@@ -367,7 +369,28 @@ class Bench:
 
     # ---- (a)
 
+    def restart(self, *extra):
+        """The server stopped and started again on the same home and port (same users, tokens,
+        clusters), with extra `herd api start` flags."""
+        self.herd(self.admin, "api", "stop", "--home", self.home, timeout=60)
+        self.herd(self.admin, "api", "start", "--home", self.home, "--port", str(self.port),
+                  *extra, timeout=60)
+        info = json.loads(self.herd(self.admin, "api", "status", "--home", self.home, "-o",
+                                    "json")[2])
+        self.server_pid = int(info["pid"])
+
     def local_vs_remote(self):
+        # Reads through the server as it runs by default (warm workers), then through the same
+        # server restarted with --warm-workers 0 (a `herd` child per read, as before warm
+        # workers), each interleaved with local mode.
+        self.local_vs_remote_with("warm workers (default)")
+        self.restart("--warm-workers", "0")
+        try:
+            self.local_vs_remote_with("--warm-workers 0", verdicts=False)
+        finally:
+            self.restart()
+
+    def local_vs_remote_with(self, server_mode, verdicts=True):
         u = self.users[0]
         name = self.clusters[u]
         local, remote = self.local_env(u), self.clients[u]
@@ -387,11 +410,13 @@ class Bench:
             rows.append((f"`herd {' '.join(args[:1])}{' NAME' if len(args) > 1 else ''}`",
                          lp50, pct(times["local"], 90), rp50, pct(times["remote"], 90),
                          rp50 / lp50))
-            self.verdict(f"(a) {label}: remote p50 <= 2x local", f"{rp50 / lp50:.2f}x",
-                         rp50 <= 2 * lp50)
-            self.verdict(f"(a) {label}: remote p50 < 30 ms", f"{rp50:.1f} ms", rp50 < 30)
+            if verdicts:
+                self.verdict(f"(a) {label}: remote p50 <= 2x local", f"{rp50 / lp50:.2f}x",
+                             rp50 <= 2 * lp50)
+                self.verdict(f"(a) {label}: remote p50 < 30 ms", f"{rp50:.1f} ms", rp50 < 30)
         self.report += [
-            f"## (a) local vs through the server: user {u}'s 1-node cluster, the same state",
+            f"## (a) local vs through the server ({server_mode}): user {u}'s 1-node cluster, "
+            "the same state",
             "",
             f"{self.args.reps} runs each after one warm-up, local and remote interleaved; ms, "
             "from the CLI's start to its reap; load "

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <ostream>
 #include <thread>
 #include <variant>
@@ -127,6 +128,11 @@ class ApiCommand final : public Command {
     start_->add_option("--cert", cert_, "TLS certificate (default: the server's own CA's)");
     start_->add_option("--key", key_, "TLS key of --cert");
     start_->add_flag("--plain-http", plain_, "no TLS (loopback addresses only)");
+    start_
+        ->add_option("--warm-workers", warm_workers_,
+                     "warm workers per user for read commands (0: none; default " +
+                         std::to_string(limits::kApiWarmWorkersPerUser) + ")")
+        ->check(CLI::Range(std::size_t{0}, limits::kApiWarmWorkersMax));
     start_->add_flag("--foreground", foreground_, "run in this process until SIGTERM");
 
     stop_ = cmd_->add_subcommand("stop", "stop the API server of a home");
@@ -248,6 +254,7 @@ class ApiCommand final : public Command {
     if (!db_.empty()) argv.insert(argv.end(), {"--db", db_});
     if (!cert_.empty()) argv.insert(argv.end(), {"--cert", cert_, "--key", key_});
     if (plain_) argv.push_back("--plain-http");
+    if (warm_workers_) argv.insert(argv.end(), {"--warm-workers", std::to_string(*warm_workers_)});
     return argv;
   }
 
@@ -538,6 +545,7 @@ class ApiCommand final : public Command {
            *logs_ = nullptr, *cancel_ = nullptr, *audit_ = nullptr;
   std::string home_, host_ = "127.0.0.1", db_, cert_, key_, output_;
   int port_ = 46580;
+  std::optional<std::size_t> warm_workers_;
   bool plain_ = false, foreground_ = false, all_ = false, no_follow_ = false;
   std::string endpoint_, token_, ca_cert_, name_, role_, expires_, id_;
   int limit_ = 0;

@@ -35,7 +35,7 @@ int RunCliArgs(std::vector<std::string> args, std::ostream& out, std::ostream& e
        {cli::MakeCheckCommand, cli::MakeCertsCommand, cli::MakeLaunchCommand, cli::MakeExecCommand,
         cli::MakeStatusCommand, cli::MakeQueueCommand, cli::MakeLogsCommand, cli::MakeCancelCommand,
         cli::MakeStopCommand, cli::MakeStartCommand, cli::MakeDownCommand, cli::MakeAutostopCommand,
-        cli::MakeJobsCommand, cli::MakeNodesCommand, cli::MakeMuxCommand,
+        cli::MakeJobsCommand, cli::MakeNodesCommand, cli::MakeMuxCommand, cli::MakeServeCommand,
         cli::MakeApiCommand}) {
     commands.push_back(make());
     commands.back()->Add(app);

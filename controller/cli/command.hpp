@@ -75,6 +75,7 @@ std::unique_ptr<Command> MakeAutostopCommand();
 std::unique_ptr<Command> MakeJobsCommand();
 std::unique_ptr<Command> MakeNodesCommand();
 std::unique_ptr<Command> MakeMuxCommand();
+std::unique_ptr<Command> MakeServeCommand();
 std::unique_ptr<Command> MakeApiCommand();
 
 }  // namespace herd::cli

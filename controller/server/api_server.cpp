@@ -21,6 +21,8 @@
 #include "controller/server/http/request_codec.hpp"
 #include "controller/server/store/api_store.hpp"
 #include "controller/server/stream_frames.hpp"
+#include "controller/server/warm_protocol.hpp"
+#include "controller/server/warm_workers.hpp"
 #include "controller/ssh/subprocess.hpp"
 #include "controller/state/herd_home.hpp"
 #include "shared/common/file_util.hpp"
@@ -111,7 +113,12 @@ Status ValidateUploadName(const std::string& name) {
 class ServerImpl final : public ApiServer, public std::enable_shared_from_this<ServerImpl> {
  public:
   ServerImpl(ApiServerOptions o, std::unique_ptr<ApiStore> store)
-      : options_(std::move(o)), home_(options_.home), store_(std::move(store)), pool_(4) {}
+      : options_(std::move(o)),
+        home_(options_.home),
+        store_(std::move(store)),
+        pool_(4),
+        warm_({std::min(options_.warm_workers_per_user, limits::kApiWarmWorkersMax),
+               limits::kApiWarmWorkersMax, limits::kApiWarmQueueWait}) {}
 
   Status Listen(boost::asio::io_context& io) {
     api_http::HttpServerOptions ho;
@@ -146,6 +153,7 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
     // The handlers in progress. Only now: a command dies with the thread that forked it
     // (PR_SET_PDEATHSIG), and the pool's threads end here.
     pool_.join();
+    warm_.Close();
     StopCommands();  // what a handler started meanwhile
   }
 
@@ -350,6 +358,26 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
       }
     }
 
+    // A read runs in one of the user's warm workers when one is free (no process to start, no
+    // request directory); otherwise as a child like any command.
+    if (options_.warm_workers_per_user > 0 && !mutating && uploads.empty() && !body->Has("task") &&
+        !body->Has("secrets") && IsWarmRead(args)) {
+      if (auto s = EnsureUserHome(user.name); !s.ok()) return res->Respond(HttpError(s));
+      bool streaming = false;
+      auto code = warm_.Run(user.name, WarmSpawn(user.name), args,
+                            [&](FrameTag stream, std::string_view bytes) {
+                              if (!streaming) res->StartStream(200, kFramesType);
+                              streaming = true;
+                              res->Write(EncodeFrame(stream, bytes));
+                            });
+      if (code.ok()) {
+        if (!streaming) res->StartStream(200, kFramesType);
+        res->Write(EncodeFrame(FrameTag::kExit, std::to_string(*code)));
+        return res->End();
+      }
+      HERD_LOG(kDebug) << "read without a warm worker: " << code.status().message();
+    }
+
     // The request: a row (mutating commands) and a directory the command runs in.
     // A launch refused from here on made nothing: the name it claimed is free again.
     auto release_unmade = [&] {
@@ -538,6 +566,10 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
     env.push_back("HERD_MANAGED_CLUSTER_TAG=" + UserTag(user));
     if (secrets_on_stdin) env.push_back("HERD_TASK_SECRETS_ON_STDIN=1");
     return env;
+  }
+
+  WarmWorkers::Spawn WarmSpawn(const std::string& user) {
+    return {{options_.herd_binary, "_serve"}, ChildEnv(user, false), home_.UserHome(user)};
   }
 
   // ---- uploads
@@ -779,6 +811,7 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
   ServerHome home_;
   std::unique_ptr<ApiStore> store_;
   boost::asio::thread_pool pool_;
+  WarmWorkers warm_;
   std::unique_ptr<api_http::HttpServer> http_;
   std::string holder_;
   std::mutex mu_;

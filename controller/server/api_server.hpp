@@ -31,6 +31,7 @@
 
 #include <boost/asio/io_context.hpp>
 
+#include "shared/common/limits.hpp"
 #include "shared/common/status.hpp"
 
 namespace herd::server {
@@ -45,7 +46,9 @@ struct ApiServerOptions {
   std::string cert_file, key_file;
   bool plain_http = false;  // loopback only (the HTTP layer refuses it elsewhere)
   std::string herd_binary;  // the `herd` that runs users' commands
-  std::string version;      // shown by the health check
+  // Warm workers per user for read commands (warm_workers.hpp); 0: every read starts a process.
+  std::size_t warm_workers_per_user = limits::kApiWarmWorkersPerUser;
+  std::string version;  // shown by the health check
 };
 
 // The files of a server's home.

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "controller/server/api_server.hpp"
+#include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 
 int main(int argc, char** argv) {
@@ -21,6 +22,9 @@ int main(int argc, char** argv) {
   app.add_option("--key", o.key_file, "TLS key of --cert");
   app.add_flag("--plain-http", o.plain_http, "no TLS (loopback addresses only)");
   app.add_option("--herd", o.herd_binary, "the herd binary that runs users' commands");
+  app.add_option("--warm-workers", o.warm_workers_per_user,
+                 "warm workers per user for read commands (0: none)")
+      ->check(CLI::Range(std::size_t{0}, herd::limits::kApiWarmWorkersMax));
   bool verbose = false;
   app.add_flag("-v,--verbose", verbose, "debug log");
   try {

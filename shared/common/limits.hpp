@@ -70,6 +70,14 @@ inline constexpr Duration kApiServerStopTimeout = 15s;
 inline constexpr Duration kApiStreamHeartbeat = 1s;
 // How often `herd api logs --follow` reads a running request's log again.
 inline constexpr Duration kApiRequestLogPoll = 200ms;
+// Read commands (status, queue, nodes, jobs queue) run in warm workers instead: `herd _serve`
+// processes, at most this many per user and kApiWarmWorkersMax in all, each running one command
+// at a time and exiting after kApiWarmWorkerIdle without one. A read that finds every worker it
+// may use busy waits up to kApiWarmQueueWait for one to be free, then runs as a child after all.
+inline constexpr std::size_t kApiWarmWorkersPerUser = 4;
+inline constexpr std::size_t kApiWarmWorkersMax = 32;
+inline constexpr Duration kApiWarmWorkerIdle = 60s;
+inline constexpr Duration kApiWarmQueueWait = 250ms;
 
 // ---- Connections ------------------------------------------------------------------------------
 // TCP connect + TLS handshake + websocket upgrade must finish within this.
@@ -506,6 +514,9 @@ static_assert(kApiLeaseRenewInterval + kApiDbStatementTimeout < kApiLeaseTtl,
               "a holder whose renewal hung for a whole statement timeout renews again in time");
 static_assert(kApiLeaseTtl <= kApiLeaseMaxTtl && kSqliteBusyTimeout < kApiDbStatementTimeout,
               "the default lease is allowed; SQLite's lock wait is shorter than a PG statement's");
+static_assert(kApiWarmWorkersPerUser <= kApiWarmWorkersMax && kApiWarmQueueWait < kApiStreamHeartbeat,
+              "a user's workers fit the total; a queued read starts before its stream's first "
+              "heartbeat is due");
 static_assert(kApiDbConnectTimeout >= 1s, "libpq's connect_timeout counts whole seconds");
 static_assert(kApiListDefaultLimit <= kApiListMaxLimit, "the default listing is allowed");
 
