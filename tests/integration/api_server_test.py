@@ -106,6 +106,8 @@ class ApiServerTest(unittest.TestCase):
             import shutil
             shutil.rmtree(cls.server_dir, ignore_errors=True)
         assert namespaces_of(cls.CLUSTER) == [], namespaces_of(cls.CLUSTER)
+        for pid in getattr(cls, "warm_pids", []):  # warm workers end with their server
+            assert not os.path.exists(f"/proc/{pid}"), f"warm worker {pid} outlived the server"
         left = subprocess.run(["pgrep", "-f", cls.home], capture_output=True).stdout.decode()
         assert left.strip() == "", f"processes of the server's home left: {left}"
 
@@ -187,6 +189,50 @@ class ApiServerTest(unittest.TestCase):
         self.assertEqual({j["user"] for j in jobs}, {"alice"})
         p = self.alice.herd("logs", self.CLUSTER, "99", check=False)
         self.assertEqual(p.returncode, 102)
+
+    def warm_workers(self):
+        """pid -> user of the server's warm workers (`herd _serve` children of the server)."""
+        workers = {}
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+            except (OSError, IndexError, ValueError):
+                continue
+            if ppid == self.info["pid"] and argv[1:2] == [b"_serve"]:
+                workers[int(pid)] = env.get(b"USER", b"").decode()
+        return workers
+
+    def test_15_reads_run_in_the_users_warm_worker(self):
+        # status and queue through the server answer what local mode on the user's state does,
+        # from a warm worker of the user's own, the same one read after read.
+        local = dict(os.environ, HOME=os.path.join(self.home, "users", "alice"),
+                     HERD_HOME=os.path.join(self.home, "users", "alice", "herd"),
+                     HERD_API_SERVER="local")
+        for args in (("status", "-o", "json"), ("queue", self.CLUSTER, "-o", "json")):
+            remote = json.loads(self.alice.out(*args))
+            here = subprocess.run([HERD, *args], env=local, capture_output=True, timeout=60)
+            self.assertEqual(here.returncode, 0, here.stderr)
+            self.assertEqual(remote, json.loads(here.stdout), args)
+        workers = self.warm_workers()
+        self.assertEqual(sorted(workers.values()), ["alice"], workers)
+        for _ in range(3):
+            self.alice.out("queue", self.CLUSTER)
+        self.assertEqual(self.warm_workers(), workers)  # reused, not replaced
+        self.assertEqual(json.loads(self.bob.out("status", "-o", "json")), [])
+        after = self.warm_workers()
+        self.assertEqual(sorted(after.values()), ["alice", "bob"], after)
+        type(self).warm_pids = list(after)
+        # A read's exit code and error come back as from a child: an unknown cluster is 102.
+        p = self.alice.herd("queue", "no-such-cluster", check=False)
+        self.assertEqual(p.returncode, 102, p.stderr)
+        self.assertIn("does not exist", p.stderr.decode())
 
     def test_20_another_users_cluster_does_not_exist_for_them(self):
         self.assertEqual(json.loads(self.bob.out("status", "-o", "json")), [])
