@@ -19,16 +19,6 @@
 namespace herd::cli {
 namespace {
 
-bool SendAll(int fd, std::string_view bytes) {
-  while (!bytes.empty()) {
-    const ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    bytes.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return true;
-}
-
 // Output in frames of at most kApiMaxFrameBytes each (a command's output is held whole: reads
 // print tables and lists, not streams).
 std::string Frames(server::FrameTag tag, std::string_view bytes) {
@@ -61,16 +51,17 @@ int Serve(int fd) {
     auto args = server::DecodeWarmRequest(std::string_view(pending).substr(0, eol));
     pending.erase(0, eol + 1);
     if (!args.ok()) {
-      (void)SendAll(fd, server::EncodeFrame(server::FrameTag::kStderr,
-                                            "herd: " + args.status().message() + "\n") +
-                            server::EncodeFrame(server::FrameTag::kExit, "2"));
+      (void)server::SendAll(fd, server::EncodeFrame(server::FrameTag::kStderr,
+                                                    "herd: " + args.status().message() + "\n") +
+                                    server::EncodeFrame(server::FrameTag::kExit, "2"));
       return 2;
     }
     std::ostringstream out, err;
     const int code = controller::RunCliArgs(std::move(*args), out, err);
-    if (!SendAll(fd, Frames(server::FrameTag::kStdout, out.str()) +
-                         Frames(server::FrameTag::kStderr, err.str()) +
-                         server::EncodeFrame(server::FrameTag::kExit, std::to_string(code)))) {
+    if (!server::SendAll(fd,
+                         Frames(server::FrameTag::kStdout, out.str()) +
+                             Frames(server::FrameTag::kStderr, err.str()) +
+                             server::EncodeFrame(server::FrameTag::kExit, std::to_string(code)))) {
       return 0;
     }
   }

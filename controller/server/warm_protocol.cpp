@@ -1,7 +1,10 @@
 #include "controller/server/warm_protocol.hpp"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <boost/json.hpp>
+#include <cerrno>
 
 namespace herd::server {
 
@@ -11,6 +14,16 @@ bool IsWarmRead(const std::vector<std::string>& args) {
   const std::string& verb = args[0];
   if (verb == "status" || verb == "queue" || verb == "nodes") return true;
   return verb == "jobs" && args.size() > 1 && args[1] == "queue";
+}
+
+bool SendAll(int fd, std::string_view bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
 }
 
 std::string EncodeWarmRequest(const std::vector<std::string>& args) {

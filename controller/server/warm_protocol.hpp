@@ -21,4 +21,8 @@ std::string EncodeWarmRequest(const std::vector<std::string>& args);  // with it
 // command that IsWarmRead refuses.
 Result<std::vector<std::string>> DecodeWarmRequest(std::string_view line);
 
+// Writes all of bytes to the socket fd (no SIGPIPE when the other end is gone); false when it
+// could not.
+bool SendAll(int fd, std::string_view bytes);
+
 }  // namespace herd::server

@@ -16,16 +16,6 @@
 namespace herd::server {
 namespace {
 
-bool SendAll(int fd, std::string_view bytes) {
-  while (!bytes.empty()) {
-    const ssize_t n = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    bytes.remove_prefix(static_cast<std::size_t>(n));
-  }
-  return true;
-}
-
 void Reap(int pid) {
   while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
   }
