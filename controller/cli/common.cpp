@@ -175,9 +175,9 @@ int FollowJob(CliContext& ctx, HeadApi& client, const std::string& cluster, int6
               uint64_t offset, bool follow, bool banner, int num_nodes) {
   bool started_banner = false;
   HeadApi::StreamCallbacks cb;
-  cb.on_data = [](std::string_view bytes) {
-    std::fwrite(bytes.data(), 1, bytes.size(), stdout);
-    std::fflush(stdout);
+  cb.on_data = [&ctx](std::string_view bytes) {
+    ctx.out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    ctx.out.flush();
   };
   cb.on_status = [&](const JobInfo& j) {
     if (banner && !started_banner && j.state() >= JOB_STATE_SETTING_UP) {

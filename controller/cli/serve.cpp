@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <sstream>
+#include <ostream>
+#include <streambuf>
+#include <vector>
 
 #include "controller/cli/cli.hpp"
 #include "controller/cli/command.hpp"
@@ -19,17 +21,40 @@
 namespace herd::cli {
 namespace {
 
-// Output in frames of at most kApiMaxFrameBytes each (a command's output is held whole: reads
-// print tables and lists, not streams).
-std::string Frames(server::FrameTag tag, std::string_view bytes) {
-  std::string framed;
-  while (!bytes.empty()) {
-    const std::size_t n = std::min(bytes.size(), limits::kApiMaxFrameBytes);
-    framed += server::EncodeFrame(tag, bytes.substr(0, n));
-    bytes.remove_prefix(n);
+// A stream whose bytes go to the server as frames of one tag, a frame each time its buffer
+// (kApiMaxFrameBytes) fills and at the command's end: a long read (a log printed whole) streams.
+class FrameBuf final : public std::streambuf {
+ public:
+  FrameBuf(int fd, server::FrameTag tag) : fd_(fd), tag_(tag), buf_(limits::kApiMaxFrameBytes) {
+    setp(buf_.data(), buf_.data() + buf_.size());
   }
-  return framed;
-}
+  // False once the server is gone (the rest of the command's output is dropped).
+  bool Flush() {
+    if (pptr() > pbase() && ok_) {
+      ok_ = server::SendAll(fd_,
+                            server::EncodeFrame(tag_, std::string_view(pbase(), pptr() - pbase())));
+    }
+    setp(buf_.data(), buf_.data() + buf_.size());
+    return ok_;
+  }
+
+ protected:
+  int_type overflow(int_type ch) override {
+    Flush();
+    if (!traits_type::eq_int_type(ch, traits_type::eof())) {
+      *pptr() = traits_type::to_char_type(ch);
+      pbump(1);
+    }
+    return traits_type::not_eof(ch);
+  }
+  int sync() override { return Flush() ? 0 : -1; }
+
+ private:
+  const int fd_;
+  const server::FrameTag tag_;
+  std::vector<char> buf_;
+  bool ok_ = true;
+};
 
 int Serve(int fd) {
   std::string pending;
@@ -56,12 +81,11 @@ int Serve(int fd) {
                                     server::EncodeFrame(server::FrameTag::kExit, "2"));
       return 2;
     }
-    std::ostringstream out, err;
+    FrameBuf out_buf(fd, server::FrameTag::kStdout), err_buf(fd, server::FrameTag::kStderr);
+    std::ostream out(&out_buf), err(&err_buf);
     const int code = controller::RunCliArgs(std::move(*args), out, err);
-    if (!server::SendAll(fd,
-                         Frames(server::FrameTag::kStdout, out.str()) +
-                             Frames(server::FrameTag::kStderr, err.str()) +
-                             server::EncodeFrame(server::FrameTag::kExit, std::to_string(code)))) {
+    if (!out_buf.Flush() || !err_buf.Flush() ||
+        !server::SendAll(fd, server::EncodeFrame(server::FrameTag::kExit, std::to_string(code)))) {
       return 0;
     }
   }

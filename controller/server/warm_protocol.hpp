@@ -12,8 +12,8 @@
 
 namespace herd::server {
 
-// Whether a command's words (verb first) are a read a warm worker runs: status, queue, nodes and
-// jobs queue, with nothing after `--`.
+// Whether a command's words (verb first) are a read a warm worker runs: status, queue, nodes,
+// logs --no-follow and jobs queue, with nothing after `--`.
 bool IsWarmRead(const std::vector<std::string>& args);
 
 std::string EncodeWarmRequest(const std::vector<std::string>& args);  // with its '\n'

@@ -215,11 +215,16 @@ class ApiServerTest(unittest.TestCase):
         local = dict(os.environ, HOME=os.path.join(self.home, "users", "alice"),
                      HERD_HOME=os.path.join(self.home, "users", "alice", "herd"),
                      HERD_API_SERVER="local")
-        for args in (("status", "-o", "json"), ("queue", self.CLUSTER, "-o", "json")):
-            remote = json.loads(self.alice.out(*args))
+        for args in (("status", "-o", "json"), ("queue", self.CLUSTER, "-o", "json"),
+                     ("logs", self.CLUSTER, "1", "--no-follow")):
+            remote = self.alice.herd(*args)
             here = subprocess.run([HERD, *args], env=local, capture_output=True, timeout=60)
             self.assertEqual(here.returncode, 0, here.stderr)
-            self.assertEqual(remote, json.loads(here.stdout), args)
+            if args[0] == "logs":
+                self.assertIn("rank 1 of 2 from-the-laptop", remote.stdout.decode())
+                self.assertEqual(remote.stdout, here.stdout)
+            else:
+                self.assertEqual(json.loads(remote.stdout), json.loads(here.stdout), args)
         workers = self.warm_workers()
         self.assertEqual(sorted(workers.values()), ["alice"], workers)
         for _ in range(3):
