@@ -1,13 +1,10 @@
 #include "agent/core/head.hpp"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <google/protobuf/io/coded_stream.h>
 #include <algorithm>
 #include <boost/asio/post.hpp>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -19,7 +16,6 @@
 #include "agent/nodes/node_order.hpp"
 #include "agent/process/crash_point.hpp"
 #include "agent/sched/scheduler.hpp"
-#include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 #include "shared/common/unix_time.hpp"
@@ -97,16 +93,20 @@ Head::Head(boost::asio::io_context& io, Options options, HeadParts parts)
       own_spawner_(parts.spawner ? nullptr : std::make_unique<ShellSpawner>()),
       store_(std::move(parts.store)),
       check_timer_(io),
-      catch_up_timer_(io),
       nodes_(clock_),
+      fanout_(io, options_.subscriber_lag_bytes,
+              ClientSink{
+                  [this](const ConnPtr& c, uint64_t id, HeadToClient m) {
+                    SendToClient(c, id, std::move(m));
+                  },
+                  [this](const ConnPtr& c, uint64_t id, const Status& s) { ReplyError(c, id, s); },
+                  JobStatusReply,
+              }),
       autostop_(clock_, parts.spawner ? *parts.spawner : *own_spawner_, options_.state_dir) {}
 
 Head::~Head() {
   *alive_ = false;
   Stop();
-  for (auto& [id, run] : jobs_) {
-    if (run.fd >= 0) ::close(run.fd);
-  }
 }
 
 uint16_t Head::port() const { return server_ ? server_->port() : 0; }
@@ -150,7 +150,7 @@ Status Head::Start() {
 
 void Head::Stop() {
   check_timer_.cancel();
-  catch_up_timer_.cancel();
+  fanout_.Stop();
   if (server_) server_->Stop();
 }
 
@@ -190,12 +190,7 @@ void Head::OnClose(const ConnPtr& conn, const Status& why) {
     }
     return;
   }
-  for (auto& [id, run] : jobs_) {
-    std::erase_if(run.subs, [&](const Subscriber& s) {
-      auto c = s.conn.lock();
-      return !c || c == conn;
-    });
-  }
+  fanout_.Dropped(conn);
 }
 
 void Head::SendToAgent(const std::string& node_id, const HeadToAgent& msg) {
@@ -664,9 +659,7 @@ void Head::Submit(const ConnPtr& conn, uint64_t request_id, const SubmitJob& sub
   fs::create_directories(dir, ec);
   JobRun& run = jobs_[*id];
   run.rec = rec;
-  run.fd = ::open(rec.info.log_path().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (run.fd < 0) {
-    Status s = ErrnoError("cannot create " + rec.info.log_path(), errno);
+  if (Status s = run.log.Open(fanout_, *id, rec.info.log_path()); !s.ok()) {
     jobs_.erase(*id);
     return ReplyError(conn, request_id, s);
   }
@@ -696,28 +689,6 @@ std::optional<std::string> Head::WhyNeverFits(const TaskSpec& spec) {
   return sched::WhyInfeasible(d, infos, lost);
 }
 
-Status Head::ReplayLog(const ConnPtr& conn, uint64_t request_id, int64_t job_id,
-                       const std::string& path, uint64_t from, uint64_t to) {
-  if (from >= to) return Status::Ok();
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("cannot read " + path, errno);
-  std::string buf(limits::kLogReplayChunkBytes, '\0');
-  uint64_t off = from;
-  while (off < to) {
-    std::size_t want = std::min<uint64_t>(buf.size(), to - off);
-    ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(off));
-    if (n <= 0) break;
-    HeadToClient msg;
-    msg.mutable_log_data()->set_job_id(job_id);
-    msg.mutable_log_data()->set_offset(off);
-    msg.mutable_log_data()->set_data(buf.data(), static_cast<std::size_t>(n));
-    SendToClient(conn, request_id, std::move(msg));
-    off += static_cast<uint64_t>(n);
-  }
-  ::close(fd);
-  return Status::Ok();
-}
-
 void Head::Subscribe(const ConnPtr& conn, uint64_t request_id, const herd::v1::Subscribe& sub) {
   int64_t job_id = sub.job_id();
   if (job_id == 0) {
@@ -727,72 +698,14 @@ void Head::Subscribe(const ConnPtr& conn, uint64_t request_id, const herd::v1::S
     if (job_id == 0) return ReplyError(conn, request_id, NotFound("no job has been submitted"));
   }
   // The job's state first (the client prints its banner from it), then the log from the offset.
-  auto send_status = [&](const JobInfo& info, bool eos) {
-    SendToClient(conn, request_id, JobStatusReply(info, eos));
-  };
   auto active = jobs_.find(job_id);
   if (active != jobs_.end()) {
     JobRun& run = active->second;
-    send_status(run.rec.info, false);
-    if (run.fd < 0) {
-      // run.log is not being written (full disk): what it has goes out now, then live bytes.
-      if (auto s = ReplayLog(conn, request_id, job_id, run.rec.info.log_path(), sub.offset(),
-                             run.log_size);
-          !s.ok()) {
-        return ReplyError(conn, request_id, s);
-      }
-      if (sub.follow()) {
-        run.subs.push_back({conn, request_id, run.log_size});
-      } else {
-        send_status(run.rec.info, true);
-      }
-      return;
-    }
-    if (sub.follow()) {
-      // Starts behind by what run.log already has: CatchUp serves that, paced, then it follows.
-      const uint64_t from = std::min<uint64_t>(sub.offset(), run.log_size);
-      run.subs.push_back({conn, request_id, from, from < run.log_size});
-      CatchUp();
-      return;
-    }
-    return StartReplay(
-        {conn, request_id, run.rec.info.log_path(), sub.offset(), run.log_size, run.rec.info});
+    return fanout_.Subscribe(run.log, run.rec.info, conn, request_id, sub.offset(), sub.follow());
   }
   auto rec = store_->GetJob(job_id);
   if (!rec.ok()) return ReplyError(conn, request_id, rec.status());
-  send_status(rec->info, false);
-  std::error_code ec;
-  uint64_t size = fs::file_size(rec->info.log_path(), ec);
-  if (ec) size = 0;
-  StartReplay({conn, request_id, rec->info.log_path(), sub.offset(), size, rec->info});
-}
-
-void Head::StartReplay(Replay replay) {
-  // The first part goes out now (an unreadable log: the client hears why now, from PumpReplay).
-  if (PumpReplay(replay)) return;
-  replays_.push_back(std::move(replay));
-  CatchUp();
-}
-
-bool Head::PumpReplay(Replay& replay) {
-  auto conn = replay.conn.lock();
-  if (!conn) return true;
-  if (replay.next < replay.end) {
-    if (conn->queued_bytes() > options_.subscriber_lag_bytes / 4) return false;
-    const uint64_t to =
-        std::min<uint64_t>(replay.end, replay.next + options_.subscriber_lag_bytes / 2);
-    if (auto s = ReplayLog(conn, replay.request_id, replay.final_info.job_id(), replay.path,
-                           replay.next, to);
-        !s.ok()) {
-      HERD_LOG(kError) << "job " << replay.final_info.job_id() << ": " << s.message();
-      ReplyError(conn, replay.request_id, s);
-      return true;
-    }
-    replay.next = to;
-    if (replay.next < replay.end) return false;
-  }
-  SendToClient(conn, replay.request_id, JobStatusReply(replay.final_info, true));
-  return true;
+  fanout_.SubscribeEnded(rec->info, conn, request_id, sub.offset());
 }
 
 void Head::Queue(const ConnPtr& conn, uint64_t request_id, const QueueRequest& req) {
@@ -895,9 +808,8 @@ void Head::Recover() {
     int64_t id = rec.info.job_id();
     JobRun& run = jobs_[id];
     run.rec = rec;
-    run.fd = ::open(rec.info.log_path().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    struct stat st {};
-    if (run.fd >= 0 && ::fstat(run.fd, &st) == 0) run.log_size = static_cast<uint64_t>(st.st_size);
+    // One that cannot be opened is not restored (RestoreRun) and ends FAILED_DRIVER.
+    static_cast<void>(run.log.Open(fanout_, id, rec.info.log_path(), /*resume=*/true));
     if (rec.info.state() != JOB_STATE_PENDING && !RestoreRun(run)) {
       // No journal (a job of an older head): its processes cannot be followed again.
       orphaned_.emplace_back(id, rec.info.attempt());
@@ -1055,8 +967,7 @@ bool Head::RestoreRun(JobRun& run) {
   if (run.procs.empty()) return false;
   // Whatever run.log holds beyond the last record was appended by a head that died before it
   // recorded it; it comes again from the agents.
-  if (run.fd < 0 || ::ftruncate(run.fd, static_cast<off_t>(committed_size)) != 0) return false;
-  run.log_size = committed_size;
+  if (!run.log.Truncate(committed_size)) return false;
   run.phase = PhaseOfState(run.rec.info.state());
   for (const auto& n : run.rec.info.node_ids()) run.gang.push_back(n);
   for (auto& [key, proc] : run.procs) {
@@ -1281,7 +1192,7 @@ void Head::ProcessExit(JobRun& run, ProcEntry& proc) {
     }
     KillJobProcesses(run);
   }
-  Journal(run, JournalExit{run.log_size, ProcessKeyString(proc.start.key()), proc.exit_code});
+  Journal(run, JournalExit{run.log.size(), ProcessKeyString(proc.start.key()), proc.exit_code});
   MaybeAdvance(run);
 }
 
@@ -1345,7 +1256,7 @@ void Head::Finalize(int64_t job_id, JobState state, const std::string& error_lin
   if (!run.procs.empty() && run.stop == JobStop::kNone) KillJobProcesses(run);
   HERD_LOG(kInfo) << "job " << job_id << " " << proto::JobStateName(state);
   PersistAndNotify(run, true);
-  if (run.fd >= 0) ::close(run.fd);
+  run.log.Close();
   if (Status s = run.journal.Finish(); !s.ok()) {
     HERD_LOG(kWarn) << "job " << job_id << ": " << s.message();
   }
@@ -1358,129 +1269,35 @@ void Head::Finalize(int64_t job_id, JobState state, const std::string& error_lin
 }
 
 void Head::AppendLog(JobRun& run, std::string_view bytes, const JournalOutput* output) {
-  if (run.fd >= 0) {
-    if (const int err = WriteAll(run.fd, bytes); err != 0) {
-      HERD_LOG(kError) << "cannot append to " << run.rec.info.log_path() << ": "
-                       << std::strerror(err) << "; stopping job " << run.rec.info.job_id();
-      // Output that cannot be kept (disk full): the job is stopped, not left running blind.
-      // Later bytes still reach following clients; run.log is not written again.
-      ::close(run.fd);
-      run.fd = -1;
-      if (run.driver_error.empty()) {
-        char host[256] = "";
-        ::gethostname(host, sizeof host - 1);
-        run.driver_error = "ERROR: Job " + std::to_string(run.rec.info.job_id()) +
-                           " failed: the head (" + host + ") cannot write " +
-                           run.rec.info.log_path() + ": " + std::strerror(err);
-      }
-      if (run.stop == JobStop::kNone && !run.procs.empty()) KillJobProcesses(run);
+  if (const int err = run.log.Write(bytes); err != 0) {
+    HERD_LOG(kError) << "cannot append to " << run.rec.info.log_path() << ": " << std::strerror(err)
+                     << "; stopping job " << run.rec.info.job_id();
+    // Output that cannot be kept (disk full): the job is stopped, not left running blind. Later
+    // bytes still reach following clients; run.log is not written again.
+    if (run.driver_error.empty()) {
+      char host[256] = "";
+      ::gethostname(host, sizeof host - 1);
+      run.driver_error = "ERROR: Job " + std::to_string(run.rec.info.job_id()) +
+                         " failed: the head (" + host + ") cannot write " +
+                         run.rec.info.log_path() + ": " + std::strerror(err);
     }
+    if (run.stop == JobStop::kNone && !run.procs.empty()) KillJobProcesses(run);
   }
   // Journaled before any client sees the bytes: a restarted head never takes back what a client
   // printed.
   if (output) {
     JournalOutput record = *output;
-    record.log_size = run.log_size + bytes.size();
+    record.log_size = run.log.size() + bytes.size();
     Journal(run, record);
   }
-  bool lagging = false;
-  for (auto sub = run.subs.begin(); sub != run.subs.end();) {
-    auto conn = sub->conn.lock();
-    if (!conn) {
-      sub = run.subs.erase(sub);
-      continue;
-    }
-    // Behind: served from run.log by CatchUp (where run.log could not be written, queued as ever).
-    if (run.fd >= 0 && (sub->lagging || conn->queued_bytes() > options_.subscriber_lag_bytes)) {
-      if (!sub->lagging) {
-        HERD_LOG(kInfo) << "job " << run.rec.info.job_id() << ": a client is "
-                        << conn->queued_bytes() << " bytes behind; serving it from "
-                        << run.rec.info.log_path();
-      }
-      sub->lagging = true;
-      lagging = true;
-      ++sub;
-      continue;
-    }
-    sub->sent = run.log_size + bytes.size();
-    // Prefixing can make a chunk much longer than the output it came from: keep frames small.
-    for (std::size_t done = 0; done < bytes.size(); done += limits::kLogReplayChunkBytes) {
-      std::size_t n = std::min(bytes.size() - done, limits::kLogReplayChunkBytes);
-      HeadToClient msg;
-      msg.mutable_log_data()->set_job_id(run.rec.info.job_id());
-      msg.mutable_log_data()->set_offset(run.log_size + done);
-      msg.mutable_log_data()->set_data(bytes.data() + done, n);
-      SendToClient(conn, sub->request_id, std::move(msg));
-    }
-    ++sub;
-  }
-  run.log_size += bytes.size();
-  if (lagging) CatchUp();
-}
-
-void Head::CatchUp(JobRun& run) {
-  for (auto sub = run.subs.begin(); sub != run.subs.end();) {
-    auto conn = sub->conn.lock();
-    if (!conn) {
-      sub = run.subs.erase(sub);
-      continue;
-    }
-    // Refill up to half the lag bound once the queue is down to a quarter of it.
-    if (sub->lagging && conn->queued_bytes() <= options_.subscriber_lag_bytes / 4) {
-      uint64_t to = std::min<uint64_t>(run.log_size, sub->sent + options_.subscriber_lag_bytes / 2);
-      if (auto s = ReplayLog(conn, sub->request_id, run.rec.info.job_id(), run.rec.info.log_path(),
-                             sub->sent, to);
-          !s.ok()) {
-        HERD_LOG(kError) << "job " << run.rec.info.job_id() << ": " << s.message()
-                         << "; a client that fell behind misses output";
-        to = run.log_size;
-      }
-      sub->sent = to;
-      sub->lagging = sub->sent < run.log_size;
-    }
-    ++sub;
-  }
-}
-
-void Head::CatchUp() {
-  bool any = false;
-  for (auto& [id, run] : jobs_) {
-    CatchUp(run);
-    for (const auto& sub : run.subs) any = any || sub.lagging;
-  }
-  for (auto r = replays_.begin(); r != replays_.end();) {
-    r = PumpReplay(*r) ? replays_.erase(r) : std::next(r);
-  }
-  any = any || !replays_.empty();
-  // The timer runs on real time (asio): its expiry is compared with the steady clock's.
-  if (!any || catch_up_timer_.expiry() > std::chrono::steady_clock::now()) return;
-  catch_up_timer_.expires_after(limits::kSubscriberCatchUpInterval);
-  auto alive = alive_;
-  catch_up_timer_.async_wait([this, alive](boost::system::error_code ec) {
-    if (!ec && *alive) CatchUp();
-  });
+  fanout_.Publish(run.log, bytes);
 }
 
 void Head::PersistAndNotify(JobRun& run, bool end_of_stream) {
   if (auto s = store_->UpdateJob(run.rec); !s.ok()) {
     HERD_LOG(kError) << s.message();
   }
-  bool replaying = false;
-  for (const auto& sub : run.subs) {
-    auto conn = sub.conn.lock();
-    if (!conn) continue;
-    if (end_of_stream && sub.lagging) {
-      // Every byte before the end of the stream: the rest of run.log, paced, then the status.
-      replays_.push_back(
-          {conn, sub.request_id, run.rec.info.log_path(), sub.sent, run.log_size, run.rec.info});
-      replaying = true;
-      continue;
-    }
-    SendToClient(conn, sub.request_id, JobStatusReply(run.rec.info, end_of_stream));
-  }
-  // The stream has ended for every follower (a lagging one goes on as a replay, not twice).
-  if (end_of_stream) run.subs.clear();
-  if (replaying) CatchUp();
+  fanout_.Notify(run.log, run.rec.info, end_of_stream);
 }
 
 }  // namespace herd::agent

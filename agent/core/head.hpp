@@ -12,14 +12,14 @@
 // The head routes connections between its parts (agent/head): the NodeRegistry (registration,
 // fencing by incarnation, liveness and health), the job phase machine (job_phase.hpp: explicit
 // phase, stop and process states and the decisions between them), the RunJournal (typed
-// run.journal records) and Autostop. The job store, the clock and the spawner of the autostop
-// command are injected (HeadParts), so that the timers' decisions run on simulated time in tests.
+// run.journal records), the run.log fan-out (RunLog, LogFanout) and Autostop. The job store, the
+// clock and the spawner of the autostop command are injected (HeadParts), so that the timers'
+// decisions run on simulated time in tests.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
-#include <list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -28,6 +28,7 @@
 
 #include "agent/head/autostop.hpp"
 #include "agent/head/job_phase.hpp"
+#include "agent/head/log_fanout.hpp"
 #include "agent/head/node_registry.hpp"
 #include "agent/head/run_journal.hpp"
 #include "agent/logs/log_merger.hpp"
@@ -100,30 +101,6 @@ class Head {
     bool exited() const { return state == ProcState::kExited; }
     std::unique_ptr<LinePrefixer> prefixer;
   };
-  struct Subscriber {
-    std::weak_ptr<transport::Connection> conn;
-    uint64_t request_id = 0;
-    // run.log bytes queued for it so far. A client that falls behind (more than
-    // Options::subscriber_lag_bytes queued) gets no live data; CatchUp serves it from run.log,
-    // where every byte already is, once its queue has drained: the head's memory per client stays
-    // bounded and a slow terminal is not dropped (it was at kMaxQueuedBytesPerPeer).
-    uint64_t sent = 0;
-    bool lagging = false;
-  };
-  // A log sent to a client from run.log, paced: at most subscriber_lag_bytes / 2 is queued at a
-  // time, the next part once its queue is down to a quarter of subscriber_lag_bytes (CatchUp).
-  // Then JobStatus{final_info, end_of_stream}. `herd logs` of a finished job, a not-followed
-  // subscription, and a lagging follower whose job ended; a log of any size (a week-long run's)
-  // reaches the client without ever being queued whole (that dropped the client at
-  // kMaxQueuedBytesPerPeer, again at every reconnect).
-  struct Replay {
-    std::weak_ptr<transport::Connection> conn;
-    uint64_t request_id = 0;
-    std::string path;
-    uint64_t next = 0;
-    uint64_t end = 0;
-    herd::v1::JobInfo final_info;
-  };
   struct JobRun {
     JobRecord rec;
     std::map<std::string, ProcEntry> procs;  // by ProcessKeyString
@@ -136,12 +113,10 @@ class Head {
     // Set when output could not be stored (a node-local log or run.log on a full disk): the job
     // is stopped and ends FAILED_DRIVER with this message.
     std::string driver_error;
-    int fd = -1;
-    uint64_t log_size = 0;
+    RunLog log;  // run.log and its followers
     // run.journal next to run.log: what a restarted head needs to carry on with the job (its
     // processes, their pids and exits, and how many output bytes of each are in run.log).
     RunJournal journal;
-    std::vector<Subscriber> subs;
   };
 
   // Connections.
@@ -201,8 +176,6 @@ class Head {
   // output: a record written with run.log's new size (its log_size) once the bytes are in.
   void AppendLog(JobRun& run, std::string_view bytes, const JournalOutput* output = nullptr);
   void PersistAndNotify(JobRun& run, bool end_of_stream);
-  Status ReplayLog(const ConnPtr& conn, uint64_t request_id, int64_t job_id,
-                   const std::string& path, uint64_t from, uint64_t to);
   // Why no set of the cluster's nodes, alive or not, could ever hold `spec` (a Submit is refused
   // then, before it is queued); nullopt when some could, or while nodes are still to register.
   std::optional<std::string> WhyNeverFits(const herd::v1::TaskSpec& spec);
@@ -216,13 +189,6 @@ class Head {
   // placed gets a line in run.log (its followers see it) and its message says why and how to
   // bring them back; it stays queued and runs once they are back.
   void NoteWaitingForLostNodes();
-  // Serves lagging subscribers of every job and every Replay from run.log as far as their queues
-  // allow; rearms catch_up_timer_ while any is left.
-  void CatchUp();
-  void CatchUp(JobRun& run);
-  // Sends the next part of a replay; true when it is done (or its client gone) and can go.
-  bool PumpReplay(Replay& replay);
-  void StartReplay(Replay replay);
   int FindJobOfProcess(const herd::v1::ProcessKey& key, JobRun** run, ProcEntry** proc);
 
   boost::asio::io_context& io_;
@@ -233,9 +199,8 @@ class Head {
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<transport::Server> server_;
   boost::asio::steady_timer check_timer_;
-  boost::asio::steady_timer catch_up_timer_;  // armed while a subscriber lags or replays_
-  std::list<Replay> replays_;
   NodeRegistry nodes_;
+  LogFanout fanout_;                // before jobs_: their RunLogs are registered with it
   std::map<int64_t, JobRun> jobs_;  // active jobs by id (FIFO)
   // Jobs a previous head process was running: every node that registers is told to kill them.
   std::vector<std::pair<int64_t, int32_t>> orphaned_;
