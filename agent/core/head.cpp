@@ -1,27 +1,21 @@
 #include "agent/core/head.hpp"
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <google/protobuf/io/coded_stream.h>
 #include <algorithm>
 #include <boost/asio/post.hpp>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
+#include <variant>
 
 #include "agent/core/process_key.hpp"
 #include "agent/job/job_env.hpp"
 #include "agent/nodes/node_order.hpp"
 #include "agent/process/crash_point.hpp"
 #include "agent/sched/scheduler.hpp"
-#include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 #include "shared/common/unix_time.hpp"
@@ -91,15 +85,28 @@ HeadToClient JobStatusReply(const JobInfo& info, bool end_of_stream) {
 
 }  // namespace
 
-Head::Head(boost::asio::io_context& io, Options options)
-    : io_(io), options_(std::move(options)), check_timer_(io), catch_up_timer_(io) {}
+Head::Head(boost::asio::io_context& io, Options options, HeadParts parts)
+    : io_(io),
+      options_(std::move(options)),
+      own_clock_(parts.clock ? nullptr : std::make_unique<SystemClock>()),
+      clock_(parts.clock ? *parts.clock : *own_clock_),
+      own_spawner_(parts.spawner ? nullptr : std::make_unique<ShellSpawner>()),
+      store_(std::move(parts.store)),
+      check_timer_(io),
+      nodes_(clock_),
+      fanout_(io, options_.subscriber_lag_bytes,
+              ClientSink{
+                  [this](const ConnPtr& c, uint64_t id, HeadToClient m) {
+                    SendToClient(c, id, std::move(m));
+                  },
+                  [this](const ConnPtr& c, uint64_t id, const Status& s) { ReplyError(c, id, s); },
+                  JobStatusReply,
+              }),
+      autostop_(clock_, parts.spawner ? *parts.spawner : *own_spawner_, options_.state_dir) {}
 
 Head::~Head() {
   *alive_ = false;
   Stop();
-  for (auto& [id, run] : jobs_) {
-    if (run.fd >= 0) ::close(run.fd);
-  }
 }
 
 uint16_t Head::port() const { return server_ ? server_->port() : 0; }
@@ -108,22 +115,19 @@ Status Head::Start() {
   std::error_code ec;
   fs::create_directories(options_.state_dir + "/logs", ec);
   if (ec) return IoError("cannot create " + options_.state_dir + "/logs: " + ec.message());
-  HERD_ASSIGN_OR_RETURN(store_, JobStore::Open(options_.state_dir + "/jobs.db"));
-  started_at_ = Clock::now();
+  if (!store_) {
+    HERD_ASSIGN_OR_RETURN(store_, JobStore::Open(options_.state_dir + "/jobs.db"));
+  }
+  nodes_.Started();
   std::map<std::string, uint64_t> incarnations;
   auto known = store_->ListNodes(&incarnations);
   for (auto& node : known.ok() ? *known : std::vector<NodeInfo>{}) {
-    nodes_[node.node_id()].info = node;  // known, not alive until it registers again
-    ++node_info_gen_;
-    // Fencing survives the restart: an older agent is still refused, a newer one is a restart.
-    nodes_[node.node_id()].incarnation = incarnations[node.node_id()];
+    // Known, not alive until it registers again. Fencing survives the restart: an older agent is
+    // still refused, a newer one is a restart.
+    nodes_.Known(node, incarnations[node.node_id()]);
   }
   Recover();
-  autostop_.set_idle_minutes(-1);
-  if (auto saved_bytes = ReadFile(options_.state_dir + "/autostop.pb"); saved_bytes.ok()) {
-    herd::v1::SetAutostop saved;
-    if (saved.ParseFromString(*saved_bytes)) autostop_ = saved;
-  }
+  autostop_.Load();
 
   transport::ServerOptions so;
   so.host = options_.listen_host;
@@ -146,7 +150,7 @@ Status Head::Start() {
 
 void Head::Stop() {
   check_timer_.cancel();
-  catch_up_timer_.cancel();
+  fanout_.Stop();
   if (server_) server_->Stop();
 }
 
@@ -179,31 +183,23 @@ void Head::OnMessage(const ConnPtr& conn, std::string message) {
 }
 
 void Head::OnClose(const ConnPtr& conn, const Status& why) {
-  auto it = agent_conns_.find(conn.get());
-  if (it != agent_conns_.end()) {
-    auto node = nodes_.find(it->second);
-    if (node != nodes_.end() && node->second.conn == conn) {
-      HERD_LOG(kWarn) << "agent " << it->second << " disconnected: " << why.message();
-      node->second.conn.reset();
+  std::string node_id;
+  if (nodes_.Closed(conn.get(), &node_id)) {
+    if (!node_id.empty()) {
+      HERD_LOG(kWarn) << "agent " << node_id << " disconnected: " << why.message();
     }
-    agent_conns_.erase(it);
     return;
   }
-  for (auto& [id, run] : jobs_) {
-    std::erase_if(run.subs, [&](const Subscriber& s) {
-      auto c = s.conn.lock();
-      return !c || c == conn;
-    });
-  }
+  fanout_.Dropped(conn);
 }
 
 void Head::SendToAgent(const std::string& node_id, const HeadToAgent& msg) {
-  auto it = nodes_.find(node_id);
-  if (it == nodes_.end() || !it->second.conn) {
+  NodeEntry* node = nodes_.Find(node_id);
+  if (!node || !node->conn) {
     HERD_LOG(kWarn) << "node " << node_id << " is not connected; message kept for re-registration";
     return;
   }
-  it->second.conn->Send(proto::Encode(msg));
+  node->conn->Send(proto::Encode(msg));
 }
 
 void Head::SendToClient(const ConnPtr& conn, uint64_t request_id, HeadToClient msg) {
@@ -239,37 +235,36 @@ void Head::HandleAgent(const ConnPtr& conn, const AgentToHead& msg) {
     HandleRegister(conn, msg.register_());
     return;
   }
-  auto node = RegisteredNode(conn);
-  if (node == nodes_.end()) return;
-  node->second.last_seen = Clock::now();
+  NodeEntry* node = RegisteredNode(conn);
+  if (!node) return;
+  nodes_.Heard(*node);
+  const std::string& node_id = node->info.node_id();
   switch (msg.msg_case()) {
     case AgentToHead::kHeartbeat:
       break;
     case AgentToHead::kStarted:
-      if (RunsOn(node->first, msg.started().key())) HandleStarted(msg.started());
+      if (RunsOn(node_id, msg.started().key())) HandleStarted(msg.started());
       break;
     case AgentToHead::kOutput:
-      if (RunsOn(node->first, msg.output().key())) HandleOutput(msg.output());
+      if (RunsOn(node_id, msg.output().key())) HandleOutput(msg.output());
       break;
     case AgentToHead::kExited:
-      if (RunsOn(node->first, msg.exited().key())) HandleExited(msg.exited());
+      if (RunsOn(node_id, msg.exited().key())) HandleExited(msg.exited());
       break;
     default:
       HERD_LOG(kWarn) << "ignoring unknown agent message";
   }
 }
 
-std::map<std::string, Head::NodeEntry>::iterator Head::RegisteredNode(const ConnPtr& conn) {
-  auto it = agent_conns_.find(conn.get());
-  if (it == agent_conns_.end()) {
+NodeEntry* Head::RegisteredNode(const ConnPtr& conn) {
+  bool registered = false;
+  NodeEntry* node = nodes_.RegisteredOn(conn.get(), &registered);
+  if (!registered) {
     HERD_LOG(kError) << "dropping agent " << conn->peer().common_name
                      << ": message before registration";
     conn->Close();
-    return nodes_.end();
   }
-  auto node = nodes_.find(it->second);
-  if (node == nodes_.end() || node->second.conn != conn) return nodes_.end();  // fenced: stale
-  return node;
+  return node;  // null for a fenced-out (stale) connection too
 }
 
 bool Head::RunsOn(const std::string& node_id, const ProcessKey& key) {
@@ -313,28 +308,13 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
                      << conn->peer().remote_address << ": " << proven.message();
     return reject(proven.message());
   }
-  NodeEntry& node = nodes_[id];
-  if (reg.incarnation() < node.incarnation) {
-    return reject("stale agent: incarnation " + std::to_string(reg.incarnation()) + " < " +
-                  std::to_string(node.incarnation));
-  }
-  if (node.conn && node.conn != conn) {
-    HERD_LOG(kInfo) << "agent " << id << " re-registered (incarnation " << reg.incarnation()
-                    << "); dropping its old connection";
-    agent_conns_.erase(node.conn.get());
-    node.conn->Close();
-  }
-  bool was_alive = node.alive;
+  if (auto stale = nodes_.WhyStale(id, reg.incarnation())) return reject(*stale);
   // A higher incarnation is a new agent process. It adopts what the old one supervised (its
   // persisted process table) and reports it in running[]; a process it does not report was lost.
-  bool agent_restarted = node.incarnation != 0 && reg.incarnation() > node.incarnation;
-  node.info = reg.node();
-  ++node_info_gen_;
-  node.incarnation = reg.incarnation();
-  node.conn = conn;
-  node.last_seen = Clock::now();
-  node.alive = true;
-  agent_conns_[conn.get()] = id;
+  const NodeRegistry::Registered registered = nodes_.Register(conn, reg.node(), reg.incarnation());
+  const NodeEntry& node = *registered.node;
+  const bool was_alive = registered.was_alive;
+  const bool agent_restarted = registered.agent_restarted;
   if (auto s = store_->UpsertNode(node.info, node.incarnation); !s.ok()) {
     HERD_LOG(kError) << s.message();
   }
@@ -352,7 +332,7 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
   std::vector<int64_t> lost_jobs;
   for (auto& [job_id, run] : jobs_) {
     for (auto& [name, proc] : run.procs) {
-      if (proc.node_id != id || proc.exited) continue;
+      if (proc.node_id != id || proc.exited()) continue;
       auto p = progress.find(name);
       HeadToAgent m;
       // An agent persists a process before spawning it and its successor resolves that entry
@@ -381,7 +361,9 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
       }
       conn->Send(proto::Encode(m));
     }
-    if (run.killing) conn->Send(proto::Encode(KillJobMessage(job_id, run.rec.info.attempt())));
+    if (run.stop != JobStop::kNone) {
+      conn->Send(proto::Encode(KillJobMessage(job_id, run.rec.info.attempt())));
+    }
   }
   // Processes the agent still runs of jobs that are over here (failed while its node was lost,
   // or ended while it was away): kill them, once per job.
@@ -402,8 +384,8 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
   for (int64_t job_id : lost_jobs) {
     JobRun& run = jobs_.at(job_id);
     for (auto& [name, proc] : run.procs) {
-      if (proc.node_id == id && !proc.exited) {
-        proc.exited = true;
+      if (proc.node_id == id && !proc.exited()) {
+        proc.state = ProcState::kExited;
         proc.exit_code = limits::kKilledRankExitCode;
       }
     }
@@ -433,10 +415,11 @@ void Head::HandleStarted(const ProcessStarted& started) {
   if (!FindJobOfProcess(started.key(), &run, &proc)) return;  // stale attempt or finished job
   if (proc->started) return;                                  // idempotent re-send
   proc->started = true;
+  if (proc->state == ProcState::kSent) proc->state = ProcState::kStarted;
   proc->pid = started.pid();
   proc->label.pid = started.pid();
   proc->prefixer = std::make_unique<LinePrefixer>(PrefixFor(proc->label));
-  Journal(*run, "s " + ProcessKeyString(started.key()) + " " + std::to_string(started.pid()));
+  Journal(*run, JournalStarted{ProcessKeyString(started.key()), started.pid()});
 }
 
 void Head::HandleOutput(const ProcessOutput& out) {
@@ -460,12 +443,11 @@ void Head::HandleOutput(const ProcessOutput& out) {
   proc->prefixer->Feed(fresh, lines);
   proc->received = end;
   if (!lines.empty()) {
-    AppendLog(*run, lines,
-              "o " + ProcessKeyString(out.key()) + " " +
-                  std::to_string(proc->received - proc->prefixer->pending_bytes()));
+    const JournalOutput output{0, ProcessKeyString(out.key()),
+                               proc->received - proc->prefixer->pending_bytes()};
+    AppendLog(*run, lines, &output);
   }
-  if (proc->exit_waiting_for_output && proc->received >= proc->exit.output_bytes()) {
-    proc->exit_waiting_for_output = false;
+  if (proc->state == ProcState::kExitPending && proc->received >= proc->exit.output_bytes()) {
     ProcessExit(*run, *proc);
   }
 }
@@ -473,13 +455,13 @@ void Head::HandleOutput(const ProcessOutput& out) {
 void Head::HandleExited(const ProcessExited& exited) {
   JobRun* run;
   ProcEntry* proc;
-  if (!FindJobOfProcess(exited.key(), &run, &proc) || proc->exited) return;
+  if (!FindJobOfProcess(exited.key(), &run, &proc) || proc->exited()) return;
   proc->exit = exited;
   if (!proc->prefixer) {  // never started (spawn error): label without pid
     proc->prefixer = std::make_unique<LinePrefixer>(PrefixFor(proc->label));
   }
   if (exited.output_bytes() > proc->received) {
-    proc->exit_waiting_for_output = true;
+    proc->state = ProcState::kExitPending;
     HeadToAgent m;
     *m.mutable_resend()->mutable_key() = exited.key();
     m.mutable_resend()->set_from_offset(proc->received);
@@ -490,34 +472,9 @@ void Head::HandleExited(const ProcessExited& exited) {
 }
 
 void Head::CheckNodes() {
-  auto now = Clock::now();
-  if (now - last_check_ > limits::kNodeCheckInterval + limits::kHeadStallAfter) {
-    // The head did not run for a while: the silence it measured is its own. Connected nodes get a
-    // fresh window; their agents, which may have dropped the connection meanwhile, re-register.
-    HERD_LOG(kWarn)
-        << "the head did not run for "
-        << std::chrono::duration_cast<std::chrono::milliseconds>(now - last_check_).count()
-        << " ms; giving every agent " << limits::kNodeLostAfter.count()
-        << " ms to be heard from again";
-    for (auto& [id, node] : nodes_) {
-      if (node.alive) node.last_seen = now;
-    }
-  }
-  last_check_ = now;
-  std::vector<std::string> lost;
-  for (auto& [id, node] : nodes_) {
-    if (!node.alive) continue;
-    if (now - node.last_seen > limits::kNodeLostAfter) {
-      if (node.conn) {
-        agent_conns_.erase(node.conn.get());
-        node.conn->Close();
-        node.conn.reset();
-      }
-      lost.push_back(id);
-    }
-  }
+  const std::vector<std::string> lost = nodes_.CheckLiveness();
   for (const auto& id : lost) NodeLost(id);
-  CheckAutostop();
+  autostop_.Check(!jobs_.empty());
   check_timer_.expires_after(limits::kNodeCheckInterval);
   auto alive = alive_;
   check_timer_.async_wait([this, alive](boost::system::error_code ec) {
@@ -528,11 +485,11 @@ void Head::CheckNodes() {
 void Head::NodeLost(const std::string& node_id) {
   HERD_LOG(kError) << "node " << node_id << " lost: no message for "
                    << limits::kNodeLostAfter.count() << " ms";
-  nodes_[node_id].alive = false;
+  nodes_.MarkLost(node_id);
   std::vector<int64_t> failed;
   for (auto& [job_id, run] : jobs_) {
     for (auto& [name, proc] : run.procs) {
-      if (proc.node_id == node_id && !proc.exited) {
+      if (proc.node_id == node_id && !proc.exited()) {
         failed.push_back(job_id);
         break;
       }
@@ -540,11 +497,11 @@ void Head::NodeLost(const std::string& node_id) {
   }
   for (int64_t id : failed) {
     auto& run = jobs_.at(id);
-    if (run.cancel_requested) {
+    if (run.stop == JobStop::kCancelling) {
       // Cancelled before its node was lost: it ends CANCELLED, as the user asked.
       for (auto& [name, proc] : run.procs) {
-        if (proc.node_id == node_id && !proc.exited) {
-          proc.exited = true;
+        if (proc.node_id == node_id && !proc.exited()) {
+          proc.state = ProcState::kExited;
           proc.exit_code = limits::kKilledRankExitCode;
         }
       }
@@ -553,8 +510,8 @@ void Head::NodeLost(const std::string& node_id) {
     }
     std::string ranks;
     for (auto& [name, proc] : run.procs) {
-      if (proc.node_id == node_id && !proc.exited) {
-        proc.exited = true;
+      if (proc.node_id == node_id && !proc.exited()) {
+        proc.state = ProcState::kExited;
         proc.exit_code = limits::kKilledRankExitCode;
         ranks += (ranks.empty() ? "" : ", ") +
                  std::string(proc.label.setup ? "setup rank " : "rank ") +
@@ -569,7 +526,7 @@ void Head::NodeLost(const std::string& node_id) {
     // The other nodes' processes die now; the lost node's, if it comes back, when it registers
     // again (HandleRegister kills what it still runs of jobs that are over).
     KillJobProcesses(run);
-    Finalize(id, run.in_setup ? JOB_STATE_FAILED_SETUP : JOB_STATE_FAILED,
+    Finalize(id, LostNodeState(run.phase),
              "ERROR: Job " + std::to_string(id) + " failed: node " + node_id + " (" + ranks +
                  ") was lost: no message from it for " +
                  std::to_string(limits::kNodeLostAfter.count() / 1000) + " s");
@@ -578,48 +535,13 @@ void Head::NodeLost(const std::string& node_id) {
 }
 
 void Head::HandleLeaving(const ConnPtr& conn, const Leaving& leaving) {
-  auto node = RegisteredNode(conn);
-  if (node == nodes_.end()) return;
-  NodeEntry& n = node->second;
-  n.last_seen = Clock::now();
-  n.left = true;
-  n.left_incarnation = n.incarnation;
-  // Cut at a character boundary: a string field must stay valid UTF-8 for NodesReply to parse.
-  std::size_t keep = std::min(leaving.reason().size(), limits::kMaxLeaveReasonBytes);
-  while (keep > 0 && keep < leaving.reason().size() &&
-         (static_cast<unsigned char>(leaving.reason()[keep]) & 0xC0) == 0x80) {
-    --keep;
-  }
-  n.left_reason = leaving.reason().substr(0, keep);
-  n.left_unix_ms = NowUnixMs();
+  NodeEntry* node = RegisteredNode(conn);
+  if (!node) return;
+  nodes_.Leaving(*node, leaving.reason());
   // Its connection closes next (OnClose); its processes fail only if it is not back in time
   // (CheckNodes), as for any silent node: a restart is a stop and a start.
-  HERD_LOG(kWarn) << "node " << node->first << " is stopping: " << n.left_reason
+  HERD_LOG(kWarn) << "node " << node->info.node_id() << " is stopping: " << node->left_reason
                   << "; nothing restarts its agent but " << RestartCommand();
-}
-
-bool Head::IsLost(const NodeEntry& node) const {
-  return !node.alive &&
-         Clock::now() - std::max(node.last_seen, started_at_) >= limits::kNodeLostAfter;
-}
-
-NodeHealth Head::HealthOf(const NodeEntry& node) const {
-  NodeHealth h;
-  if (node.alive && node.conn) {
-    h.set_condition(NODE_CONDITION_UP);
-    return h;
-  }
-  h.set_silent_ms(std::chrono::duration_cast<std::chrono::milliseconds>(
-                      Clock::now() - std::max(node.last_seen, started_at_))
-                      .count());
-  if (node.left && node.left_incarnation == node.incarnation) {
-    h.set_condition(NODE_CONDITION_STOPPED);
-    h.set_stopped_reason(node.left_reason);
-    h.set_stopped_unix_ms(node.left_unix_ms);
-  } else {
-    h.set_condition(IsLost(node) ? NODE_CONDITION_LOST : NODE_CONDITION_RECONNECTING);
-  }
-  return h;
 }
 
 std::string Head::RestartCommand() const { return "`herd start " + options_.cluster + "`"; }
@@ -630,9 +552,9 @@ std::optional<std::string> Head::WhyNeedsLostNodes(const TaskSpec& spec, std::st
   const JobDemand d = DemandOf(0, spec);
   int present = 0;
   std::vector<const NodeEntry*> lost;
-  for (const NodeEntry* node : NodeOrder()) {
+  for (const NodeEntry* node : nodes_.Order()) {
     if (!sched::RankFits(d, node->info, node->info.cpus(), node->info.gpu_count())) continue;
-    if (IsLost(*node)) {
+    if (nodes_.IsLost(*node)) {
       lost.push_back(node);
     } else {
       ++present;
@@ -652,7 +574,7 @@ std::optional<std::string> Head::WhyNeedsLostNodes(const TaskSpec& spec, std::st
                     std::to_string(present) + " of those that could hold it " +
                     (present == 1 ? "is" : "are") + " up; ";
   for (std::size_t i = 0; i < lost.size(); ++i) {
-    const NodeHealth h = HealthOf(*lost[i]);
+    const NodeHealth h = nodes_.HealthOf(*lost[i]);
     why += (i ? "; " : "") + lost[i]->info.node_id() + " is " +
            (h.condition() == NODE_CONDITION_STOPPED ? "stopped (" + lost[i]->left_reason + ", "
                                                     : "lost (") +
@@ -737,9 +659,7 @@ void Head::Submit(const ConnPtr& conn, uint64_t request_id, const SubmitJob& sub
   fs::create_directories(dir, ec);
   JobRun& run = jobs_[*id];
   run.rec = rec;
-  run.fd = ::open(rec.info.log_path().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (run.fd < 0) {
-    Status s = ErrnoError("cannot create " + rec.info.log_path(), errno);
+  if (Status s = run.log.Open(fanout_, *id, rec.info.log_path()); !s.ok()) {
     jobs_.erase(*id);
     return ReplyError(conn, request_id, s);
   }
@@ -756,39 +676,17 @@ std::optional<std::string> Head::WhyNeverFits(const TaskSpec& spec) {
   const JobDemand d = DemandOf(0, spec);
   // Counted in place; the copies WhyInfeasible words its reason from are made only if short.
   int capable = 0;
-  for (const auto& [id, node] : nodes_) {
+  for (const auto& [id, node] : nodes_.nodes()) {
     if (sched::RankFits(d, node.info, node.info.cpus(), node.info.gpu_count())) ++capable;
   }
   if (capable >= d.num_nodes) return std::nullopt;
   std::vector<NodeInfo> infos;
   std::vector<bool> lost;
-  for (const NodeEntry* node : NodeOrder()) {
+  for (const NodeEntry* node : nodes_.Order()) {
     infos.push_back(node->info);
-    lost.push_back(!node->alive || node->conn == nullptr);
+    lost.push_back(!NodeRegistry::Up(*node));
   }
   return sched::WhyInfeasible(d, infos, lost);
-}
-
-Status Head::ReplayLog(const ConnPtr& conn, uint64_t request_id, int64_t job_id,
-                       const std::string& path, uint64_t from, uint64_t to) {
-  if (from >= to) return Status::Ok();
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("cannot read " + path, errno);
-  std::string buf(limits::kLogReplayChunkBytes, '\0');
-  uint64_t off = from;
-  while (off < to) {
-    std::size_t want = std::min<uint64_t>(buf.size(), to - off);
-    ssize_t n = ::pread(fd, buf.data(), want, static_cast<off_t>(off));
-    if (n <= 0) break;
-    HeadToClient msg;
-    msg.mutable_log_data()->set_job_id(job_id);
-    msg.mutable_log_data()->set_offset(off);
-    msg.mutable_log_data()->set_data(buf.data(), static_cast<std::size_t>(n));
-    SendToClient(conn, request_id, std::move(msg));
-    off += static_cast<uint64_t>(n);
-  }
-  ::close(fd);
-  return Status::Ok();
 }
 
 void Head::Subscribe(const ConnPtr& conn, uint64_t request_id, const herd::v1::Subscribe& sub) {
@@ -800,72 +698,14 @@ void Head::Subscribe(const ConnPtr& conn, uint64_t request_id, const herd::v1::S
     if (job_id == 0) return ReplyError(conn, request_id, NotFound("no job has been submitted"));
   }
   // The job's state first (the client prints its banner from it), then the log from the offset.
-  auto send_status = [&](const JobInfo& info, bool eos) {
-    SendToClient(conn, request_id, JobStatusReply(info, eos));
-  };
   auto active = jobs_.find(job_id);
   if (active != jobs_.end()) {
     JobRun& run = active->second;
-    send_status(run.rec.info, false);
-    if (run.fd < 0) {
-      // run.log is not being written (full disk): what it has goes out now, then live bytes.
-      if (auto s = ReplayLog(conn, request_id, job_id, run.rec.info.log_path(), sub.offset(),
-                             run.log_size);
-          !s.ok()) {
-        return ReplyError(conn, request_id, s);
-      }
-      if (sub.follow()) {
-        run.subs.push_back({conn, request_id, run.log_size});
-      } else {
-        send_status(run.rec.info, true);
-      }
-      return;
-    }
-    if (sub.follow()) {
-      // Starts behind by what run.log already has: CatchUp serves that, paced, then it follows.
-      const uint64_t from = std::min<uint64_t>(sub.offset(), run.log_size);
-      run.subs.push_back({conn, request_id, from, from < run.log_size});
-      CatchUp();
-      return;
-    }
-    return StartReplay(
-        {conn, request_id, run.rec.info.log_path(), sub.offset(), run.log_size, run.rec.info});
+    return fanout_.Subscribe(run.log, run.rec.info, conn, request_id, sub.offset(), sub.follow());
   }
   auto rec = store_->GetJob(job_id);
   if (!rec.ok()) return ReplyError(conn, request_id, rec.status());
-  send_status(rec->info, false);
-  std::error_code ec;
-  uint64_t size = fs::file_size(rec->info.log_path(), ec);
-  if (ec) size = 0;
-  StartReplay({conn, request_id, rec->info.log_path(), sub.offset(), size, rec->info});
-}
-
-void Head::StartReplay(Replay replay) {
-  // The first part goes out now (an unreadable log: the client hears why now, from PumpReplay).
-  if (PumpReplay(replay)) return;
-  replays_.push_back(std::move(replay));
-  CatchUp();
-}
-
-bool Head::PumpReplay(Replay& replay) {
-  auto conn = replay.conn.lock();
-  if (!conn) return true;
-  if (replay.next < replay.end) {
-    if (conn->queued_bytes() > options_.subscriber_lag_bytes / 4) return false;
-    const uint64_t to =
-        std::min<uint64_t>(replay.end, replay.next + options_.subscriber_lag_bytes / 2);
-    if (auto s = ReplayLog(conn, replay.request_id, replay.final_info.job_id(), replay.path,
-                           replay.next, to);
-        !s.ok()) {
-      HERD_LOG(kError) << "job " << replay.final_info.job_id() << ": " << s.message();
-      ReplyError(conn, replay.request_id, s);
-      return true;
-    }
-    replay.next = to;
-    if (replay.next < replay.end) return false;
-  }
-  SendToClient(conn, replay.request_id, JobStatusReply(replay.final_info, true));
-  return true;
+  fanout_.SubscribeEnded(rec->info, conn, request_id, sub.offset());
 }
 
 void Head::Queue(const ConnPtr& conn, uint64_t request_id, const QueueRequest& req) {
@@ -916,18 +756,18 @@ void Head::Cancel(const ConnPtr& conn, uint64_t request_id, const CancelRequest&
       Finalize(id, JOB_STATE_CANCELLED, "");
       continue;
     }
-    run.cancel_requested = true;
+    run.stop = JobStop::kCancelling;
     KillJobProcesses(run);
     // A cancel is the user's decision: a rank whose agent is away does not hold the job open.
     // It counts as killed now; the job is over by the time its agent returns, and the agent is
     // then told to kill what it still runs of it (HandleRegister).
     for (auto& [name, proc] : run.procs) {
-      auto node = nodes_.find(proc.node_id);
-      if (proc.exited || (node != nodes_.end() && node->second.conn)) continue;
+      const NodeEntry* node = nodes_.Find(proc.node_id);
+      if (proc.exited() || (node && node->conn)) continue;
       HERD_LOG(kWarn) << "job " << id << ": " << (proc.label.setup ? "setup rank " : "rank ")
                       << proc.label.rank << " on " << proc.node_id
                       << ", whose agent is away, is killed when the agent returns";
-      proc.exited = true;
+      proc.state = ProcState::kExited;
       proc.exit_code = limits::kKilledRankExitCode;
     }
     MaybeAdvance(run);
@@ -936,89 +776,23 @@ void Head::Cancel(const ConnPtr& conn, uint64_t request_id, const CancelRequest&
   Schedule();
 }
 
-std::vector<NodeInfo> Head::OrderedNodes(bool alive_only) const {
-  std::vector<NodeInfo> out;
-  for (const auto& [id, node] : nodes_) {
-    if (!alive_only || (node.alive && node.conn)) out.push_back(node.info);
-  }
-  SortClusterOrder(out);
-  return out;
-}
-
-const std::vector<Head::NodeEntry*>& Head::NodeOrder() {
-  if (node_order_gen_ == node_info_gen_ && node_order_.size() == nodes_.size()) return node_order_;
-  std::vector<NodeInfo> sorted = OrderedNodes(false);
-  node_order_.clear();
-  sched_nodes_.clear();
-  for (auto& info : sorted) {
-    node_order_.push_back(&nodes_.at(info.node_id()));
-    NodeState s;
-    s.info = std::move(info);
-    sched_nodes_.push_back(std::move(s));
-  }
-  node_order_gen_ = node_info_gen_;
-  return node_order_;
-}
-
 void Head::Nodes(const ConnPtr& conn, uint64_t request_id) {
   HeadToClient reply;
   reply.mutable_nodes_reply();  // set even before any node registered
-  for (const auto& n : OrderedNodes(false)) {
+  for (const auto& n : nodes_.OrderedInfos(false)) {
     *reply.mutable_nodes_reply()->add_nodes() = n;
-    const auto& e = nodes_.at(n.node_id());
-    reply.mutable_nodes_reply()->add_alive(e.alive && e.conn != nullptr);
-    *reply.mutable_nodes_reply()->add_health() = HealthOf(e);
+    const NodeEntry& e = *nodes_.Find(n.node_id());
+    reply.mutable_nodes_reply()->add_alive(NodeRegistry::Up(e));
+    *reply.mutable_nodes_reply()->add_health() = nodes_.HealthOf(e);
   }
   SendToClient(conn, request_id, std::move(reply));
 }
 
 void Head::SetAutostop(const ConnPtr& conn, uint64_t request_id, const herd::v1::SetAutostop& req) {
-  if (req.idle_minutes() >= 0 && req.command().empty()) {
-    return ReplyError(conn, request_id, InvalidArgument("autostop needs a command"));
-  }
-  std::string path = options_.state_dir + "/autostop.pb";
-  if (auto s = WriteFileAtomic(path, req.SerializeAsString(), 0644); !s.ok()) {
-    return ReplyError(conn, request_id, s);
-  }
-  autostop_ = req;
-  autostop_fired_ = false;
-  last_busy_ = Clock::now();  // the idle time counts from now
-  HERD_LOG(kInfo) << "autostop "
-                  << (req.idle_minutes() < 0
-                          ? "off"
-                          : "after " + std::to_string(req.idle_minutes()) + " idle minute(s)" +
-                                (req.down() ? " (down)" : ""));
+  if (Status s = autostop_.Set(req); !s.ok()) return ReplyError(conn, request_id, s);
   HeadToClient reply;
   reply.mutable_autostop_reply()->set_idle_minutes(req.idle_minutes());
   SendToClient(conn, request_id, std::move(reply));
-}
-
-void Head::CheckAutostop() {
-  if (!jobs_.empty()) last_busy_ = Clock::now();
-  if (autostop_.idle_minutes() < 0 || autostop_fired_) return;
-  if (Clock::now() - last_busy_ < std::chrono::minutes(autostop_.idle_minutes())) return;
-  autostop_fired_ = true;
-  HERD_LOG(kInfo) << "idle for " << autostop_.idle_minutes()
-                  << " minute(s): running autostop: " << autostop_.command();
-  // In a session of its own: stopping the cluster stops this agent too.
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
-  posix_spawn_file_actions_t files;
-  posix_spawn_file_actions_init(&files);
-  std::string log = options_.state_dir + "/autostop.log";
-  posix_spawn_file_actions_addopen(&files, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&files, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&files, 1, 2);
-  std::string cmd = autostop_.command();
-  char* argv[] = {const_cast<char*>("/bin/sh"), const_cast<char*>("-c"), cmd.data(), nullptr};
-  pid_t pid = 0;
-  int rc = posix_spawn(&pid, "/bin/sh", &files, &attr, argv, environ);
-  posix_spawn_file_actions_destroy(&files);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) {
-    HERD_LOG(kError) << "autostop: cannot run /bin/sh: " << std::strerror(rc);
-  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1034,9 +808,8 @@ void Head::Recover() {
     int64_t id = rec.info.job_id();
     JobRun& run = jobs_[id];
     run.rec = rec;
-    run.fd = ::open(rec.info.log_path().c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    struct stat st {};
-    if (run.fd >= 0 && ::fstat(run.fd, &st) == 0) run.log_size = static_cast<uint64_t>(st.st_size);
+    // One that cannot be opened is not restored (RestoreRun) and ends FAILED_DRIVER.
+    static_cast<void>(run.log.Open(fanout_, id, rec.info.log_path(), /*resume=*/true));
     if (rec.info.state() != JOB_STATE_PENDING && !RestoreRun(run)) {
       // No journal (a job of an older head): its processes cannot be followed again.
       orphaned_.emplace_back(id, rec.info.attempt());
@@ -1062,7 +835,7 @@ void Head::ResumeRestored(JobRun& run) {
   for (std::size_t r = 0; setup_whole && r < setup.size(); ++r) {
     setup_whole = setup[r]->label.rank == static_cast<int>(r);
   }
-  if (run.in_setup && !setup_whole) {
+  if (run.phase == JobPhase::kSetup && !setup_whole) {
     // Died while journaling the setup processes: a node has no record, so whether it got its
     // setup is unknown (and the phase would end without it). Fail clearly rather than guess.
     KillJobProcesses(run);
@@ -1074,7 +847,7 @@ void Head::ResumeRestored(JobRun& run) {
                  " setup processes recorded)");
     return;
   }
-  if (run.in_setup && setup_whole) {
+  if (run.phase == JobPhase::kSetup && setup_whole) {
     // Setup processes journaled but not confirmed started may not have reached their agents:
     // rebuild their StartProcess (the journal has every setup node's rank and ip, so the cluster
     // of that moment), for Register to send it to an agent that does not report it. With a setup
@@ -1089,13 +862,13 @@ void Head::ResumeRestored(JobRun& run) {
     ctx.user = run.rec.info.user();
     ctx.spec = &run.rec.spec;
     for (const ProcEntry* proc : setup) ctx.cluster_ips.push_back(proc->label.ip);
-    for (const auto& g : run.gang) ctx.gang_ips.push_back(nodes_.at(g).info.addresses(0));
+    for (const auto& g : run.gang) ctx.gang_ips.push_back(nodes_.nodes().at(g).info.addresses(0));
     for (const auto& g : run.rec.info.rank_gpus()) {
       ctx.gang_gpus.emplace_back(g.indices().begin(), g.indices().end());
     }
     int rebuilt = 0;
     for (ProcEntry* proc : setup) {
-      if (proc->started || proc->exited || !proc->start.script().empty()) continue;
+      if (proc->started || proc->exited() || !proc->start.script().empty()) continue;
       ++rebuilt;
       StartProcess& sp = proc->start;  // key and log name from the journal
       sp.set_script(run.rec.spec.setup());
@@ -1112,21 +885,22 @@ void Head::ResumeRestored(JobRun& run) {
   bool phase_over = true;
   std::set<int> run_ranks;
   bool run_incomplete = false;  // a run process never started, known only from the journal
+  const bool in_setup = run.phase == JobPhase::kSetup;
   for (const auto& [name, proc] : run.procs) {
-    if (proc.label.setup == run.in_setup && !proc.exited) phase_over = false;
+    if (proc.label.setup == in_setup && !proc.exited()) phase_over = false;
     if (proc.label.setup) continue;
     run_ranks.insert(proc.label.rank);
-    run_incomplete = run_incomplete || (!proc.started && !proc.exited);
+    run_incomplete = run_incomplete || (!proc.started && !proc.exited());
   }
-  if (!run.in_setup && (run_ranks.size() < run.gang.size() || run_incomplete)) {
+  if (!in_setup && (run_ranks.size() < run.gang.size() || run_incomplete)) {
     // RUNNING, but not every run process was journaled, or one may not have been sent: start
     // the phase again; it rebuilds every rank's StartProcess, and the agents report what they
     // already run (a rank is started once).
     HERD_LOG(kInfo) << "job " << id << ": the head restarted while starting its run; resuming";
-    StartPhase(run, false);
+    StartPhase(run, JobPhase::kRun);
   } else if (phase_over) {
     HERD_LOG(kInfo) << "job " << id << ": the head restarted after its "
-                    << (run.in_setup ? "setup" : "run") << " ended; moving on";
+                    << (in_setup ? "setup" : "run") << " ended; moving on";
     MaybeAdvance(run);
   } else {
     return;
@@ -1135,111 +909,76 @@ void Head::ResumeRestored(JobRun& run) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;  // ended
   for (const auto& [name, proc] : it->second.procs) {
-    NodeEntry& node = nodes_[proc.node_id];
-    if (!proc.exited && !node.alive) {
-      node.alive = true;
-      node.last_seen = Clock::now();
-    }
+    nodes_[proc.node_id];  // known from now on, as every node of a job is
+    if (!proc.exited()) nodes_.ExpectBack(proc.node_id);
   }
 }
 
-void Head::Journal(JobRun& run, const std::string& line) {
-  if (run.journal_fd < 0) {
-    std::string path = (fs::path(run.rec.info.log_path()).parent_path() / "run.journal").string();
-    run.journal_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (run.journal_fd < 0) {
-      HERD_LOG(kError) << "cannot open " << path << ": " << std::strerror(errno) << "; job "
-                       << run.rec.info.job_id() << " would not survive a head restart";
-      return;
-    }
-  }
-  std::string l = line + "\n";
-  // One write per record: a head killed mid-way leaves whole lines (a torn last one is ignored).
-  if (::write(run.journal_fd, l.data(), l.size()) != static_cast<ssize_t>(l.size())) {
-    HERD_LOG(kError) << "cannot append to the journal of job " << run.rec.info.job_id() << ": "
-                     << std::strerror(errno);
+void Head::Journal(JobRun& run, const JournalRecord& record) {
+  if (Status s = run.journal.Append(JournalPathFor(run.rec.info.log_path()), record); !s.ok()) {
+    HERD_LOG(kError) << "job " << run.rec.info.job_id() << ": " << s.message()
+                     << "; the job would not survive a head restart";
   }
 }
 
 bool Head::RestoreRun(JobRun& run) {
   const int64_t id = run.rec.info.job_id();
-  std::string path = (fs::path(run.rec.info.log_path()).parent_path() / "run.journal").string();
-  std::ifstream in(path);
-  if (!in) return false;
+  const std::string path = JournalPathFor(run.rec.info.log_path());
+  const auto records = ReadJournal(path);
+  if (!records) return false;
   uint64_t committed_size = 0;
   std::map<std::string, uint64_t> committed;
-  std::string line;
-  while (std::getline(in, line)) {
-    if (in.eof()) break;  // no '\n': torn by a crash
-    std::istringstream f(line);
-    std::string tag;
-    f >> tag;
-    if (tag == "p") {
-      int64_t job;
-      int32_t attempt;
-      int kind, rank, setup, num_nodes;
-      std::string node, ip, log_name;
-      f >> job >> attempt >> kind >> rank >> node >> setup >> num_nodes >> ip >> log_name;
-      if (!f) continue;
+  for (const JournalRecord& record : *records) {
+    if (const auto* p = std::get_if<JournalProcess>(&record)) {
       StartProcess sp;
-      sp.mutable_key()->set_job_id(job);
-      sp.mutable_key()->set_attempt(attempt);
-      sp.mutable_key()->set_kind(static_cast<ProcessKind>(kind));
-      sp.mutable_key()->set_rank(rank);
-      sp.set_log_name(log_name);
+      sp.mutable_key()->set_job_id(p->job_id);
+      sp.mutable_key()->set_attempt(p->attempt);
+      sp.mutable_key()->set_kind(static_cast<ProcessKind>(p->kind));
+      sp.mutable_key()->set_rank(p->rank);
+      sp.set_log_name(p->log_name);
       ProcEntry& proc = run.procs[ProcessKeyString(sp.key())];
       proc.start = sp;
       proc.restored = true;
-      proc.node_id = node;
-      proc.label.setup = setup != 0;
-      proc.label.rank = rank;
-      proc.label.ip = ip;
-      proc.label.num_nodes = num_nodes;
-    } else if (tag == "s") {
-      std::string key;
-      int pid = 0;
-      f >> key >> pid;
-      auto it = run.procs.find(key);
-      if (!f || it == run.procs.end()) continue;
+      proc.node_id = p->node_id;
+      proc.label.setup = p->setup;
+      proc.label.rank = p->rank;
+      proc.label.ip = p->ip;
+      proc.label.num_nodes = p->num_nodes;
+    } else if (const auto* s = std::get_if<JournalStarted>(&record)) {
+      auto it = run.procs.find(s->key);
+      if (it == run.procs.end()) continue;
       it->second.started = true;
-      it->second.pid = pid;
-      it->second.label.pid = pid;
-    } else if (tag == "o" || tag == "x") {
-      uint64_t size;
-      std::string key;
-      uint64_t value;
-      f >> size >> key >> value;
-      auto it = run.procs.find(key);
-      if (!f || it == run.procs.end()) continue;
-      committed_size = size;
-      if (tag == "o") {
-        committed[key] = value;
-      } else {
-        it->second.exited = true;
-        it->second.exit_code = static_cast<int>(value);
-        it->second.exit.set_exit_code(static_cast<int>(value));
-      }
+      if (it->second.state == ProcState::kSent) it->second.state = ProcState::kStarted;
+      it->second.pid = s->pid;
+      it->second.label.pid = s->pid;
+    } else if (const auto* o = std::get_if<JournalOutput>(&record)) {
+      if (!run.procs.count(o->key)) continue;
+      committed_size = o->log_size;
+      committed[o->key] = o->committed;
+    } else if (const auto* x = std::get_if<JournalExit>(&record)) {
+      auto it = run.procs.find(x->key);
+      if (it == run.procs.end()) continue;
+      committed_size = x->log_size;
+      it->second.state = ProcState::kExited;
+      it->second.exit_code = x->exit_code;
+      it->second.exit.set_exit_code(x->exit_code);
     }
   }
   if (run.procs.empty()) return false;
   // Whatever run.log holds beyond the last record was appended by a head that died before it
   // recorded it; it comes again from the agents.
-  if (run.fd < 0 || ::ftruncate(run.fd, static_cast<off_t>(committed_size)) != 0) return false;
-  run.log_size = committed_size;
-  run.in_setup = run.rec.info.state() == JOB_STATE_SETTING_UP;
+  if (!run.log.Truncate(committed_size)) return false;
+  run.phase = PhaseOfState(run.rec.info.state());
   for (const auto& n : run.rec.info.node_ids()) run.gang.push_back(n);
   for (auto& [key, proc] : run.procs) {
     proc.received = committed.count(key) ? committed[key] : 0;
-    if (proc.started || proc.exited) {
+    if (proc.started || proc.exited()) {
       proc.prefixer = std::make_unique<LinePrefixer>(PrefixFor(proc.label));
     }
-    if (proc.exited && proc.exit_code != 0) run.killing = true;  // fail fast was under way
+    if (proc.exited() && proc.exit_code != 0) run.stop = JobStop::kKilling;  // fail fast under way
     // A node that does not come back is lost like any other (CheckNodes).
-    NodeEntry& node = nodes_[proc.node_id];
-    if (!proc.exited && !node.alive) {
-      node.alive = true;
-      node.last_seen = Clock::now();
-    }
+    nodes_[proc.node_id];  // known from now on, as every node of a job is
+    if (!proc.exited()) nodes_.ExpectBack(proc.node_id);
   }
   HERD_LOG(kInfo) << "job " << id << " restored from " << path << ": " << run.procs.size()
                   << " process(es), run.log at " << committed_size << " bytes";
@@ -1253,10 +992,10 @@ void Head::Schedule() {
                    [](const auto& j) { return j.second.rec.info.state() == JOB_STATE_PENDING; })) {
     return;
   }
-  const std::vector<NodeEntry*>& order = NodeOrder();
-  std::vector<NodeState>& states = sched_nodes_;  // reset in place: no NodeInfo is copied
+  const std::vector<NodeEntry*>& order = nodes_.Order();
+  std::vector<NodeState>& states = nodes_.SchedStates();  // reset in place: no NodeInfo copied
   for (std::size_t i = 0; i < order.size(); ++i) {
-    states[i].alive = order[i]->alive && order[i]->conn != nullptr;
+    states[i].alive = NodeRegistry::Up(*order[i]);
     states[i].cpus_used = 0;
     states[i].gpu_used.clear();
   }
@@ -1291,8 +1030,8 @@ void Head::Schedule() {
 }
 
 void Head::NoteWaitingForLostNodes() {
-  const bool any_lost =
-      std::any_of(nodes_.begin(), nodes_.end(), [this](const auto& n) { return IsLost(n.second); });
+  const bool any_lost = std::any_of(nodes_.nodes().begin(), nodes_.nodes().end(),
+                                    [this](const auto& n) { return nodes_.IsLost(n.second); });
   for (auto& [id, run] : jobs_) {
     if (run.rec.info.state() != JOB_STATE_PENDING) continue;
     std::string names;
@@ -1334,14 +1073,15 @@ void Head::StartJob(JobRun& run, const Placement& placement) {
   }
   HERD_LOG(kInfo) << "job " << run.rec.info.job_id() << " placed on " << gang.size() << " node(s)"
                   << gpus;
-  StartPhase(run, !run.rec.spec.setup().empty());
+  StartPhase(run, run.rec.spec.setup().empty() ? JobPhase::kRun : JobPhase::kSetup);
 }
 
-void Head::StartPhase(JobRun& run, bool setup) {
+void Head::StartPhase(JobRun& run, JobPhase phase) {
   const int64_t id = run.rec.info.job_id();
   const int32_t attempt = run.rec.info.attempt();
-  run.in_setup = setup;
-  run.rec.info.set_state(setup ? JOB_STATE_SETTING_UP : JOB_STATE_RUNNING);
+  const bool setup = phase == JobPhase::kSetup;
+  run.phase = phase;
+  run.rec.info.set_state(StateOfPhase(phase));
   PersistAndNotify(run, false);
   if (!setup) CrashPoint("head-run-persisted");
 
@@ -1349,8 +1089,8 @@ void Head::StartPhase(JobRun& run, bool setup) {
   // phase does not walk every node of a large cluster.
   std::vector<const NodeInfo*> cluster;
   if (setup) {
-    for (const NodeEntry* n : NodeOrder()) {
-      if (n->alive && n->conn) cluster.push_back(&n->info);
+    for (const NodeEntry* n : nodes_.Order()) {
+      if (NodeRegistry::Up(*n)) cluster.push_back(&n->info);
     }
   }
   JobEnvContext ctx;
@@ -1366,7 +1106,7 @@ void Head::StartPhase(JobRun& run, bool setup) {
   ctx.user = run.rec.info.user();
   ctx.spec = &run.rec.spec;
   for (const NodeInfo* n : cluster) ctx.cluster_ips.push_back(n->addresses(0));
-  for (const auto& g : run.gang) ctx.gang_ips.push_back(nodes_.at(g).info.addresses(0));
+  for (const auto& g : run.gang) ctx.gang_ips.push_back(nodes_.nodes().at(g).info.addresses(0));
   for (const auto& g : run.rec.info.rank_gpus()) {
     ctx.gang_gpus.emplace_back(g.indices().begin(), g.indices().end());
   }
@@ -1403,13 +1143,10 @@ void Head::StartPhase(JobRun& run, bool setup) {
     proc.node_id = node_id;
     proc.label.setup = setup;
     proc.label.rank = rank;
-    proc.label.ip = nodes_.at(node_id).info.addresses(0);
+    proc.label.ip = nodes_.nodes().at(node_id).info.addresses(0);
     proc.label.num_nodes = static_cast<int>(setup ? cluster.size() : run.gang.size());
-    Journal(run, "p " + std::to_string(id) + " " + std::to_string(attempt) + " " +
-                     std::to_string(static_cast<int>(sp->key().kind())) + " " +
-                     std::to_string(rank) + " " + node_id + " " + std::to_string(setup) + " " +
-                     std::to_string(proc.label.num_nodes) + " " + proc.label.ip + " " +
-                     sp->log_name());
+    Journal(run, JournalProcess{id, attempt, static_cast<int>(sp->key().kind()), rank, node_id,
+                                setup, proc.label.num_nodes, proc.label.ip, sp->log_name()});
     if (rank + 1 == static_cast<int>(targets.size())) {
       CrashPoint(setup ? "head-setup-journaled" : "head-run-journaled");
     } else if (setup && rank == 0) {
@@ -1420,11 +1157,11 @@ void Head::StartPhase(JobRun& run, bool setup) {
 }
 
 void Head::ProcessExit(JobRun& run, ProcEntry& proc) {
-  proc.exited = true;
+  proc.state = ProcState::kExited;
   proc.exit_code = proc.exit.exit_code();
   HERD_LOG(kInfo) << "job " << run.rec.info.job_id() << " " << (proc.label.setup ? "setup" : "run")
                   << " rank " << proc.label.rank << " on " << proc.node_id << " exited "
-                  << proc.exit_code << (run.killing ? " (after kill)" : "");
+                  << proc.exit_code << (run.stop != JobStop::kNone ? " (after kill)" : "");
   if (proc.prefixer) {
     std::string tail;
     proc.prefixer->Flush(tail);
@@ -1436,13 +1173,15 @@ void Head::ProcessExit(JobRun& run, ProcEntry& proc) {
       tail += PrefixFor(proc.label) + "herd: " + proc.exit.output_error() + "\n";
     if (!tail.empty()) AppendLog(run, tail);
   }
-  if (!proc.exit.output_error().empty() && !run.killing && run.driver_error.empty()) {
+  if (!proc.exit.output_error().empty() && run.stop == JobStop::kNone && run.driver_error.empty()) {
     run.driver_error = "ERROR: Job " + std::to_string(run.rec.info.job_id()) + " failed: node " +
                        proc.node_id + " (" + (proc.label.setup ? "setup, " : "") + "rank " +
                        std::to_string(proc.label.rank) +
                        ") could not store its output and was stopped: " + proc.exit.output_error();
   }
-  if (proc.exit_code != 0 && !run.killing) {
+  const RankExitStep step = OnRankExit(proc.exit_code, run.stop);
+  proc.exit_code = step.exit_code;
+  if (step.fail_fast) {
     // Fail fast: the first non-zero exit kills every other process of the job.
     if (!proc.label.setup && run.rec.info.first_failed_rank() < 0) {
       run.rec.info.set_first_failed_rank(proc.label.rank);
@@ -1452,58 +1191,39 @@ void Head::ProcessExit(JobRun& run, ProcEntry& proc) {
       run.rec.info.set_first_failed_node(proc.node_id);
     }
     KillJobProcesses(run);
-  } else if (proc.exit_code != 0 && run.killing) {
-    proc.exit_code = limits::kKilledRankExitCode;  // killed by herd, as SkyPilot reports it
   }
-  Journal(run, "x " + std::to_string(run.log_size) + " " + ProcessKeyString(proc.start.key()) +
-                   " " + std::to_string(proc.exit_code));
+  Journal(run, JournalExit{run.log.size(), ProcessKeyString(proc.start.key()), proc.exit_code});
   MaybeAdvance(run);
 }
 
 void Head::MaybeAdvance(JobRun& run) {
-  const int64_t id = run.rec.info.job_id();
+  PhaseCheck check;
+  check.job_id = run.rec.info.job_id();
+  check.phase = run.phase;
+  check.stop = run.stop;
+  check.driver_error = run.driver_error;
+  check.first_failed_rank = run.rec.info.first_failed_rank();
+  check.first_failed_node = run.rec.info.first_failed_node();
+  const bool in_setup = run.phase == JobPhase::kSetup;
   for (const auto& [name, proc] : run.procs) {
-    if (proc.label.setup == run.in_setup && !proc.exited) return;  // phase not over
-  }
-  // procs is ordered by key string; order the codes by rank.
-  std::vector<std::pair<int, int>> by_rank;
-  for (const auto& [name, proc] : run.procs) {
-    if (proc.label.setup == run.in_setup) by_rank.emplace_back(proc.label.rank, proc.exit_code);
-  }
-  std::sort(by_rank.begin(), by_rank.end());
-  std::string list = "[";
-  bool all_ok = true;
-  for (std::size_t i = 0; i < by_rank.size(); ++i) {
-    list += (i ? ", " : "") + std::to_string(by_rank[i].second);
-    all_ok = all_ok && by_rank[i].second == 0;
-  }
-  list += "]";
-  if (run.cancel_requested) return Finalize(id, JOB_STATE_CANCELLED, "");
-  if (!run.driver_error.empty()) return Finalize(id, JOB_STATE_FAILED_DRIVER, run.driver_error);
-  if (run.in_setup) {
-    if (!all_ok) {
-      return Finalize(
-          id, JOB_STATE_FAILED_SETUP,
-          "ERROR: Job " + std::to_string(id) + "'s setup failed with return code list: " + list);
+    if (proc.label.setup == in_setup) {
+      check.processes.push_back({proc.label.rank, proc.exited(), proc.exit_code});
     }
-    CrashPoint("head-setup-done");
-    return StartPhase(run, false);
   }
-  if (!all_ok) {
-    std::string first;
-    if (run.rec.info.first_failed_rank() >= 0) {
-      first = " (first failure: rank " + std::to_string(run.rec.info.first_failed_rank()) + " on " +
-              run.rec.info.first_failed_node() + ")";
-    }
-    return Finalize(
-        id, JOB_STATE_FAILED,
-        "ERROR: Job " + std::to_string(id) + " failed with return code list: " + list + first);
+  const PhaseStep step = DecidePhaseEnd(check);
+  switch (step.next) {
+    case PhaseStep::Next::kWait:
+      return;
+    case PhaseStep::Next::kStartRun:
+      CrashPoint("head-setup-done");
+      return StartPhase(run, JobPhase::kRun);
+    case PhaseStep::Next::kFinalize:
+      return Finalize(check.job_id, step.state, step.error_line);
   }
-  Finalize(id, JOB_STATE_SUCCEEDED, "");
 }
 
 void Head::KillJobProcesses(JobRun& run) {
-  run.killing = true;
+  run.stop = Killed(run.stop);
   std::set<std::string> nodes;
   for (const auto& [name, proc] : run.procs) nodes.insert(proc.node_id);
   for (const auto& n : nodes) {
@@ -1528,23 +1248,17 @@ void Head::Finalize(int64_t job_id, JobState state, const std::string& error_lin
     RankExit* e = run.rec.info.add_exits();
     e->set_rank(rank);
     e->set_node_id(proc->node_id);
-    e->set_exit_code(proc->exited ? proc->exit_code : limits::kKilledRankExitCode);
+    e->set_exit_code(proc->exited() ? proc->exit_code : limits::kKilledRankExitCode);
     e->set_pid(proc->pid);
   }
   if (!error_line.empty()) run.rec.info.set_message(error_line);
   // Leftovers of a finished job (daemons it started, children that escaped) are swept too.
-  if (!run.procs.empty() && !run.killing) KillJobProcesses(run);
+  if (!run.procs.empty() && run.stop == JobStop::kNone) KillJobProcesses(run);
   HERD_LOG(kInfo) << "job " << job_id << " " << proto::JobStateName(state);
   PersistAndNotify(run, true);
-  if (run.fd >= 0) ::close(run.fd);
-  if (run.journal_fd >= 0) {
-    // Emptied, not removed: only a job still active at a restart is restored from it, and an inode
-    // freed per job is stepped over by every file creation for a minute (WriteFileSwapped).
-    if (::ftruncate(run.journal_fd, 0) != 0) {
-      HERD_LOG(kWarn) << "cannot empty the journal of job " << job_id << ": "
-                      << std::strerror(errno);
-    }
-    ::close(run.journal_fd);
+  run.log.Close();
+  if (Status s = run.journal.Finish(); !s.ok()) {
+    HERD_LOG(kWarn) << "job " << job_id << ": " << s.message();
   }
   jobs_.erase(it);
   // Freed resources may let the next job start; defer to keep this call's callers simple.
@@ -1554,128 +1268,36 @@ void Head::Finalize(int64_t job_id, JobState state, const std::string& error_lin
   });
 }
 
-void Head::AppendLog(JobRun& run, std::string_view bytes, const std::string& journal) {
-  if (run.fd >= 0) {
-    if (const int err = WriteAll(run.fd, bytes); err != 0) {
-      HERD_LOG(kError) << "cannot append to " << run.rec.info.log_path() << ": "
-                       << std::strerror(err) << "; stopping job " << run.rec.info.job_id();
-      // Output that cannot be kept (disk full): the job is stopped, not left running blind.
-      // Later bytes still reach following clients; run.log is not written again.
-      ::close(run.fd);
-      run.fd = -1;
-      if (run.driver_error.empty()) {
-        char host[256] = "";
-        ::gethostname(host, sizeof host - 1);
-        run.driver_error = "ERROR: Job " + std::to_string(run.rec.info.job_id()) +
-                           " failed: the head (" + host + ") cannot write " +
-                           run.rec.info.log_path() + ": " + std::strerror(err);
-      }
-      if (!run.killing && !run.procs.empty()) KillJobProcesses(run);
+void Head::AppendLog(JobRun& run, std::string_view bytes, const JournalOutput* output) {
+  if (const int err = run.log.Write(bytes); err != 0) {
+    HERD_LOG(kError) << "cannot append to " << run.rec.info.log_path() << ": " << std::strerror(err)
+                     << "; stopping job " << run.rec.info.job_id();
+    // Output that cannot be kept (disk full): the job is stopped, not left running blind. Later
+    // bytes still reach following clients; run.log is not written again.
+    if (run.driver_error.empty()) {
+      char host[256] = "";
+      ::gethostname(host, sizeof host - 1);
+      run.driver_error = "ERROR: Job " + std::to_string(run.rec.info.job_id()) +
+                         " failed: the head (" + host + ") cannot write " +
+                         run.rec.info.log_path() + ": " + std::strerror(err);
     }
+    if (run.stop == JobStop::kNone && !run.procs.empty()) KillJobProcesses(run);
   }
   // Journaled before any client sees the bytes: a restarted head never takes back what a client
-  // printed ("o SIZE KEY COMMITTED").
-  if (!journal.empty()) {
-    Journal(run, journal.substr(0, 1) + " " + std::to_string(run.log_size + bytes.size()) +
-                     journal.substr(1));
+  // printed.
+  if (output) {
+    JournalOutput record = *output;
+    record.log_size = run.log.size() + bytes.size();
+    Journal(run, record);
   }
-  bool lagging = false;
-  for (auto sub = run.subs.begin(); sub != run.subs.end();) {
-    auto conn = sub->conn.lock();
-    if (!conn) {
-      sub = run.subs.erase(sub);
-      continue;
-    }
-    // Behind: served from run.log by CatchUp (where run.log could not be written, queued as ever).
-    if (run.fd >= 0 && (sub->lagging || conn->queued_bytes() > options_.subscriber_lag_bytes)) {
-      if (!sub->lagging) {
-        HERD_LOG(kInfo) << "job " << run.rec.info.job_id() << ": a client is "
-                        << conn->queued_bytes() << " bytes behind; serving it from "
-                        << run.rec.info.log_path();
-      }
-      sub->lagging = true;
-      lagging = true;
-      ++sub;
-      continue;
-    }
-    sub->sent = run.log_size + bytes.size();
-    // Prefixing can make a chunk much longer than the output it came from: keep frames small.
-    for (std::size_t done = 0; done < bytes.size(); done += limits::kLogReplayChunkBytes) {
-      std::size_t n = std::min(bytes.size() - done, limits::kLogReplayChunkBytes);
-      HeadToClient msg;
-      msg.mutable_log_data()->set_job_id(run.rec.info.job_id());
-      msg.mutable_log_data()->set_offset(run.log_size + done);
-      msg.mutable_log_data()->set_data(bytes.data() + done, n);
-      SendToClient(conn, sub->request_id, std::move(msg));
-    }
-    ++sub;
-  }
-  run.log_size += bytes.size();
-  if (lagging) CatchUp();
-}
-
-void Head::CatchUp(JobRun& run) {
-  for (auto sub = run.subs.begin(); sub != run.subs.end();) {
-    auto conn = sub->conn.lock();
-    if (!conn) {
-      sub = run.subs.erase(sub);
-      continue;
-    }
-    // Refill up to half the lag bound once the queue is down to a quarter of it.
-    if (sub->lagging && conn->queued_bytes() <= options_.subscriber_lag_bytes / 4) {
-      uint64_t to = std::min<uint64_t>(run.log_size, sub->sent + options_.subscriber_lag_bytes / 2);
-      if (auto s = ReplayLog(conn, sub->request_id, run.rec.info.job_id(), run.rec.info.log_path(),
-                             sub->sent, to);
-          !s.ok()) {
-        HERD_LOG(kError) << "job " << run.rec.info.job_id() << ": " << s.message()
-                         << "; a client that fell behind misses output";
-        to = run.log_size;
-      }
-      sub->sent = to;
-      sub->lagging = sub->sent < run.log_size;
-    }
-    ++sub;
-  }
-}
-
-void Head::CatchUp() {
-  bool any = false;
-  for (auto& [id, run] : jobs_) {
-    CatchUp(run);
-    for (const auto& sub : run.subs) any = any || sub.lagging;
-  }
-  for (auto r = replays_.begin(); r != replays_.end();) {
-    r = PumpReplay(*r) ? replays_.erase(r) : std::next(r);
-  }
-  any = any || !replays_.empty();
-  if (!any || catch_up_timer_.expiry() > Clock::now()) return;
-  catch_up_timer_.expires_after(limits::kSubscriberCatchUpInterval);
-  auto alive = alive_;
-  catch_up_timer_.async_wait([this, alive](boost::system::error_code ec) {
-    if (!ec && *alive) CatchUp();
-  });
+  fanout_.Publish(run.log, bytes);
 }
 
 void Head::PersistAndNotify(JobRun& run, bool end_of_stream) {
   if (auto s = store_->UpdateJob(run.rec); !s.ok()) {
     HERD_LOG(kError) << s.message();
   }
-  bool replaying = false;
-  for (const auto& sub : run.subs) {
-    auto conn = sub.conn.lock();
-    if (!conn) continue;
-    if (end_of_stream && sub.lagging) {
-      // Every byte before the end of the stream: the rest of run.log, paced, then the status.
-      replays_.push_back(
-          {conn, sub.request_id, run.rec.info.log_path(), sub.sent, run.log_size, run.rec.info});
-      replaying = true;
-      continue;
-    }
-    SendToClient(conn, sub.request_id, JobStatusReply(run.rec.info, end_of_stream));
-  }
-  // The stream has ended for every follower (a lagging one goes on as a replay, not twice).
-  if (end_of_stream) run.subs.clear();
-  if (replaying) CatchUp();
+  fanout_.Notify(run.log, run.rec.info, end_of_stream);
 }
 
 }  // namespace herd::agent

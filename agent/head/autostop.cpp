@@ -1,0 +1,80 @@
+#include "agent/head/autostop.hpp"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "shared/common/file_util.hpp"
+#include "shared/common/log.hpp"
+
+namespace herd::agent {
+
+Status ShellSpawner::SpawnDetached(const std::string& command, const std::string& log_path) {
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID);
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  posix_spawn_file_actions_addopen(&files, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&files, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND,
+                                   0644);
+  posix_spawn_file_actions_adddup2(&files, 1, 2);
+  std::string cmd = command;
+  char* argv[] = {const_cast<char*>("/bin/sh"), const_cast<char*>("-c"), cmd.data(), nullptr};
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, "/bin/sh", &files, &attr, argv, environ);
+  posix_spawn_file_actions_destroy(&files);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) return ErrnoError("cannot run /bin/sh", rc);
+  return Status::Ok();
+}
+
+Autostop::Autostop(Clock& clock, CommandSpawner& spawner, std::string state_dir)
+    : clock_(clock), spawner_(spawner), state_dir_(std::move(state_dir)), last_busy_(clock.Now()) {
+  setting_.set_idle_minutes(-1);
+}
+
+void Autostop::Load() {
+  setting_.Clear();
+  setting_.set_idle_minutes(-1);
+  if (auto saved_bytes = ReadFile(state_dir_ + "/autostop.pb"); saved_bytes.ok()) {
+    herd::v1::SetAutostop saved;
+    if (saved.ParseFromString(*saved_bytes)) setting_ = saved;
+  }
+}
+
+Status Autostop::Set(const herd::v1::SetAutostop& setting) {
+  if (setting.idle_minutes() >= 0 && setting.command().empty()) {
+    return InvalidArgument("autostop needs a command");
+  }
+  HERD_RETURN_IF_ERROR(
+      WriteFileAtomic(state_dir_ + "/autostop.pb", setting.SerializeAsString(), 0644));
+  setting_ = setting;
+  fired_ = false;
+  last_busy_ = clock_.Now();  // the idle time counts from now
+  HERD_LOG(kInfo) << "autostop "
+                  << (setting.idle_minutes() < 0
+                          ? "off"
+                          : "after " + std::to_string(setting.idle_minutes()) + " idle minute(s)" +
+                                (setting.down() ? " (down)" : ""));
+  return Status::Ok();
+}
+
+bool Autostop::Check(bool busy) {
+  const auto now = clock_.Now();
+  if (busy) last_busy_ = now;
+  if (setting_.idle_minutes() < 0 || fired_) return false;
+  if (now - last_busy_ < std::chrono::minutes(setting_.idle_minutes())) return false;
+  fired_ = true;
+  HERD_LOG(kInfo) << "idle for " << setting_.idle_minutes()
+                  << " minute(s): running autostop: " << setting_.command();
+  if (Status s = spawner_.SpawnDetached(setting_.command(), state_dir_ + "/autostop.log");
+      !s.ok()) {
+    HERD_LOG(kError) << "autostop: " << s.message();
+  }
+  return true;
+}
+
+}  // namespace herd::agent

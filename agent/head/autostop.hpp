@@ -1,0 +1,56 @@
+// Autostop: the cluster's own idle timer on the head. After idle_minutes with no active job the
+// head runs the command `herd autostop` gave it (stop or down this cluster) once, detached. The
+// setting survives a head restart (<state_dir>/autostop.pb).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "herd/v1/client.pb.h"
+#include "shared/common/clock.hpp"
+#include "shared/common/status.hpp"
+
+namespace herd::agent {
+
+// Starts a shell command that outlives its caller: in a session of its own (stopping the cluster
+// stops the head's agent too), stdin from /dev/null, stdout and stderr appended to log_path.
+class CommandSpawner {
+ public:
+  virtual ~CommandSpawner() = default;
+  virtual Status SpawnDetached(const std::string& command, const std::string& log_path) = 0;
+};
+
+// posix_spawn of /bin/sh -c COMMAND.
+class ShellSpawner final : public CommandSpawner {
+ public:
+  Status SpawnDetached(const std::string& command, const std::string& log_path) override;
+};
+
+class Autostop {
+ public:
+  // state_dir holds autostop.pb (the setting) and autostop.log (the command's output).
+  Autostop(Clock& clock, CommandSpawner& spawner, std::string state_dir);
+
+  // The saved setting, if any (off otherwise). Idle time counts from construction.
+  void Load();
+  // A new setting from `herd autostop` (idle_minutes < 0: off): saved, then the idle time counts
+  // from now and the command may fire again. InvalidArgument without a command.
+  Status Set(const herd::v1::SetAutostop& setting);
+  // Every node check: busy while the head has an active job. Runs the command once idle_minutes
+  // have passed since the head was last busy (or the setting was made); true when it ran now.
+  bool Check(bool busy);
+
+  const herd::v1::SetAutostop& setting() const { return setting_; }
+  bool fired() const { return fired_; }
+
+ private:
+  Clock& clock_;
+  CommandSpawner& spawner_;
+  std::string state_dir_;
+  herd::v1::SetAutostop setting_;  // idle_minutes < 0: off
+  std::chrono::steady_clock::time_point last_busy_;
+  bool fired_ = false;
+};
+
+}  // namespace herd::agent
