@@ -48,6 +48,18 @@ class LaunchCommand final : public Command {
   std::string Cluster() const override { return cluster_; }
   int RunRemote(CliContext& ctx, const controller::ApiConfig& api,
                 const std::vector<std::string>&) override {
+    if (task_json_.empty() && !args_.empty()) {
+      auto p = BuildPipeline(args_, flags_);
+      if (!p.ok()) return Fail(ctx, p.status(), 2);
+      if (p->tasks.size() > 1) {
+        return Fail(ctx,
+                    InvalidArgument("a pipeline of " + std::to_string(p->tasks.size()) +
+                                    " tasks is not sent through the team server: launch its "
+                                    "tasks one by one, or run it from this machine with "
+                                    "HERD_API_SERVER=local"),
+                    2);
+      }
+    }
     auto t = Task();
     if (!t.ok()) return Fail(ctx, t.status(), 2);
     // The clone is uploaded as the workdir, as a local one would be.

@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <exception>
 #include <functional>
-#include <regex>
 #include <set>
 #include <span>
 #include <sstream>
@@ -247,6 +246,67 @@ std::string PythonFloat(double v) {
   return negative ? "-" + out : out;
 }
 
+// Scanners for PyYAML's (YAML 1.1) int and float forms, written out rather than as std::regex,
+// whose matching recurses once per character of a value.
+bool AllIn(std::string_view s, std::string_view chars) {
+  return s.find_first_not_of(chars) == std::string_view::npos;
+}
+constexpr std::string_view kDigits = "0123456789_";
+// (":" [0-5]?[0-9])*: the sexagesimal groups after a first part.
+bool Base60Tail(std::string_view s) {
+  while (!s.empty()) {
+    if (s[0] != ':') return false;
+    s.remove_prefix(1);
+    std::size_t n = 0;
+    while (n < s.size() && n < 2 && std::isdigit(static_cast<unsigned char>(s[n]))) ++n;
+    if (n == 0 || (n == 2 && s[0] > '5')) return false;
+    s.remove_prefix(n);
+  }
+  return true;
+}
+std::string_view WithoutSign(std::string_view s) {
+  if (!s.empty() && (s[0] == '-' || s[0] == '+')) s.remove_prefix(1);
+  return s;
+}
+// [-+]?(0b[01_]+ | 0x[0-9a-fA-F_]+ | 0[0-7_]+ | 0 | [1-9][0-9_]*(:[0-5]?[0-9])*)
+bool IsYamlInt(std::string_view text) {
+  std::string_view s = WithoutSign(text);
+  if (s.empty()) return false;
+  if (s == "0") return true;
+  if (s.size() > 2 && s.substr(0, 2) == "0b") return AllIn(s.substr(2), "01_");
+  if (s.size() > 2 && s.substr(0, 2) == "0x") {
+    return AllIn(s.substr(2), "0123456789abcdefABCDEF_");
+  }
+  if (s[0] == '0') return AllIn(s.substr(1), "01234567_");
+  if (s[0] < '1' || s[0] > '9') return false;
+  std::size_t end = s.find(':');
+  if (!AllIn(s.substr(0, end), kDigits)) return false;
+  return end == std::string_view::npos || Base60Tail(s.substr(end));
+}
+// [-+]?([0-9][0-9_]*(:[0-5]?[0-9])*\.[0-9_]* | \.[0-9_]+)([eE][-+][0-9]+)?
+// | [-+]?\.(inf|Inf|INF) | \.(nan|NaN|NAN)
+bool IsYamlFloat(std::string_view text) {
+  if (text == ".nan" || text == ".NaN" || text == ".NAN") return true;
+  std::string_view s = WithoutSign(text);
+  if (s == ".inf" || s == ".Inf" || s == ".INF") return true;
+  std::size_t exp = s.find_first_of("eE");
+  if (exp != std::string_view::npos) {
+    std::string_view e = s.substr(exp + 1);
+    if (e.size() < 2 || (e[0] != '-' && e[0] != '+') || !AllIn(e.substr(1), "0123456789")) {
+      return false;
+    }
+    s = s.substr(0, exp);
+  }
+  std::size_t dot = s.find('.');
+  if (dot == std::string_view::npos || !AllIn(s.substr(dot + 1), kDigits)) return false;
+  std::string_view whole = s.substr(0, dot);
+  if (whole.empty()) return dot + 1 < s.size();  // ".5", not "."
+  if (!std::isdigit(static_cast<unsigned char>(whole[0]))) return false;
+  std::size_t colon = whole.find(':');
+  if (!AllIn(whole.substr(0, colon), kDigits)) return false;
+  return colon == std::string_view::npos || Base60Tail(whole.substr(colon));
+}
+
 // The text SkyPilot gives an env or secret value: PyYAML (YAML 1.1) reads a plain scalar as a
 // bool, an int or a float where it looks like one, and SkyPilot then takes str() of it: `true`
 // -> "True", `0.10` -> "0.1", `010` -> "8", `0x1F` -> "31", `1_000` -> "1000". Quoted values,
@@ -255,11 +315,6 @@ std::string EnvValueText(const YAML::Node& node) {
   const std::string& text = node.Scalar();
   if (!IsPlainScalar(node)) return text;
   if (auto b = PlainBool(node)) return *b ? "True" : "False";
-  static const std::regex kInt(
-      "[-+]?(0b[01_]+|0x[0-9a-fA-F_]+|0[0-7_]+|0|[1-9][0-9_]*(:[0-5]?[0-9])*)");
-  static const std::regex kFloat(
-      "[-+]?([0-9][0-9_]*(:[0-5]?[0-9])*\\.[0-9_]*|\\.[0-9_]+)([eE][-+][0-9]+)?|"
-      "[-+]?\\.(inf|Inf|INF)|\\.(nan|NaN|NAN)");
   auto strip = [](std::string t) {
     t.erase(std::remove(t.begin(), t.end(), '_'), t.end());
     return t;
@@ -280,7 +335,7 @@ std::string EnvValueText(const YAML::Node& node) {
     }
   };
   std::string sign;
-  if (std::regex_match(text, kInt)) {
+  if (IsYamlInt(text)) {
     std::string t = strip(text);
     if (t[0] == '-' || t[0] == '+') {
       if (t[0] == '-') sign = "-";
@@ -306,7 +361,7 @@ std::string EnvValueText(const YAML::Node& node) {
     if (r.ec != std::errc()) return text;  // past 64 bits: Python would print it in full
     return (value == 0 ? "" : sign) + std::to_string(value);
   }
-  if (std::regex_match(text, kFloat)) {
+  if (IsYamlFloat(text)) {
     std::string t = strip(text);
     if (t.find("inf") != std::string::npos || t.find("Inf") != std::string::npos ||
         t.find("INF") != std::string::npos) {

@@ -243,25 +243,47 @@ TEST_CASE("env values are rendered as SkyPilot renders them (PyYAML, then str())
       "  A: true\n  B: False\n  C: yes\n  D: 0.10\n  E: 010\n  F: 0x1F\n  G: 1_000\n"
       "  H: 1e3\n  I: 1.0e+3\n  J: 'true'\n  K: \"0.10\"\n  L: 1:30\n  M: 1.5e-5\n"
       "  N: 12345678901234567.0\n  O: .inf\n  P: -0\n  Q: 0b101\n  R: 3.\n  S: llama-3\n"
-      "  T: 1.0\n  U: 100.0\n  V: 0.0001\n  W: .5\n");
-  const std::map<std::string, std::string> want = {
-      {"A", "True"},    {"B", "False"},
-      {"C", "True"},    {"D", "0.1"},
-      {"E", "8"},       {"F", "31"},
-      {"G", "1000"},    {"H", "1e3"},
-      {"I", "1000.0"},  {"J", "true"},
-      {"K", "0.10"},    {"L", "90"},
-      {"M", "1.5e-05"}, {"N", "1.2345678901234568e+16"},
-      {"O", "inf"},     {"P", "0"},
-      {"Q", "5"},       {"R", "3.0"},
-      {"S", "llama-3"}, {"T", "1.0"},
-      {"U", "100.0"},   {"V", "0.0001"},
-      {"W", "0.5"}};
+      "  T: 1.0\n  U: 100.0\n  V: 0.0001\n  W: .5\n  X: 09\n  Y: 1:60\n  Z: '.'\n"
+      "  AA: 1.5e5\n  AB: -.INF\n  AC: .NaN\n  AD: 0o17\n  AE: 99999999999999999999\n");
+  const std::map<std::string, std::string> want = {{"A", "True"},
+                                                   {"B", "False"},
+                                                   {"C", "True"},
+                                                   {"D", "0.1"},
+                                                   {"E", "8"},
+                                                   {"F", "31"},
+                                                   {"G", "1000"},
+                                                   {"H", "1e3"},
+                                                   {"I", "1000.0"},
+                                                   {"J", "true"},
+                                                   {"K", "0.10"},
+                                                   {"L", "90"},
+                                                   {"M", "1.5e-05"},
+                                                   {"N", "1.2345678901234568e+16"},
+                                                   {"O", "inf"},
+                                                   {"P", "0"},
+                                                   {"Q", "5"},
+                                                   {"R", "3.0"},
+                                                   {"S", "llama-3"},
+                                                   {"T", "1.0"},
+                                                   {"U", "100.0"},
+                                                   {"V", "0.0001"},
+                                                   {"W", "0.5"},
+                                                   {"X", "09"},
+                                                   {"Y", "1:60"},
+                                                   {"Z", "."},
+                                                   {"AA", "1.5e5"},
+                                                   {"AB", "-inf"},
+                                                   {"AC", "nan"},
+                                                   {"AD", "0o17"},
+                                                   {"AE", "99999999999999999999"}};
   for (const auto& [k, v] : want) {
     CAPTURE(k);
     CHECK(t.envs.at(k) == v);
   }
   CHECK(Parse("secrets:\n  S: 0.50\n").secrets.at("S") == "0.5");
+  // A long value is scanned without recursion (std::regex would overflow the stack here).
+  const std::string digits(200000, '7');
+  CHECK(Parse("envs:\n  BIG: " + digits + "\n  BIGF: " + digits + ".5\n").envs.at("BIG") == digits);
   // An --env value is taken as typed.
   ParseOptions flag = WithEnv();
   flag.env_overrides = {"A=true"};
