@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "controller/cli/command.hpp"
+#include "controller/state/api_config.hpp"
 #include "controller/task/task.hpp"
 
 namespace herd::cli {
@@ -24,6 +25,9 @@ class CheckCommand final : public Command {
     opts.env_overrides = envs_;
     opts.env_files = env_files_;
     opts.secret_overrides = secrets_;
+    // Says which reason a `secrets:` reference is refused with (no server, or a server).
+    auto api = controller::LoadApiConfig();
+    opts.team_server = api.ok() && api->has_value();
     return task::RunCheck(file_, opts, output_ == "json", ctx.out, ctx.err);
   }
 

@@ -12,6 +12,8 @@
 #include "controller/jobs/managed_jobs.hpp"
 #include "controller/jobs/task_codec.hpp"
 #include "controller/ops/system_parts.hpp"
+#include "controller/state/api_config.hpp"
+#include "controller/state/herd_home.hpp"
 #include "shared/common/file_util.hpp"
 #include "shared/common/host_port.hpp"
 #include "shared/common/limits.hpp"
@@ -226,32 +228,66 @@ void AddTaskFlags(CLI::App* cmd, TaskFlags& f) {
 }
 
 // The positional arguments are a task YAML or a command (SkyPilot's rule).
-Result<task::Task> BuildTask(const std::vector<std::string>& args, const TaskFlags& f) {
+namespace {
+
+Result<task::Pipeline> BuildTasks(const std::vector<std::string>& args, const TaskFlags& f,
+                                  bool one_task) {
   if (args.empty()) return InvalidArgument("give a task YAML or a command");
   task::ParseOptions opts;
   opts.env_overrides = f.envs;
   opts.env_files = f.env_files;
   opts.secret_overrides = f.secrets;
-  task::Task t;
+  // A file that cannot be read is reported by the command that talks to the server.
+  auto api = LoadApiConfig();
+  opts.team_server = api.ok() && api->has_value();
+  task::Pipeline p;
   const std::string& first = args[0];
   bool yaml = args.size() == 1 && (first.ends_with(".yaml") || first.ends_with(".yml"));
-  if (yaml) {
-    HERD_ASSIGN_OR_RETURN(t, task::ParseTaskFile(first, opts));
+  if (yaml && one_task) {
+    HERD_ASSIGN_OR_RETURN(task::Task t, task::ParseTaskFile(first, opts));
+    p.tasks.push_back(std::move(t));
+  } else if (yaml) {
+    HERD_ASSIGN_OR_RETURN(p, task::ParsePipelineFile(first, opts));
   } else {
     std::string cmd;
     for (const auto& a : args) cmd += (cmd.empty() ? "" : " ") + a;
-    HERD_ASSIGN_OR_RETURN(t, task::ParseTaskYaml("{}", "<command>", opts));
+    HERD_ASSIGN_OR_RETURN(task::Task t, task::ParseTaskYaml("{}", "<command>", opts));
     t.run = cmd;
     t.name = "herd-cmd";
+    p.tasks.push_back(std::move(t));
   }
-  if (f.num_nodes > 0) t.num_nodes = f.num_nodes;
-  if (!f.gpus.empty()) HERD_RETURN_IF_ERROR(task::ApplyAcceleratorFlag(f.gpus, t.resources));
-  if (!f.cpus.empty()) HERD_RETURN_IF_ERROR(task::ApplyCpusFlag(f.cpus, t.resources));
-  if (!f.memory.empty()) HERD_RETURN_IF_ERROR(task::ApplyMemoryFlag(f.memory, t.resources));
-  if (!f.name.empty()) HERD_RETURN_IF_ERROR(task::ApplyNameFlag(f.name, t));
-  // The file's own spec was measured by the parser; a command or flags change it.
-  HERD_RETURN_IF_ERROR(task::CheckSpecSize(t, yaml ? first : "<command>"));
-  return t;
+  for (task::Task& t : p.tasks) {
+    if (f.num_nodes > 0) t.num_nodes = f.num_nodes;
+    if (!f.gpus.empty()) HERD_RETURN_IF_ERROR(task::ApplyAcceleratorFlag(f.gpus, t.resources));
+    if (!f.cpus.empty()) HERD_RETURN_IF_ERROR(task::ApplyCpusFlag(f.cpus, t.resources));
+    if (!f.memory.empty()) HERD_RETURN_IF_ERROR(task::ApplyMemoryFlag(f.memory, t.resources));
+    if (!f.name.empty()) HERD_RETURN_IF_ERROR(task::ApplyNameFlag(f.name, t));
+    // The file's own spec was measured by the parser; a command or flags change it.
+    HERD_RETURN_IF_ERROR(task::CheckSpecSize(t, yaml ? first : "<command>"));
+  }
+  return p;
+}
+
+}  // namespace
+
+Result<task::Task> BuildTask(const std::vector<std::string>& args, const TaskFlags& f) {
+  HERD_ASSIGN_OR_RETURN(task::Pipeline p, BuildTasks(args, f, true));
+  return std::move(p.tasks.front());
+}
+
+Result<task::Pipeline> BuildPipeline(const std::vector<std::string>& args, const TaskFlags& f) {
+  return BuildTasks(args, f, false);
+}
+
+GitWorkdirClone::~GitWorkdirClone() {
+  for (const task::Task& t : cloned_) task::RemoveGitWorkdir(t);
+}
+
+Status GitWorkdirClone::Clone(task::Task& task) {
+  if (!task.git_workdir) return Status::Ok();
+  HERD_RETURN_IF_ERROR(task::ResolveGitWorkdir(task, HerdHome() + "/git-workdirs"));
+  cloned_.push_back(task);
+  return Status::Ok();
 }
 
 namespace {

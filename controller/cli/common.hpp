@@ -69,8 +69,27 @@ struct TaskFlags {
   std::string gpus, cpus, memory, name;
 };
 void AddTaskFlags(CLI::App* cmd, TaskFlags& f);
-// The positional arguments are a task YAML or a command (SkyPilot's rule).
+// The positional arguments are a task YAML or a command (SkyPilot's rule). A file of several
+// tasks (a pipeline) is refused: only `herd launch` runs those (BuildPipeline).
 Result<task::Task> BuildTask(const std::vector<std::string>& args, const TaskFlags& f);
+// The same for every task of a pipeline file (one task for a plain file or a command); the flags
+// apply to each task.
+Result<task::Pipeline> BuildPipeline(const std::vector<std::string>& args, const TaskFlags& f);
+
+// workdir: {url, ref}: Clone puts the repository in a new directory under
+// <herd home>/git-workdirs and points the task's workdir at it; the directory is removed when
+// this object goes (after the command synced it). Nothing for a task without a git workdir.
+class GitWorkdirClone {
+ public:
+  GitWorkdirClone() = default;
+  GitWorkdirClone(const GitWorkdirClone&) = delete;
+  GitWorkdirClone& operator=(const GitWorkdirClone&) = delete;
+  ~GitWorkdirClone();
+  Status Clone(task::Task& task);
+
+ private:
+  std::vector<task::Task> cloned_;
+};
 
 // The flags that say which head to talk to when it is not a cluster of this machine's.
 struct TargetFlags {

@@ -33,6 +33,9 @@ class ExecCommand final : public Command {
     if (cluster.empty()) return Fail(ctx, InvalidArgument("give a cluster name"), 2);
     auto t = BuildTask(rest, flags_);
     if (!t.ok()) return Fail(ctx, t.status(), 2);
+    GitWorkdirClone clone;  // uploaded as the workdir
+    if (auto s = clone.Clone(*t); !s.ok()) return Fail(ctx, s, 2);
+    t->git_workdir.reset();
     std::vector<std::string> args = {"exec", cluster};
     AppendTaskFlags(flags_, args);
     if (detach_) args.push_back("-d");
@@ -49,6 +52,8 @@ class ExecCommand final : public Command {
     }
     auto t = task_json_.empty() ? BuildTask(rest, flags_) : LoadTaskJson(task_json_);
     if (!t.ok()) return Fail(ctx, t.status(), 2);
+    GitWorkdirClone clone;
+    if (auto s = clone.Clone(*t); !s.ok()) return Fail(ctx, s, 2);
     controller::TraceMark("task built");
     InstallSigint();
     if (target_.endpoint.empty()) {

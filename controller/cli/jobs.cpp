@@ -52,6 +52,7 @@ class JobsCommand final : public Command {
     if (!launch_->parsed()) return Command::RunRemote(ctx, api, args);
     auto t = BuildTask(launch_args_, flags_);
     if (!t.ok()) return Fail(ctx, t.status(), 2);
+    // A git workdir travels as such: the server's managed job clones it for each attempt.
     std::vector<std::string> remote = {"jobs", "launch"};
     if (!infra_.empty()) remote.insert(remote.end(), {"--infra", infra_});
     AppendTaskFlags(flags_, remote);

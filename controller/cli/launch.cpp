@@ -48,8 +48,24 @@ class LaunchCommand final : public Command {
   std::string Cluster() const override { return cluster_; }
   int RunRemote(CliContext& ctx, const controller::ApiConfig& api,
                 const std::vector<std::string>&) override {
+    if (task_json_.empty() && !args_.empty()) {
+      auto p = BuildPipeline(args_, flags_);
+      if (!p.ok()) return Fail(ctx, p.status(), 2);
+      if (p->tasks.size() > 1) {
+        return Fail(ctx,
+                    InvalidArgument("a pipeline of " + std::to_string(p->tasks.size()) +
+                                    " tasks is not sent through the team server: launch its "
+                                    "tasks one by one, or run it from this machine with "
+                                    "HERD_API_SERVER=local"),
+                    2);
+      }
+    }
     auto t = Task();
     if (!t.ok()) return Fail(ctx, t.status(), 2);
+    // The clone is uploaded as the workdir, as a local one would be.
+    GitWorkdirClone clone;
+    if (auto s = clone.Clone(*t); !s.ok()) return Fail(ctx, s, 2);
+    t->git_workdir.reset();
     // The name is chosen here, so that the server knows what the launch makes.
     if (cluster_.empty()) cluster_ = RandomClusterName();
     std::vector<std::string> args = {"launch", "-c", cluster_};
@@ -64,8 +80,15 @@ class LaunchCommand final : public Command {
     return cli::RunRemote(ctx, api, {args, cluster_, &*t});
   }
   int Run(CliContext& ctx) override {
+    if (task_json_.empty() && !args_.empty()) {
+      auto p = BuildPipeline(args_, flags_);
+      if (!p.ok()) return Fail(ctx, p.status(), 2);
+      if (p->tasks.size() > 1) return RunPipeline(ctx, *p);
+    }
     auto t = Task();
     if (!t.ok()) return Fail(ctx, t.status(), 2);
+    GitWorkdirClone clone;
+    if (auto s = clone.Clone(*t); !s.ok()) return Fail(ctx, s, 2);
     ops::LaunchOptions o;
     o.cluster = cluster_.empty() ? RandomClusterName() : cluster_;
     o.infra = infra_;
@@ -86,6 +109,52 @@ class LaunchCommand final : public Command {
   }
 
  private:
+  // SkyPilot's pipeline: the tasks one after another on one cluster (launched, or reused from
+  // the first task on), each followed to its end; the first that does not succeed stops the rest.
+  int RunPipeline(CliContext& ctx, task::Pipeline& p) {
+    if (detach_ || output_ == "json") {
+      return Fail(ctx,
+                  InvalidArgument("a pipeline is followed task by task, each waiting for the "
+                                  "previous one: -d and -o json are not supported with it"),
+                  2);
+    }
+    const std::string cluster = cluster_.empty() ? RandomClusterName() : cluster_;
+    const std::size_t n = p.tasks.size();
+    InstallSigint();
+    for (std::size_t i = 0; i < n; ++i) {
+      task::Task& t = p.tasks[i];
+      ctx.err << "Pipeline" << (p.name.empty() ? "" : " " + p.name) << ": task " << i + 1 << " of "
+              << n << (t.name.empty() ? "" : " (" + t.name + ")") << " on cluster " << cluster
+              << "\n";
+      GitWorkdirClone clone;
+      if (auto s = clone.Clone(t); !s.ok()) return Fail(ctx, s, 2);
+      ops::LaunchOptions o;
+      o.cluster = cluster;
+      o.infra = infra_;
+      o.num_nodes = flags_.num_nodes;
+      o.no_setup = no_setup_;
+      o.progress = ctx.progress.Callback();
+      auto r = ctx.Ops().Launch(t, o);
+      ctx.progress.Done();
+      if (!r.ok()) return FailForStatus(ctx, r.status());
+      if (i == 0 && idle_ >= 0) {
+        if (auto s = ctx.Ops().SetAutostop(cluster, idle_, down_); !s.ok()) {
+          return FailForStatus(ctx, s);
+        }
+      }
+      int code =
+          JobOutcome(ctx, r->head.get(), *r, false, false, t.num_nodes, !ctx.quiet && i + 1 == n);
+      if (code != 0 || Interrupted()) {
+        if (i + 1 < n && !Interrupted()) {
+          ctx.err << "Pipeline stopped: task " << i + 1 << " of " << n << " did not succeed; the "
+                  << n - i - 1 << " after it did not run\n";
+        }
+        return code;
+      }
+    }
+    return 0;
+  }
+
   Result<task::Task> Task() {
     if (!task_json_.empty()) return LoadTaskJson(task_json_);
     auto t = args_.empty() ? task::ParseTaskYaml("{}", "<none>", {}) : BuildTask(args_, flags_);

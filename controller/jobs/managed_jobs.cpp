@@ -197,12 +197,13 @@ class Controller {
       Log(job_.message);
 
       std::string why;
+      exit_codes_.clear();
       AttemptOutcome outcome = RunAttempt(cluster, attempt, why);
       auto& rec = job_.attempts.back();
       rec.end_unix_ms = NowUnixMs();
       rec.outcome = std::string(jobs::OutcomeName(outcome));
       jobs::Decision d = jobs::Decide(outcome, counters, policy, CancelRequested(),
-                                      limits::kManagedLaunchAttempts);
+                                      limits::kManagedLaunchAttempts, exit_codes_);
       rec.reason = why.empty() ? d.reason : why + "; " + d.reason;
       counters = d.counters;
       job_.recoveries = counters.recoveries;
@@ -287,7 +288,14 @@ class Controller {
     o.infra = job_.infra;
     o.task_id = job_.task_id;
     o.attempt = attempt;
-    auto launched = ops_.Launch(task_, o);
+    // A git workdir is cloned afresh for each attempt and removed once the launch synced it.
+    task::Task attempt_task = task_;
+    if (Status s = task::ResolveGitWorkdir(attempt_task, HerdHome() + "/git-workdirs"); !s.ok()) {
+      why = s.message();
+      return AttemptOutcome::kLaunchFailed;
+    }
+    auto launched = ops_.Launch(attempt_task, o);
+    task::RemoveGitWorkdir(attempt_task);
     if (!launched.ok()) {
       why = launched.status().message();
       return AttemptOutcome::kLaunchFailed;
@@ -312,6 +320,7 @@ class Controller {
     Result<JobInfo> end = launched->head->Stream(launched->job_id, 0, true, cb);
     log.flush();
     if (CancelRequested()) return AttemptOutcome::kCancelled;
+    if (end.ok()) exit_codes_ = jobs::FailureExitCodes(*end);
     return Classify(cluster, end, why);
   }
 
@@ -375,6 +384,8 @@ class Controller {
   jobs::AttemptRecord dummy_;
   std::chrono::steady_clock::time_point last_cancel_poll_{};
   bool cancel_seen_ = false;
+  // The failed ranks' exit codes of the attempt that just ended (recover_on_exit_codes).
+  std::vector<int> exit_codes_;
 };
 
 // Workdir and local file_mounts sources made absolute: the controller may start elsewhere.

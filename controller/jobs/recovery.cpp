@@ -1,5 +1,6 @@
 #include "controller/jobs/recovery.hpp"
 
+#include <algorithm>
 #include <array>
 #include <utility>
 
@@ -71,8 +72,18 @@ std::string_view OutcomeName(AttemptOutcome o) {
   return "UNKNOWN";
 }
 
+std::vector<int> FailureExitCodes(const herd::v1::JobInfo& job) {
+  std::vector<int> codes;
+  for (const auto& e : job.exits()) {
+    if (job.first_failed_rank() >= 0 && e.rank() != job.first_failed_rank()) continue;
+    if (e.exit_code() != 0) codes.push_back(e.exit_code());
+  }
+  return codes;
+}
+
 Decision Decide(AttemptOutcome outcome, const RecoveryCounters& counters,
-                const task::JobRecovery& policy, bool cancel_requested, int max_launch_failures) {
+                const task::JobRecovery& policy, bool cancel_requested, int max_launch_failures,
+                const std::vector<int>& exit_codes) {
   Decision d;
   d.counters = counters;
   auto finish = [&](ManagedState s, std::string reason) {
@@ -92,6 +103,18 @@ Decision Decide(AttemptOutcome outcome, const RecoveryCounters& counters,
     case AttemptOutcome::kSetupFailed:
       return finish(ManagedState::kFailedSetup, "setup failed (not retried)");
     case AttemptOutcome::kUserFailed:
+      for (int code : exit_codes) {
+        const auto& recover = policy.recover_on_exit_codes;
+        if (std::find(recover.begin(), recover.end(), code) == recover.end()) continue;
+        d.action = NextAction::kRelaunch;
+        d.counters.recoveries++;
+        d.counters.consecutive_launch_failures = 0;
+        d.reason = "the task exited with " + std::to_string(code) +
+                   ", one of recover_on_exit_codes; recovery " +
+                   std::to_string(d.counters.recoveries) + " (not counted against " +
+                   "max_restarts_on_errors)";
+        return d;
+      }
       if (counters.restarts_on_errors < policy.max_restarts_on_errors) {
         d.action = NextAction::kRelaunch;
         d.counters.restarts_on_errors++;
@@ -107,6 +130,10 @@ Decision Decide(AttemptOutcome outcome, const RecoveryCounters& counters,
                                                      std::to_string(policy.max_restarts_on_errors) +
                                                      " restart(s) on errors");
     case AttemptOutcome::kNodeLost:
+      if (policy.strategy == "NONE") {
+        return finish(ManagedState::kFailed,
+                      "a node of the cluster was lost; job_recovery is none (not recovered)");
+      }
       d.action = NextAction::kRelaunch;
       d.counters.recoveries++;
       d.counters.consecutive_launch_failures = 0;

@@ -5,6 +5,9 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "herd/v1/common.pb.h"
 
 #include "controller/task/task.hpp"
 
@@ -65,11 +68,18 @@ struct Decision {
 };
 
 // cancel_requested wins over everything. The policy (task.resources.job_recovery, absent =
-// FAILOVER with 0 restarts on errors): node loss is always recovered; a user error is relaunched
-// while restarts_on_errors < max_restarts_on_errors; a failed setup is final; a failed launch is
-// retried until max_launch_failures launches in a row failed.
+// FAILOVER with 0 restarts on errors): node loss is recovered unless the strategy is NONE; a
+// user error whose exit code (exit_codes: the failed ranks' codes, ClassifyExitCodes) is one of
+// recover_on_exit_codes is always relaunched, counted as a recovery; any other user error is
+// relaunched while restarts_on_errors < max_restarts_on_errors; a failed setup is final; a failed
+// launch is retried until max_launch_failures launches in a row failed.
 Decision Decide(AttemptOutcome outcome, const RecoveryCounters& counters,
-                const task::JobRecovery& policy, bool cancel_requested, int max_launch_failures);
+                const task::JobRecovery& policy, bool cancel_requested, int max_launch_failures,
+                const std::vector<int>& exit_codes = {});
+
+// The exit codes that tell why a failed job failed: the first failed rank's when it is known
+// (the other ranks were then killed by herd, 137), else every non-zero one.
+std::vector<int> FailureExitCodes(const herd::v1::JobInfo& job);
 
 // The policy of a task: PrimaryResources' job_recovery, else the top level's, else the default.
 task::JobRecovery PolicyOf(const task::Task& task);

@@ -36,8 +36,11 @@ json::object EncodeResources(const task::Resources& r) {
   o["use_spot"] = r.use_spot;
   o["instance_type"] = r.instance_type;
   if (r.job_recovery) {
+    json::array codes;
+    for (int c : r.job_recovery->recover_on_exit_codes) codes.emplace_back(c);
     o["job_recovery"] = {{"strategy", r.job_recovery->strategy},
-                         {"max_restarts_on_errors", r.job_recovery->max_restarts_on_errors}};
+                         {"max_restarts_on_errors", r.job_recovery->max_restarts_on_errors},
+                         {"recover_on_exit_codes", std::move(codes)}};
   }
   json::array any_of, ordered;
   for (const auto& c : r.any_of) any_of.push_back(EncodeResources(c));
@@ -64,6 +67,11 @@ task::Resources DecodeResources(const json::object& o) {
     task::JobRecovery jr;
     jr.strategy = std::string(v->at("strategy").as_string());
     jr.max_restarts_on_errors = v->at("max_restarts_on_errors").to_number<int>();
+    // Absent in the records of jobs launched before recover_on_exit_codes existed.
+    if (auto* codes = v->as_object().if_contains("recover_on_exit_codes")) {
+      for (const auto& c : codes->as_array())
+        jr.recover_on_exit_codes.push_back(c.to_number<int>());
+    }
     r.job_recovery = jr;
   }
   for (const auto& c : o.at("any_of").as_array())
@@ -80,6 +88,7 @@ std::string EncodeTask(const task::Task& t) {
   json::object o;
   o["name"] = t.name;
   o["workdir"] = t.workdir;
+  if (t.git_workdir) o["git_workdir"] = {{"url", t.git_workdir->url}, {"ref", t.git_workdir->ref}};
   o["num_nodes"] = t.num_nodes;
   o["resources"] = EncodeResources(t.resources);
   o["envs"] = StringMap(t.envs);
@@ -95,6 +104,10 @@ Result<task::Task> DecodeTask(const std::string& text) {
     task::Task t;
     t.name = std::string(o.at("name").as_string());
     t.workdir = std::string(o.at("workdir").as_string());
+    if (auto* g = o.if_contains("git_workdir")) {
+      t.git_workdir = task::GitWorkdir{std::string(g->at("url").as_string()),
+                                       std::string(g->at("ref").as_string())};
+    }
     t.num_nodes = o.at("num_nodes").to_number<int>();
     t.resources = DecodeResources(o.at("resources").as_object());
     t.envs = ToStringMap(o.at("envs"));

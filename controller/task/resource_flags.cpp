@@ -42,8 +42,8 @@ Status ApplyCpusFlag(std::string_view value, Resources& r) {
 }
 
 Status ApplyMemoryFlag(std::string_view value, Resources& r) {
-  auto amount = ParseAmount(value, true);
-  if (!amount) {
+  auto amount = ParseSize(value);  // the forms resources.memory takes: 32, 32+, 64GB, 1TB
+  if (!amount.ok()) {
     return InvalidArgument("--memory '" + std::string(value) +
                            "': expected a positive number of GB or 'N+' (e.g. 32 or 32+)");
   }

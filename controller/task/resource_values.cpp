@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <system_error>
+#include <utility>
 
 namespace herd::task {
 
@@ -65,6 +66,64 @@ std::optional<Amount> ParseAmount(std::string_view text, bool allow_gb) {
   auto value = ParseNumber(Trim(text));
   if (!value || *value <= 0) return std::nullopt;
   amount.value = *value;
+  return amount;
+}
+
+Result<Amount> ParseSize(std::string_view text) {
+  std::string_view rest = Trim(text);
+  Amount amount;
+  if (!rest.empty() && rest.back() == '+') {
+    amount.at_least = true;
+    rest = Trim(rest.substr(0, rest.size() - 1));
+  }
+  // The number is the longest prefix of digits, signs, '.', and exponents; the rest is the unit.
+  std::size_t end = 0;
+  while (end < rest.size()) {
+    char c = rest[end];
+    bool exponent = (c == 'e' || c == 'E') && end + 1 < rest.size() &&
+                    (std::isdigit(static_cast<unsigned char>(rest[end + 1])) ||
+                     rest[end + 1] == '-' || rest[end + 1] == '+');
+    if (!std::isdigit(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '+' &&
+        !exponent) {
+      break;
+    }
+    end += exponent ? 2 : 1;
+  }
+  std::string_view number = rest.substr(0, end);
+  std::string unit(Trim(rest.substr(end)));
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  auto value = ParseNumber(number);
+  if (!value) {
+    return InvalidArgument("expected a size such as 256, 256GB, 1TB or 512Gi+, got '" +
+                           std::string(Trim(text)) + "'");
+  }
+  // Powers of 1024 relative to GB, by the unit's first letter.
+  static constexpr std::pair<char, int> kScale[] = {
+      {'K', -2}, {'M', -1}, {'G', 0}, {'T', 1}, {'P', 2}};
+  int power = 0;
+  if (!unit.empty()) {
+    bool known = false;
+    for (auto [letter, p] : kScale) {
+      if (unit[0] != letter) continue;
+      std::string_view tail = std::string_view(unit).substr(1);
+      if (tail.empty() || tail == "B" || tail == "I" || tail == "IB") {
+        power = p;
+        known = true;
+      }
+    }
+    if (!known) {
+      return InvalidArgument("unknown unit '" + std::string(Trim(rest.substr(end))) + "' in '" +
+                             std::string(Trim(text)) +
+                             "' (use KB, MB, GB, TB or PB, or Ki, Mi, Gi, Ti, Pi)");
+    }
+  }
+  if (*value <= 0) {
+    return InvalidArgument("'" + std::string(Trim(text)) + "' must be a positive size");
+  }
+  amount.value = std::ldexp(*value, 10 * power);
+  if (!std::isfinite(amount.value)) {
+    return InvalidArgument("'" + std::string(Trim(text)) + "' is too large");
+  }
   return amount;
 }
 

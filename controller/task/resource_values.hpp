@@ -25,6 +25,12 @@ struct Amount {
 };
 std::optional<Amount> ParseAmount(std::string_view text, bool allow_gb);
 
+// A size as SkyPilot writes memory and disk_size: a number of GB, or a number with a unit, case
+// insensitive: KB/K, MB/M, GB/G, TB/T, PB/P (powers of 1024, as SkyPilot counts them) and the
+// IEC forms KiB/Ki ... PiB/Pi; an optional trailing '+' means "at least". value is in GB. Errors
+// say what is wrong with the text ("unknown unit 'XB'", "must be positive").
+Result<Amount> ParseSize(std::string_view text);
+
 // "L4" (count 1), "L4:4", "T4:0.5".
 struct Accelerator {
   std::string name;

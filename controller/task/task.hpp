@@ -16,15 +16,20 @@
 namespace herd::task {
 
 // resources.job_recovery: what a managed job (`herd jobs launch`) does after a failure. Plain
-// `herd launch` does not act on it. SkyPilot's forms: `job_recovery: FAILOVER` or
-// `job_recovery: {strategy: FAILOVER, max_restarts_on_errors: 3}`.
+// `herd launch` does not act on it. SkyPilot's forms: `job_recovery: FAILOVER`,
+// `job_recovery: none` or `job_recovery: {strategy: FAILOVER, max_restarts_on_errors: 3,
+// recover_on_exit_codes: [33, 34]}` (a single code may be given without the list).
 struct JobRecovery {
-  // "FAILOVER" or "EAGER_NEXT_REGION" (upper case after parsing). The local and ssh providers have
-  // one region, so both mean: relaunch on replacement nodes of the same provider.
+  // "FAILOVER", "EAGER_NEXT_REGION" or "NONE" (upper case after parsing). The local and ssh
+  // providers have one region, so the first two mean: relaunch on replacement nodes of the same
+  // provider. NONE: a lost node or a preemption ends the job (FAILED), nothing is relaunched.
   std::string strategy = "FAILOVER";
   // Relaunches after a user error (a rank exited non-zero on healthy nodes); node loss and
-  // preemption are always recovered.
+  // preemption are recovered unless the strategy is NONE.
   int max_restarts_on_errors = 0;
+  // Exit codes (0-255, each once, in the file's order) after which the job is always relaunched,
+  // whatever max_restarts_on_errors says; such relaunches do not count against it.
+  std::vector<int> recover_on_exit_codes;
 };
 
 // What a task asks of each node. Counts are per node, as in SkyPilot.
@@ -46,15 +51,26 @@ struct Resources {
   std::vector<Resources> any_of, ordered;
 };
 
+// workdir: {url, ref}: a git repository the controller clones (ResolveGitWorkdir) and then syncs
+// as the workdir.
+struct GitWorkdir {
+  std::string url;  // as written, after ${VAR} substitution
+  std::string ref;  // a branch, tag or commit; "" = the repository's default branch
+};
+
 struct Task {
   std::string name;
-  std::string workdir;  // local directory, after ${VAR} substitution; "" = none
+  // Local directory, after ${VAR} substitution and ~ expansion; "" = none. With git_workdir set,
+  // empty until ResolveGitWorkdir cloned it.
+  std::string workdir;
+  std::optional<GitWorkdir> git_workdir;
   int num_nodes = 1;
   Resources resources;
-  std::map<std::string, std::string> envs;         // after overrides; all required ones filled
-  std::map<std::string, std::string> secrets;      // same, never printed
-  std::map<std::string, std::string> file_mounts;  // remote -> local, after ${VAR} substitution
-  std::string setup, run;                          // lists joined with "\n"
+  std::map<std::string, std::string> envs;     // after overrides; all required ones filled
+  std::map<std::string, std::string> secrets;  // same, never printed
+  // remote -> local, after ${VAR} substitution and ~ expansion
+  std::map<std::string, std::string> file_mounts;
+  std::string setup, run;  // lists joined with "\n"
   // Fields accepted for SkyPilot compatibility that herd does not act on, and choices herd made
   // for the user (e.g. the first of several accelerators), each "file:line:col: path: note".
   std::vector<std::string> notes;
@@ -67,8 +83,36 @@ struct ParseOptions {
   // Local environment lookup; empty means ::getenv. Used for "--env K" and for ${VAR} in
   // file_mounts/workdir when the task's envs do not define VAR.
   std::function<std::optional<std::string>(const std::string&)> getenv;
+  // Whether this CLI talks to a team server (`herd api login`): decides how `secrets:` given as a
+  // list of references (`- secrets:HF_TOKEN`) is refused when --secret does not give them.
+  bool team_server = false;
 };
 
+// A file of several YAML documents: SkyPilot's pipeline. An optional first document that holds
+// only a header (name, and a job group's placement/execution) names it; every other document is
+// a task, run in file order, each after the previous one succeeded.
+struct Pipeline {
+  std::string name;                // the header's name ("" without one)
+  std::string execution;           // the header's execution ("" = one after another)
+  std::vector<Task> tasks;         // at least one
+  std::vector<std::string> notes;  // the header's notes; each task keeps its own
+};
+
+// Every document of the file: a pipeline of one task for an ordinary task file.
+Result<Pipeline> ParsePipelineFile(const std::string& path, const ParseOptions& options = {});
+Result<Pipeline> ParsePipelineYaml(std::string_view yaml, std::string_view source_name,
+                                   const ParseOptions& options = {});
+
+// Clones task.git_workdir (if set) with the system git into a new directory under parent_dir
+// (created 0700 when missing) and sets task.workdir to it; the caller removes it when done
+// (RemoveGitWorkdir). git runs without a shell, without prompts, its URL and ref after "--" or
+// checked not to start with '-'. A clone or checkout that fails is an error naming the URL, the
+// ref and git's last line.
+Status ResolveGitWorkdir(Task& task, const std::string& parent_dir);
+// Removes a directory ResolveGitWorkdir made (nothing when the task has no git workdir).
+void RemoveGitWorkdir(const Task& task);
+
+// One task; a file of several tasks (a pipeline) is refused with a message that says so.
 Result<Task> ParseTaskFile(const std::string& path, const ParseOptions& options = {});
 // source_name is what error messages call the text (usually the file name).
 Result<Task> ParseTaskYaml(std::string_view yaml, std::string_view source_name,
@@ -108,6 +152,7 @@ Status CheckNameSize(std::string_view name);
 // when json=true, else a readable summary) to out; errors and notes to err (a task with neither
 // setup nor run is valid, as in SkyPilot, with a note that nothing will run). Returns 0 valid, 2
 // not.
+// A pipeline is checked task by task, each printed after a "task N of M" line.
 int RunCheck(const std::string& path, const ParseOptions& options, bool json, std::ostream& out,
              std::ostream& err);
 

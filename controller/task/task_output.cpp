@@ -47,8 +47,11 @@ boost::json::object ResourcesJson(const Resources& r) {
   o["instance_type"] =
       r.instance_type.empty() ? boost::json::value(nullptr) : boost::json::value(r.instance_type);
   if (r.job_recovery) {
+    boost::json::array codes;
+    for (int c : r.job_recovery->recover_on_exit_codes) codes.emplace_back(c);
     o["job_recovery"] = {{"strategy", r.job_recovery->strategy},
-                         {"max_restarts_on_errors", r.job_recovery->max_restarts_on_errors}};
+                         {"max_restarts_on_errors", r.job_recovery->max_restarts_on_errors},
+                         {"recover_on_exit_codes", std::move(codes)}};
   }
   boost::json::array any_of, ordered;
   for (const Resources& c : r.any_of) any_of.emplace_back(ResourcesJson(c));
@@ -119,10 +122,28 @@ void PrintSummary(const std::string& path, const Task& task, std::ostream& out) 
     out << "candidates:  " << candidates << " ("
         << (task.resources.ordered.empty() ? "any_of" : "ordered") << "; the first is shown)\n";
   }
-  out << "workdir:     "
-      << (task.workdir.empty() ? "(none)"
-                               : task.workdir + " (synced to " + std::string(kRemoteWorkdir) + ")")
-      << "\n";
+  out << "workdir:     ";
+  if (task.git_workdir) {
+    out << "git " << task.git_workdir->url
+        << (task.git_workdir->ref.empty() ? "" : " at " + task.git_workdir->ref)
+        << " (cloned by herd, synced to " << kRemoteWorkdir << ")\n";
+  } else {
+    out << (task.workdir.empty()
+                ? "(none)"
+                : task.workdir + " (synced to " + std::string(kRemoteWorkdir) + ")")
+        << "\n";
+  }
+  if (const auto& jr = r.job_recovery) {
+    out << "recovery:    " << jr->strategy << ", max_restarts_on_errors "
+        << jr->max_restarts_on_errors;
+    if (!jr->recover_on_exit_codes.empty()) {
+      out << ", recover_on_exit_codes";
+      for (size_t i = 0; i < jr->recover_on_exit_codes.size(); ++i) {
+        out << (i ? ", " : " ") << jr->recover_on_exit_codes[i];
+      }
+    }
+    out << " (managed jobs)\n";
+  }
   auto print_map = [&](std::string_view label, const std::map<std::string, std::string>& m,
                        std::string_view sep, bool redact) {
     if (m.empty()) {
@@ -145,6 +166,9 @@ std::string ToJson(const Task& task) {
   boost::json::object o;
   o["name"] = task.name;
   o["workdir"] = task.workdir;
+  if (task.git_workdir) {
+    o["git_workdir"] = {{"url", task.git_workdir->url}, {"ref", task.git_workdir->ref}};
+  }
   o["num_nodes"] = task.num_nodes;
   o["resources"] = ResourcesJson(task.resources);
   o["envs"] = MapJson(task.envs, false);
@@ -191,20 +215,30 @@ Status CheckNameSize(std::string_view name) {
 
 int RunCheck(const std::string& path, const ParseOptions& options, bool json, std::ostream& out,
              std::ostream& err) {
-  Result<Task> task = ParseTaskFile(path, options);
-  if (!task.ok()) {
-    err << task.status().message() << "\n";
+  Result<Pipeline> pipeline = ParsePipelineFile(path, options);
+  if (!pipeline.ok()) {
+    err << pipeline.status().message() << "\n";
     return 2;
   }
-  for (const std::string& note : task->notes) err << "note: " << note << "\n";
-  if (Trim(task->setup).empty() && Trim(task->run).empty()) {
-    err << "note: " << path
-        << ": nothing will run: the task has no setup and no run, so its job does nothing\n";
+  for (const std::string& note : pipeline->notes) err << "note: " << note << "\n";
+  const std::size_t n = pipeline->tasks.size();
+  if (n > 1 && !json) {
+    out << path << ": a pipeline" << (pipeline->name.empty() ? "" : " '" + pipeline->name + "'")
+        << " of " << n << " tasks, run one after another on one cluster (herd launch)\n";
   }
-  if (json) {
-    out << ToJson(*task) << "\n";
-  } else {
-    PrintSummary(path, *task, out);
+  for (std::size_t i = 0; i < n; ++i) {
+    const Task& task = pipeline->tasks[i];
+    for (const std::string& note : task.notes) err << "note: " << note << "\n";
+    if (Trim(task.setup).empty() && Trim(task.run).empty()) {
+      err << "note: " << path << (n > 1 ? " task " + std::to_string(i + 1) : "")
+          << ": nothing will run: the task has no setup and no run, so its job does nothing\n";
+    }
+    if (json) {
+      out << ToJson(task) << "\n";  // one line per task
+    } else {
+      if (n > 1) out << "\ntask " << i + 1 << " of " << n << "\n";
+      PrintSummary(path, task, out);
+    }
   }
   return 0;
 }

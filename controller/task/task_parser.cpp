@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -94,6 +96,9 @@ constexpr std::string_view kTaskFields[] = {
 // accepts them (so the same YAML works with both) and notes that it ignores them.
 constexpr std::string_view kIgnoredTaskFields[] = {"config", "volumes", "event_callback", "inputs",
                                                    "outputs"};
+// The fields of a pipeline's header document (SkyPilot's pipeline name, a job group's placement
+// and execution).
+constexpr std::string_view kHeaderFields[] = {"name", "placement", "execution"};
 // SkyPilot task fields whose whole point herd does not provide: refused, so nobody believes they
 // took effect.
 struct Refused {
@@ -106,15 +111,18 @@ constexpr Refused kRefusedTaskFields[] = {
 };
 
 constexpr std::string_view kResourceFields[] = {
-    "infra", "cloud",     "region",   "zone",          "cpus",   "memory",  "accelerators",
+    "infra", "cloud",     "region",   "zone",          "cpus",   "memory",  "accelerators", "gpus",
     "ports", "disk_size", "use_spot", "instance_type", "any_of", "ordered", "job_recovery"};
 // Resource fields that only matter for choosing or creating cloud VMs.
 constexpr std::string_view kIgnoredResourceFields[] = {
     "spot_recovery", "disk_tier", "network_tier",     "image_id",       "labels",
     "autostop",      "priority",  "accelerator_args", "max_hourly_cost"};
 // resources.job_recovery: SkyPilot's recovery strategies and the fields of its mapping form.
-constexpr std::string_view kRecoveryStrategies[] = {"FAILOVER", "EAGER_NEXT_REGION"};
-constexpr std::string_view kJobRecoveryFields[] = {"strategy", "max_restarts_on_errors"};
+constexpr std::string_view kRecoveryStrategies[] = {"FAILOVER", "EAGER_NEXT_REGION", "NONE"};
+constexpr std::string_view kJobRecoveryFields[] = {"strategy", "max_restarts_on_errors",
+                                                   "recover_on_exit_codes"};
+// secrets: given as a list, each item names a secret the team server keeps: "secrets:NAME".
+constexpr std::string_view kSecretRefPrefix = "secrets:";
 
 template <size_t N>
 bool Contains(const std::string_view (&list)[N], std::string_view key) {
@@ -199,6 +207,203 @@ std::optional<std::string> DefaultGetenv(const std::string& name) {
   return std::string(value);
 }
 
+// Python's str() of a float, which is what SkyPilot makes of an env value PyYAML read as one:
+// the shortest digits that read back, fixed notation for decimal exponents -4..15 (with at least
+// one digit after the point), else d.ddde+XX.
+std::string PythonFloat(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
+  if (ec != std::errc()) return FormatNumber(v);
+  std::string sci(buf, end);  // "-1.2345e+02"
+  bool negative = sci[0] == '-';
+  if (negative) sci.erase(0, 1);
+  std::size_t e = sci.find('e');
+  std::string digits;
+  for (char c : sci.substr(0, e)) {
+    if (c != '.') digits += c;
+  }
+  int exponent = std::stoi(sci.substr(e + 1));
+  while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
+  std::string out;
+  if (exponent >= -4 && exponent < 16) {
+    if (exponent < 0) {
+      out = "0." + std::string(static_cast<std::size_t>(-exponent - 1), '0') + digits;
+    } else if (static_cast<std::size_t>(exponent) + 1 >= digits.size()) {
+      out =
+          digits + std::string(static_cast<std::size_t>(exponent) + 1 - digits.size(), '0') + ".0";
+    } else {
+      out = digits.substr(0, static_cast<std::size_t>(exponent) + 1) + "." +
+            digits.substr(static_cast<std::size_t>(exponent) + 1);
+    }
+  } else {
+    out = digits.substr(0, 1);
+    if (digits.size() > 1) out += "." + digits.substr(1);
+    std::string exp = std::to_string(std::abs(exponent));
+    out += std::string("e") + (exponent < 0 ? "-" : "+") + (exp.size() < 2 ? "0" : "") + exp;
+  }
+  return negative ? "-" + out : out;
+}
+
+// Scanners for PyYAML's (YAML 1.1) int and float forms, written out rather than as std::regex,
+// whose matching recurses once per character of a value.
+bool AllIn(std::string_view s, std::string_view chars) {
+  return s.find_first_not_of(chars) == std::string_view::npos;
+}
+constexpr std::string_view kDigits = "0123456789_";
+// (":" [0-5]?[0-9])*: the sexagesimal groups after a first part.
+bool Base60Tail(std::string_view s) {
+  while (!s.empty()) {
+    if (s[0] != ':') return false;
+    s.remove_prefix(1);
+    std::size_t n = 0;
+    while (n < s.size() && n < 2 && std::isdigit(static_cast<unsigned char>(s[n]))) ++n;
+    if (n == 0 || (n == 2 && s[0] > '5')) return false;
+    s.remove_prefix(n);
+  }
+  return true;
+}
+std::string_view WithoutSign(std::string_view s) {
+  if (!s.empty() && (s[0] == '-' || s[0] == '+')) s.remove_prefix(1);
+  return s;
+}
+// [-+]?(0b[01_]+ | 0x[0-9a-fA-F_]+ | 0[0-7_]+ | 0 | [1-9][0-9_]*(:[0-5]?[0-9])*)
+bool IsYamlInt(std::string_view text) {
+  std::string_view s = WithoutSign(text);
+  if (s.empty()) return false;
+  if (s == "0") return true;
+  if (s.size() > 2 && s.substr(0, 2) == "0b") return AllIn(s.substr(2), "01_");
+  if (s.size() > 2 && s.substr(0, 2) == "0x") {
+    return AllIn(s.substr(2), "0123456789abcdefABCDEF_");
+  }
+  if (s[0] == '0') return AllIn(s.substr(1), "01234567_");
+  if (s[0] < '1' || s[0] > '9') return false;
+  std::size_t end = s.find(':');
+  if (!AllIn(s.substr(0, end), kDigits)) return false;
+  return end == std::string_view::npos || Base60Tail(s.substr(end));
+}
+// [-+]?([0-9][0-9_]*(:[0-5]?[0-9])*\.[0-9_]* | \.[0-9_]+)([eE][-+][0-9]+)?
+// | [-+]?\.(inf|Inf|INF) | \.(nan|NaN|NAN)
+bool IsYamlFloat(std::string_view text) {
+  if (text == ".nan" || text == ".NaN" || text == ".NAN") return true;
+  std::string_view s = WithoutSign(text);
+  if (s == ".inf" || s == ".Inf" || s == ".INF") return true;
+  std::size_t exp = s.find_first_of("eE");
+  if (exp != std::string_view::npos) {
+    std::string_view e = s.substr(exp + 1);
+    if (e.size() < 2 || (e[0] != '-' && e[0] != '+') || !AllIn(e.substr(1), "0123456789")) {
+      return false;
+    }
+    s = s.substr(0, exp);
+  }
+  std::size_t dot = s.find('.');
+  if (dot == std::string_view::npos || !AllIn(s.substr(dot + 1), kDigits)) return false;
+  std::string_view whole = s.substr(0, dot);
+  if (whole.empty()) return dot + 1 < s.size();  // ".5", not "."
+  if (!std::isdigit(static_cast<unsigned char>(whole[0]))) return false;
+  std::size_t colon = whole.find(':');
+  if (!AllIn(whole.substr(0, colon), kDigits)) return false;
+  return colon == std::string_view::npos || Base60Tail(whole.substr(colon));
+}
+
+// The text SkyPilot gives an env or secret value: PyYAML (YAML 1.1) reads a plain scalar as a
+// bool, an int or a float where it looks like one, and SkyPilot then takes str() of it: `true`
+// -> "True", `0.10` -> "0.1", `010` -> "8", `0x1F` -> "31", `1_000` -> "1000". Quoted values,
+// and everything else, stay as written.
+std::string EnvValueText(const YAML::Node& node) {
+  const std::string& text = node.Scalar();
+  if (!IsPlainScalar(node)) return text;
+  if (auto b = PlainBool(node)) return *b ? "True" : "False";
+  auto strip = [](std::string t) {
+    t.erase(std::remove(t.begin(), t.end(), '_'), t.end());
+    return t;
+  };
+  // Sexagesimal (YAML 1.1's 1:30 = 90): the parts before the last, each times 60.
+  auto base60 = [](const std::string& t, double& value) {
+    value = 0;
+    std::size_t start = 0;
+    while (true) {
+      std::size_t colon = t.find(':', start);
+      std::string part = t.substr(start, colon == std::string::npos ? colon : colon - start);
+      if (colon == std::string::npos) {
+        value = value * 60 + std::strtod(part.c_str(), nullptr);
+        return;
+      }
+      value = value * 60 + std::strtod(part.c_str(), nullptr);
+      start = colon + 1;
+    }
+  };
+  std::string sign;
+  if (IsYamlInt(text)) {
+    std::string t = strip(text);
+    if (t[0] == '-' || t[0] == '+') {
+      if (t[0] == '-') sign = "-";
+      t.erase(0, 1);
+    }
+    long long value = 0;
+    std::from_chars_result r{};
+    if (t.find(':') != std::string::npos) {
+      double v = 0;
+      base60(t, v);
+      if (v >= 9e18) return text;
+      value = static_cast<long long>(v);
+      r.ec = std::errc();
+    } else if (t.rfind("0b", 0) == 0) {
+      r = std::from_chars(t.data() + 2, t.data() + t.size(), value, 2);
+    } else if (t.rfind("0x", 0) == 0) {
+      r = std::from_chars(t.data() + 2, t.data() + t.size(), value, 16);
+    } else if (t.size() > 1 && t[0] == '0') {
+      r = std::from_chars(t.data() + 1, t.data() + t.size(), value, 8);
+    } else {
+      r = std::from_chars(t.data(), t.data() + t.size(), value, 10);
+    }
+    if (r.ec != std::errc()) return text;  // past 64 bits: Python would print it in full
+    return (value == 0 ? "" : sign) + std::to_string(value);
+  }
+  if (IsYamlFloat(text)) {
+    std::string t = strip(text);
+    if (t.find("inf") != std::string::npos || t.find("Inf") != std::string::npos ||
+        t.find("INF") != std::string::npos) {
+      return t[0] == '-' ? "-inf" : "inf";
+    }
+    if (t.find("nan") != std::string::npos || t.find("NaN") != std::string::npos ||
+        t.find("NAN") != std::string::npos) {
+      return "nan";
+    }
+    if (t.find(':') != std::string::npos) {
+      bool negative = t[0] == '-';
+      if (t[0] == '-' || t[0] == '+') t.erase(0, 1);
+      double v = 0;
+      base60(t, v);
+      return PythonFloat(negative ? -v : v);
+    }
+    return PythonFloat(std::strtod(t.c_str(), nullptr));
+  }
+  return text;
+}
+
+// "~" and "~/..." as the local home, as SkyPilot's os.path.expanduser does for local paths.
+std::string ExpandHome(const std::string& path, const EnvLookup& getenv) {
+  if (path.empty() || path[0] != '~' || (path.size() > 1 && path[1] != '/')) return path;
+  auto home = getenv("HOME");
+  if (!home || home->empty()) return path;
+  return *home + path.substr(1);
+}
+
+// "s3://bucket/x", "gs://...": a URI (scheme "://"), never a local path.
+bool IsUri(std::string_view text) {
+  std::size_t sep = text.find("://");
+  if (sep == std::string_view::npos || sep == 0) return false;
+  if (!std::isalpha(static_cast<unsigned char>(text[0]))) return false;
+  for (char c : text.substr(0, sep)) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '-' && c != '.') {
+      return false;
+    }
+  }
+  return true;
+}
+
 std::string Child(std::string_view path, std::string_view key) {
   if (path.empty()) return std::string(key);
   return std::string(path) + "." + std::string(key);
@@ -227,7 +432,9 @@ class TaskParser {
         options_(options),
         getenv_(options.getenv ? options.getenv : DefaultGetenv) {}
 
-  Result<Task> Parse(std::string_view yaml) {
+  // Every document: an optional pipeline header, then the tasks. one_task: the caller takes a
+  // single task, and a second one is refused at its first line.
+  Result<Pipeline> Parse(std::string_view yaml, bool one_task) {
     std::vector<YAML::Node> docs;
     try {
       HERD_RETURN_IF_ERROR(CheckEvents(yaml));
@@ -241,23 +448,36 @@ class TaskParser {
     for (const YAML::Node& doc : docs) {
       if (!doc.IsNull()) tasks.push_back(doc);
     }
-    if (tasks.size() > 1) {
-      return InvalidArgument(Where(tasks[1].Mark()) +
-                             "a second YAML document: herd takes one task per file (pipelines of "
-                             "several tasks are not supported)");
-    }
-    Task task;
-    if (tasks.empty()) {  // An empty file is a valid task that does nothing, as in SkyPilot.
-      HERD_RETURN_IF_ERROR(ApplyOverrides(task, {}, {}));
-    } else {
-      try {
-        HERD_RETURN_IF_ERROR(ParseTask(tasks[0], task));
-      } catch (const YAML::Exception& e) {
-        return InvalidArgument(Where(e.mark) + "invalid YAML: " + e.msg);
+    Pipeline pipeline;
+    try {
+      // Indexes, not erase: assigning a YAML::Node (as erase does) overwrites the node it
+      // refers to.
+      std::size_t first = 0;
+      if (tasks.size() > 1 && IsHeader(tasks[0])) {
+        HERD_RETURN_IF_ERROR(ParseHeader(tasks[0], pipeline));
+        first = 1;
       }
+      const std::size_t count = tasks.size() - first;
+      if (one_task && count > 1) {
+        return InvalidArgument(Where(tasks[first + 1].Mark()) + "a second task (YAML document): " +
+                               "this command takes one task; `herd launch` runs a pipeline of " +
+                               std::to_string(count) + " tasks one after another");
+      }
+      if (count == 0) {  // An empty file is a valid task that does nothing, as in SkyPilot.
+        Task task;
+        HERD_RETURN_IF_ERROR(ApplyOverrides(task, {}, {}, {}));
+        pipeline.tasks.push_back(std::move(task));
+      }
+      for (std::size_t i = first; i < tasks.size(); ++i) {
+        Task task;
+        HERD_RETURN_IF_ERROR(ParseTask(tasks[i], task));
+        pipeline.tasks.push_back(std::move(task));
+      }
+    } catch (const YAML::Exception& e) {
+      return InvalidArgument(Where(e.mark) + "invalid YAML: " + e.msg);
     }
-    HERD_RETURN_IF_ERROR(CheckSpecSize(task, source_));
-    return task;
+    for (const Task& task : pipeline.tasks) HERD_RETURN_IF_ERROR(CheckSpecSize(task, source_));
+    return pipeline;
   }
 
  private:
@@ -404,6 +624,47 @@ class TaskParser {
     return Status::Ok();
   }
 
+  // A pipeline's first document when it holds nothing but header fields (SkyPilot: `name:` alone;
+  // a job group adds placement and execution).
+  static bool IsHeader(const YAML::Node& doc) {
+    if (!doc.IsMap() || doc.size() == 0) return false;
+    for (const auto& kv : doc) {
+      if (!kv.first.IsScalar() || !Contains(kHeaderFields, kv.first.Scalar())) return false;
+    }
+    return true;
+  }
+
+  Status ParseHeader(const YAML::Node& doc, Pipeline& pipeline) const {
+    HERD_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(doc, ""));
+    for (const Entry& e : entries) {
+      if (e.key == "name") {
+        HERD_ASSIGN_OR_RETURN(pipeline.name, String(e.value, "name"));
+        if (Status s = CheckNameSize(pipeline.name); !s.ok()) {
+          return Error(e.value, "name", s.message());
+        }
+      } else if (e.key == "execution") {
+        HERD_ASSIGN_OR_RETURN(std::string v, String(e.value, "execution"));
+        std::string lower = v;
+        for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        if (lower == "parallel") {
+          return Error(e.value, "execution",
+                       "herd runs a pipeline's tasks one after another, each after the previous "
+                       "one succeeded; parallel job groups are not supported: remove it or "
+                       "launch the tasks on separate clusters");
+        }
+        if (!lower.empty() && lower != "serial" && lower != "sequential") {
+          return Error(e.value, "execution",
+                       "expected serial (the tasks one after another), got " + Describe(e.value));
+        }
+        pipeline.execution = lower;
+      } else {  // placement: every task of a herd pipeline runs on the one cluster
+        Note(pipeline.notes, e.key_node, e.key,
+             "accepted; herd runs every task of the pipeline on one cluster");
+      }
+    }
+    return Status::Ok();
+  }
+
   static std::string TooDeep() {
     return "the file nests lists and mappings more than " +
            std::to_string(limits::kMaxTaskNestingDepth) + " levels deep here";
@@ -470,6 +731,20 @@ class TaskParser {
         fields[e.key] = &e;
         continue;
       }
+      // SkyPilot gives such a task an endpoint and a token of its API server, so that it can
+      // launch further work; herd's jobs get neither.
+      if (e.key == "api_server_access") {
+        if (!e.value.IsNull() && !PlainBool(e.value)) {
+          return Error(e.value, e.key, "expected true or false, got " + Describe(e.value));
+        }
+        if (PlainBool(e.value).value_or(false)) {
+          Note(task.notes, e.key_node, e.key,
+               "accepted; herd does not give the task a team server endpoint or token "
+               "(SKYPILOT_API_SERVER_ENDPOINT is not set): a task that calls the server must be "
+               "given its own credentials");
+        }
+        continue;
+      }
       if (Contains(kIgnoredTaskFields, e.key)) {
         Note(task.notes, e.key_node, e.key,
              "accepted for SkyPilot compatibility; herd does not act on it");
@@ -507,14 +782,18 @@ class TaskParser {
       task.num_nodes = static_cast<int>(*v);
     }
 
-    std::vector<RequiredVar> required_envs, required_secrets;
+    std::vector<RequiredVar> required_envs, required_secrets, secret_refs;
     if (const YAML::Node* n = field("envs")) {
       HERD_RETURN_IF_ERROR(VarMap(*n, "envs", task.envs, required_envs));
     }
     if (const YAML::Node* n = field("secrets")) {
-      HERD_RETURN_IF_ERROR(VarMap(*n, "secrets", task.secrets, required_secrets));
+      if (n->IsSequence()) {
+        HERD_RETURN_IF_ERROR(SecretRefs(*n, secret_refs));
+      } else {
+        HERD_RETURN_IF_ERROR(VarMap(*n, "secrets", task.secrets, required_secrets));
+      }
     }
-    HERD_RETURN_IF_ERROR(ApplyOverrides(task, required_envs, required_secrets));
+    HERD_RETURN_IF_ERROR(ApplyOverrides(task, required_envs, required_secrets, secret_refs));
 
     // ${VAR} in workdir and file_mounts: the task's envs (after overrides), then the local
     // environment. Secrets are not used: they must never end up in paths that get printed.
@@ -524,12 +803,18 @@ class TaskParser {
     };
     if (const YAML::Node* n = field("workdir"); n && !n->IsNull()) {
       if (n->IsMap()) {
-        return Error(*n, "workdir",
-                     "git workdirs ({url, ref}) are not supported by herd: give a local "
-                     "directory");
+        HERD_RETURN_IF_ERROR(GitWorkdirField(*n, lookup, task));
+      } else {
+        HERD_ASSIGN_OR_RETURN(std::string raw, String(*n, "workdir"));
+        HERD_ASSIGN_OR_RETURN(std::string dir, Substitute(raw, *n, "workdir", lookup));
+        if (IsUri(dir)) {
+          return Error(*n, "workdir",
+                       "'" + dir +
+                           "' is a URI, not a local directory: for a git repository write "
+                           "workdir: {url: URL, ref: BRANCH}");
+        }
+        task.workdir = ExpandHome(dir, getenv_);
       }
-      HERD_ASSIGN_OR_RETURN(std::string raw, String(*n, "workdir"));
-      HERD_ASSIGN_OR_RETURN(task.workdir, Substitute(raw, *n, "workdir", lookup));
     }
     if (const YAML::Node* n = field("file_mounts")) {
       HERD_RETURN_IF_ERROR(FileMounts(*n, lookup, task.file_mounts));
@@ -602,7 +887,7 @@ class TaskParser {
       if (e.value.IsNull()) {
         required.push_back({e.key, e.key_node.Mark()});
       } else if (e.value.IsScalar()) {
-        out[e.key] = e.value.Scalar();
+        out[e.key] = EnvValueText(e.value);
       } else {
         return Error(
             e.value, Child(field, e.key),
@@ -614,7 +899,8 @@ class TaskParser {
 
   // YAML envs < --env < --env-file (REFERENCE.md); then every required variable must be set.
   Status ApplyOverrides(Task& task, const std::vector<RequiredVar>& required_envs,
-                        const std::vector<RequiredVar>& required_secrets) const {
+                        const std::vector<RequiredVar>& required_secrets,
+                        const std::vector<RequiredVar>& secret_refs) const {
     for (const std::string& text : options_.env_overrides) {
       HERD_ASSIGN_OR_RETURN(auto kv, ParseEnvOverride(text, "--env", getenv_));
       task.envs[kv.first] = kv.second;
@@ -639,6 +925,84 @@ class TaskParser {
                                " is required: pass --secret " + r.name + "=VALUE");
       }
     }
+    // A reference is a secret kept by a team server. Given with --secret, the value is used as
+    // is; otherwise there is nothing that could fill it in.
+    for (const RequiredVar& r : secret_refs) {
+      if (task.secrets.count(r.name)) continue;
+      if (!options_.team_server) {
+        return InvalidArgument(
+            Where(r.mark) + "secrets: '" + std::string(kSecretRefPrefix) + r.name +
+            "' refers to a secret kept by a team server, and no team server is configured "
+            "(herd api login): pass --secret " +
+            r.name + "=VALUE, or write secrets: {" + r.name + ": null} and pass --secret " +
+            r.name);
+      }
+      return InvalidArgument(
+          Where(r.mark) + "secrets: '" + std::string(kSecretRefPrefix) + r.name +
+          "': the team server does not hand its stored secrets to tasks: pass --secret " + r.name +
+          "=VALUE (it travels to the server over TLS with the task)");
+    }
+    return Status::Ok();
+  }
+
+  // secrets: as a list of references to secrets a team server keeps, "- secrets:NAME".
+  Status SecretRefs(const YAML::Node& n, std::vector<RequiredVar>& refs) const {
+    std::set<std::string> seen;
+    for (std::size_t i = 0; i < n.size(); ++i) {
+      const YAML::Node item = n[i];
+      std::string path = "secrets[" + std::to_string(i) + "]";
+      std::string text = item.IsScalar() ? std::string(Trim(item.Scalar())) : "";
+      if (text.rfind(kSecretRefPrefix, 0) != 0) {
+        return Error(item, path,
+                     "expected a reference to a stored secret, 'secrets:NAME' (e.g. "
+                     "secrets:HF_TOKEN), got " +
+                         Describe(item) + "; for values write a mapping, secrets: {NAME: VALUE}");
+      }
+      std::string name = text.substr(kSecretRefPrefix.size());
+      if (!IsEnvName(name)) {
+        return Error(item, path,
+                     "invalid secret name '" + name +
+                         "': use letters, digits and '_', not starting with a digit");
+      }
+      if (!seen.insert(name).second) {
+        return Error(item, path, "'" + text + "' is given twice: keep one");
+      }
+      refs.push_back({name, item.Mark()});
+    }
+    return Status::Ok();
+  }
+
+  // workdir: {url, ref}: a git repository, cloned by the controller before it syncs the workdir.
+  Status GitWorkdirField(const YAML::Node& n, const EnvLookup& lookup, Task& task) const {
+    HERD_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(n, "workdir"));
+    GitWorkdir git;
+    const Entry* url = nullptr;
+    for (const Entry& e : entries) {
+      std::string path = Child("workdir", e.key);
+      if (e.key != "url" && e.key != "ref") return UnknownField(e, "workdir", {"url", "ref"});
+      HERD_ASSIGN_OR_RETURN(std::string raw, String(e.value, path));
+      HERD_ASSIGN_OR_RETURN(std::string value, Substitute(raw, e.value, path, lookup));
+      value = std::string(Trim(value));
+      if (e.key == "url") {
+        url = &e;
+        if (value.empty() || value[0] == '-' || value.find_first_of(" \t\n") != std::string::npos) {
+          return Error(e.value.IsNull() ? e.key_node : e.value, path,
+                       "expected a git URL (https://..., git@host:repo, file:///path or a "
+                       "local path), got " +
+                           Describe(e.value));
+        }
+        git.url = value;
+      } else {
+        if (!value.empty() && (value[0] == '-' || value.find("..") != std::string::npos ||
+                               value.find_first_of(" \t\n~^:?*[\\") != std::string::npos)) {
+          return Error(e.value, path,
+                       "expected a branch, tag or commit name, got " + Describe(e.value));
+        }
+        git.ref = value;
+      }
+    }
+    if (url == nullptr) return Error(n, "workdir", "a git workdir needs url: (and may give ref:)");
+    task.git_workdir = std::move(git);
     return Status::Ok();
   }
 
@@ -665,6 +1029,14 @@ class TaskParser {
       if (e.key.empty()) return Error(e.key_node, "file_mounts", "empty remote path");
       HERD_ASSIGN_OR_RETURN(std::string remote, Substitute(e.key, e.key_node, path, lookup));
       HERD_ASSIGN_OR_RETURN(std::string local, Substitute(e.value.Scalar(), e.value, path, lookup));
+      if (IsUri(local)) {
+        return Error(e.value, path,
+                     "'" + local +
+                         "' is cloud storage, not a local path; herd does not mount or copy "
+                         "buckets yet: fetch it in setup (e.g. aws s3 cp --recursive) or give a "
+                         "local path");
+      }
+      local = ExpandHome(local, getenv_);
       if (!out.emplace(remote, local).second) {
         return Error(e.key_node, path, "mounts to '" + remote + "' twice: keep one");
       }
@@ -708,27 +1080,49 @@ class TaskParser {
       r.cpus_at_least = a->at_least;
     }
     if (const Entry* e = field("memory"); e && !e->value.IsNull()) {
-      auto a = e->value.IsScalar() ? ParseAmount(e->value.Scalar(), true) : std::nullopt;
-      if (!a) {
+      if (!e->value.IsScalar()) {
         return Error(e->value, Child(path, "memory"),
-                     "expected a number of GB or 'N+' (e.g. 32 or 32+), got " + Describe(e->value));
+                     "expected a number of GB, a size (64GB, 1TB) or either with '+' (32+), got " +
+                         Describe(e->value));
       }
+      auto a = ParseSize(e->value.Scalar());
+      if (!a.ok()) return Error(e->value, Child(path, "memory"), a.status().message());
       r.memory_gb = a->value;
       r.memory_at_least = a->at_least;
     }
-    if (const Entry* e = field("accelerators")) {
-      HERD_RETURN_IF_ERROR(Accelerators(e->value, Child(path, "accelerators"), r, notes));
+    // gpus: another name of accelerators (the same forms); giving both is a mistake.
+    if (const Entry* e = field("accelerators"); e && field("gpus")) {
+      const Entry* later =
+          field("gpus")->key_node.Mark().pos > e->key_node.Mark().pos ? field("gpus") : e;
+      return Error(later->key_node, Child(path, later->key),
+                   "gpus is another name of accelerators: give one of them");
+    }
+    if (const Entry* e = field("accelerators") ? field("accelerators") : field("gpus")) {
+      HERD_RETURN_IF_ERROR(Accelerators(e->value, Child(path, e->key), r, notes));
     }
     if (const Entry* e = field("ports")) {
       HERD_RETURN_IF_ERROR(Ports(e->value, Child(path, "ports"), r));
     }
     if (const Entry* e = field("disk_size"); e && !e->value.IsNull()) {
-      auto v = IsPlainScalar(e->value) ? ParseInteger(e->value.Scalar()) : std::nullopt;
-      if (!v || *v < 1 || *v > 1000000) {
-        return Error(e->value, Child(path, "disk_size"),
-                     "expected a positive integer number of GB, got " + Describe(e->value));
+      std::string at = Child(path, "disk_size");
+      if (!e->value.IsScalar()) {
+        return Error(
+            e->value, at,
+            "expected a number of GB or a size (256, 256GB, 1TB), got " + Describe(e->value));
       }
-      r.disk_size = static_cast<int>(*v);
+      auto a = ParseSize(e->value.Scalar());
+      if (!a.ok()) return Error(e->value, at, a.status().message());
+      if (a->at_least) {
+        return Error(e->value, at, "a disk has one size: remove the '+'");
+      }
+      // SkyPilot floors a size with a unit to whole GB.
+      double gb = std::floor(a->value);
+      if (gb < 1 || gb > limits::kMaxTaskDiskSizeGb) {
+        return Error(e->value, at,
+                     "expected from 1 GB to " + std::to_string(limits::kMaxTaskDiskSizeGb) +
+                         " GB, got " + Describe(e->value) + " (" + FormatNumber(a->value) + " GB)");
+      }
+      r.disk_size = static_cast<int>(gb);
     }
     if (const Entry* e = field("use_spot"); e && !e->value.IsNull()) {
       auto b = PlainBool(e->value);
@@ -770,9 +1164,9 @@ class TaskParser {
       std::string name = v.IsScalar() ? std::string(Trim(v.Scalar())) : "";
       for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
       if (!Contains(kRecoveryStrategies, name)) {
-        return Error(
-            v, at,
-            "expected a recovery strategy (FAILOVER or EAGER_NEXT_REGION), got " + Describe(v));
+        return Error(v, at,
+                     "expected a recovery strategy (FAILOVER, EAGER_NEXT_REGION or none), got " +
+                         Describe(v));
       }
       jr.strategy = name;
       return Status::Ok();
@@ -799,6 +1193,10 @@ class TaskParser {
         continue;
       }
       if (e.value.IsNull()) continue;
+      if (e.key == "recover_on_exit_codes") {
+        HERD_RETURN_IF_ERROR(ExitCodes(e.value, at, jr.recover_on_exit_codes));
+        continue;
+      }
       auto v = IsPlainScalar(e.value) ? ParseInteger(e.value.Scalar()) : std::nullopt;
       if (!v || *v < 0 || *v > limits::kMaxRestartsOnErrors) {
         return Error(e.value, at,
@@ -810,6 +1208,35 @@ class TaskParser {
     }
     r.job_recovery = jr;
     return Status::Ok();
+  }
+
+  // recover_on_exit_codes: one code or a list of distinct codes, each an integer 0-255.
+  Status ExitCodes(const YAML::Node& n, const std::string& path, std::vector<int>& out) const {
+    auto one = [&](const YAML::Node& item, const std::string& at) -> Status {
+      auto v = IsPlainScalar(item) ? ParseInteger(item.Scalar()) : std::nullopt;
+      if (!v || *v < 0 || *v > 255) {
+        std::string hint = item.IsScalar() && !IsPlainScalar(item) ? " (remove the quotes)" : "";
+        return Error(
+            item, at,
+            "expected an exit code, an integer from 0 to 255, got " + Describe(item) + hint);
+      }
+      if (std::find(out.begin(), out.end(), static_cast<int>(*v)) != out.end()) {
+        return Error(item, at, "exit code " + std::to_string(*v) + " is given twice: keep one");
+      }
+      out.push_back(static_cast<int>(*v));
+      return Status::Ok();
+    };
+    if (n.IsSequence()) {
+      for (std::size_t i = 0; i < n.size(); ++i) {
+        HERD_RETURN_IF_ERROR(one(n[i], path + "[" + std::to_string(i) + "]"));
+      }
+      return Status::Ok();
+    }
+    if (n.IsMap()) {
+      return Error(n, path,
+                   "expected an exit code or a list of them (e.g. [33, 34]), got a mapping");
+    }
+    return one(n, path);
   }
 
   // any_of/ordered: each candidate starts from the fields around it and overrides some.
@@ -991,24 +1418,46 @@ class TaskParser {
 
 }  // namespace
 
-Result<Task> ParseTaskYaml(std::string_view yaml, std::string_view source_name,
-                           const ParseOptions& options) {
+namespace {
+
+Result<Pipeline> ParseYaml(std::string_view yaml, std::string_view source_name,
+                           const ParseOptions& options, bool one_task) {
   HERD_RETURN_IF_ERROR(CheckYamlText(yaml, source_name));
   try {
-    return TaskParser(source_name, options).Parse(yaml);
+    return TaskParser(source_name, options).Parse(yaml, one_task);
   } catch (const std::exception& e) {  // yaml-cpp or std failures that escaped the parser
     return Internal(std::string(source_name) + ": unexpected error while parsing: " + e.what());
   }
 }
 
+Result<std::string> ReadTaskText(const std::string& path) {
+  return ReadTextFile(path, limits::kMaxTaskFileBytes,
+                      "a task file may be at most " + BytesText(limits::kMaxTaskFileBytes) +
+                          ": keep data in the files a task mounts (file_mounts, "
+                          "workdir), not in the task file");
+}
+
+}  // namespace
+
+Result<Task> ParseTaskYaml(std::string_view yaml, std::string_view source_name,
+                           const ParseOptions& options) {
+  HERD_ASSIGN_OR_RETURN(Pipeline p, ParseYaml(yaml, source_name, options, true));
+  return std::move(p.tasks.front());
+}
+
 Result<Task> ParseTaskFile(const std::string& path, const ParseOptions& options) {
-  HERD_ASSIGN_OR_RETURN(
-      std::string text,
-      ReadTextFile(path, limits::kMaxTaskFileBytes,
-                   "a task file may be at most " + BytesText(limits::kMaxTaskFileBytes) +
-                       ": keep data in the files a task mounts (file_mounts, "
-                       "workdir), not in the task file"));
+  HERD_ASSIGN_OR_RETURN(std::string text, ReadTaskText(path));
   return ParseTaskYaml(text, path, options);
+}
+
+Result<Pipeline> ParsePipelineYaml(std::string_view yaml, std::string_view source_name,
+                                   const ParseOptions& options) {
+  return ParseYaml(yaml, source_name, options, false);
+}
+
+Result<Pipeline> ParsePipelineFile(const std::string& path, const ParseOptions& options) {
+  HERD_ASSIGN_OR_RETURN(std::string text, ReadTaskText(path));
+  return ParsePipelineYaml(text, path, options);
 }
 
 const Resources& PrimaryResources(const Task& task) {

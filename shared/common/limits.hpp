@@ -520,4 +520,15 @@ static_assert(kApiWarmWorkersPerUser <= kApiWarmWorkersMax && kApiWarmQueueWait 
 static_assert(kApiDbConnectTimeout >= 1s, "libpq's connect_timeout counts whole seconds");
 static_assert(kApiListDefaultLimit <= kApiListMaxLimit, "the default listing is allowed");
 
+// ---- SkyPilot YAML as written (controller/task: sizes, git workdirs) ---------------------------
+// The largest resources.disk_size, in GB, after units (1PB is 1048576 GB): past any disk a cloud
+// sells, small enough for an int.
+inline constexpr int kMaxTaskDiskSizeGb = 1 << 21;
+// A git workdir's clone and checkout (`workdir: {url, ref}`), each; the controller then syncs it
+// as any workdir. A remote repository may be large, a local one takes well under a second.
+inline constexpr std::chrono::seconds kGitWorkdirCloneTimeout{600};
+// The last bytes of git's stderr kept for the error that names a failed clone.
+inline constexpr std::size_t kGitWorkdirErrorBytes = 4096;
+static_assert(kMaxTaskDiskSizeGb >= 1 << 20, "1PB, SkyPilot's largest unit, is a valid disk size");
+
 }  // namespace herd::limits

@@ -165,6 +165,102 @@ TEST_CASE("a task survives its stored form, secrets left out") {
   CHECK_FALSE(DecodeTask("{\"name\": 1}").ok());
 }
 
+TEST_CASE("recover_on_exit_codes: a run that exits with one of them is recovered, not failed") {
+  task::JobRecovery p = Policy(0);
+  p.recover_on_exit_codes = {33, 34};
+  RecoveryCounters c;
+  // Code 34 with max_restarts_on_errors 0: relaunched anyway, as a recovery, many times over.
+  for (int i = 1; i <= 3; ++i) {
+    Decision d = Decide(AttemptOutcome::kUserFailed, c, p, false, kMaxLaunch, {34});
+    CHECK(d.action == NextAction::kRelaunch);
+    CHECK(d.counters.recoveries == i);
+    CHECK(d.counters.restarts_on_errors == 0);
+    CHECK(d.reason.find("exited with 34, one of recover_on_exit_codes") != std::string::npos);
+    c = d.counters;
+  }
+  // Another code is a user error: with no restarts on errors left, the job fails.
+  Decision other = Decide(AttemptOutcome::kUserFailed, c, p, false, kMaxLaunch, {1});
+  CHECK(other.action == NextAction::kFinish);
+  CHECK(other.final_state == ManagedState::kFailed);
+  // No code known (the head was lost before it said): the ordinary rule.
+  CHECK(Decide(AttemptOutcome::kUserFailed, c, p, false, kMaxLaunch).final_state ==
+        ManagedState::kFailed);
+  // Without the list, 33 is just an error.
+  CHECK(Decide(AttemptOutcome::kUserFailed, {}, Policy(0), false, kMaxLaunch, {33}).final_state ==
+        ManagedState::kFailed);
+  // With restarts on errors left, an unlisted code uses one of them, a listed one does not.
+  task::JobRecovery both = Policy(1);
+  both.recover_on_exit_codes = {33};
+  Decision listed = Decide(AttemptOutcome::kUserFailed, {}, both, false, kMaxLaunch, {33});
+  CHECK(listed.counters.restarts_on_errors == 0);
+  Decision unlisted = Decide(AttemptOutcome::kUserFailed, {}, both, false, kMaxLaunch, {2});
+  CHECK(unlisted.action == NextAction::kRelaunch);
+  CHECK(unlisted.counters.restarts_on_errors == 1);
+  // A failed setup is final and cancel wins, whatever the code.
+  CHECK(Decide(AttemptOutcome::kSetupFailed, {}, p, false, kMaxLaunch, {33}).final_state ==
+        ManagedState::kFailedSetup);
+  CHECK(Decide(AttemptOutcome::kUserFailed, {}, p, true, kMaxLaunch, {33}).final_state ==
+        ManagedState::kCancelled);
+}
+
+TEST_CASE("the failed ranks' exit codes: the first failed rank's, else every non-zero one") {
+  herd::v1::JobInfo j;
+  j.set_first_failed_rank(1);
+  auto add = [&](int rank, int code) {
+    auto* e = j.add_exits();
+    e->set_rank(rank);
+    e->set_exit_code(code);
+  };
+  add(0, 137);  // killed by herd after rank 1 failed
+  add(1, 33);
+  add(2, 137);
+  CHECK(FailureExitCodes(j) == std::vector<int>{33});
+  j.set_first_failed_rank(-1);
+  CHECK(FailureExitCodes(j) == std::vector<int>{137, 33, 137});
+  herd::v1::JobInfo ok;
+  ok.set_first_failed_rank(-1);
+  ok.add_exits()->set_exit_code(0);
+  CHECK(FailureExitCodes(ok).empty());
+}
+
+TEST_CASE("job_recovery none: a lost node ends the job instead of relaunching it") {
+  task::JobRecovery none = Policy(2);
+  none.strategy = "NONE";
+  Decision d = Decide(AttemptOutcome::kNodeLost, {}, none, false, kMaxLaunch);
+  CHECK(d.action == NextAction::kFinish);
+  CHECK(d.final_state == ManagedState::kFailed);
+  CHECK(d.reason.find("job_recovery is none") != std::string::npos);
+  // Restarts on errors are asked for separately and still apply.
+  CHECK(Decide(AttemptOutcome::kUserFailed, {}, none, false, kMaxLaunch).action ==
+        NextAction::kRelaunch);
+}
+
+TEST_CASE("recover_on_exit_codes and a git workdir survive the stored form") {
+  task::Task t;
+  task::JobRecovery p = Policy(1);
+  p.strategy = "NONE";
+  p.recover_on_exit_codes = {33, 7};
+  t.resources.job_recovery = p;
+  t.git_workdir = task::GitWorkdir{"file:///srv/repo.git", "v1"};
+  auto back = DecodeTask(EncodeTask(t));
+  REQUIRE(back.ok());
+  CHECK(back->resources.job_recovery->strategy == "NONE");
+  CHECK(back->resources.job_recovery->recover_on_exit_codes == std::vector<int>{33, 7});
+  REQUIRE(back->git_workdir.has_value());
+  CHECK(back->git_workdir->url == "file:///srv/repo.git");
+  CHECK(back->git_workdir->ref == "v1");
+  // A record written before the field existed still reads.
+  auto old = DecodeTask(
+      "{\"name\":\"\",\"workdir\":\"\",\"num_nodes\":1,\"resources\":{\"cpus_at_least\":false,"
+      "\"memory_at_least\":false,\"accelerator\":\"\",\"accelerator_count\":0,\"infra\":\"\","
+      "\"ports\":[],\"use_spot\":false,\"instance_type\":\"\",\"job_recovery\":{\"strategy\":"
+      "\"FAILOVER\",\"max_restarts_on_errors\":2},\"any_of\":[],\"ordered\":[]},\"envs\":{},"
+      "\"file_mounts\":{},\"setup\":\"\",\"run\":\"\"}");
+  REQUIRE(old.ok());
+  CHECK(old->resources.job_recovery->recover_on_exit_codes.empty());
+  CHECK_FALSE(old->git_workdir.has_value());
+}
+
 TEST_CASE("the job table: create, update, cancel flag kept apart from the controller's writes") {
   fs::path dir = fs::temp_directory_path() / ("mj-store-" + std::to_string(::getpid()));
   fs::remove_all(dir);

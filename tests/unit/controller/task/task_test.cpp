@@ -108,7 +108,8 @@ TEST_CASE("malformed YAML that makes yaml-cpp 0.7 loop is refused at its place, 
   CHECK(ErrorOf("# task\n- a\n, b\n").rfind("t.yaml:3:1: invalid YAML", 0) == 0);
   CHECK(ErrorOf(",").rfind("t.yaml:1:1: invalid YAML", 0) == 0);
   // Several real documents are still told apart from a stuck parser.
-  CHECK(ErrorOf("name: a\n---\nname: b\n").find("a second YAML document") != std::string::npos);
+  CHECK(ErrorOf("name: a\nrun: x\n---\nname: b\n").find("a second task (YAML document)") !=
+        std::string::npos);
   CHECK(Parse("---\n---\nname: a\n").name == "a");
 }
 
@@ -261,7 +262,7 @@ TEST_CASE("required envs and secrets are filled by overrides") {
   CHECK(t.secrets.at("HF_TOKEN") == "hf_secret_value");
 }
 
-TEST_CASE("env values of any scalar type become their text") {
+TEST_CASE("env values of any scalar type become their text, as SkyPilot renders it") {
   Task t = Parse(
       "envs:\n"
       "  PORT: 8080\n"
@@ -272,7 +273,7 @@ TEST_CASE("env values of any scalar type become their text") {
   CHECK(
       t.envs ==
       std::map<std::string, std::string>{
-          {"PORT", "8080"}, {"DEBUG", "true"}, {"LR", "1e-4"}, {"QUOTED", "null"}, {"EMPTY", ""}});
+          {"PORT", "8080"}, {"DEBUG", "True"}, {"LR", "1e-4"}, {"QUOTED", "null"}, {"EMPTY", ""}});
 }
 
 TEST_CASE("${VAR} and $VAR are substituted in file_mounts and workdir only") {
@@ -291,10 +292,10 @@ TEST_CASE("${VAR} and $VAR are substituted in file_mounts and workdir only") {
       "setup: echo ${MY_BUCKET}\n"
       "run: ls /checkpoint/$MODEL_SIZE\n",
       options);
-  CHECK(t.workdir == "~/p/src");
+  CHECK(t.workdir == "/real/home/p/src");  // ~ is the local home, not the task's HOME
   // envs (after --env) win over the local environment; '$' without a name stays.
   CHECK(t.file_mounts ==
-        std::map<std::string, std::string>{{"/checkpoint/13b", "~/ckpt"},
+        std::map<std::string, std::string>{{"/checkpoint/13b", "/real/home/ckpt"},
                                            {"/data/skypilot-temp-2", "/yaml/home/data"},
                                            {"/cost$", "/price$5"}});
   CHECK(t.setup == "echo ${MY_BUCKET}");
@@ -453,7 +454,7 @@ TEST_CASE("bad input gives a located message that names the field and the fix") 
       {"resources:\n  cpus: [4]\n",
        "t.yaml:2:9: resources.cpus: expected a number or 'N+', got a list"},
       {"resources:\n  memory: lots\n",
-       "t.yaml:2:11: resources.memory: expected a number of GB or 'N+' (e.g. 32 or 32+), got "
+       "t.yaml:2:11: resources.memory: expected a size such as 256, 256GB, 1TB or 512Gi+, got "
        "'lots'"},
       {"resources:\n  accelerators: L4:x\n",
        "t.yaml:2:17: resources.accelerators: count 'x' must be a positive number (e.g. L4:4 or "
@@ -481,7 +482,8 @@ TEST_CASE("bad input gives a located message that names the field and the fix") 
       {"resources:\n  use_spot: maybe\n",
        "t.yaml:2:13: resources.use_spot: expected true or false, got 'maybe'"},
       {"resources:\n  disk_size: big\n",
-       "t.yaml:2:14: resources.disk_size: expected a positive integer number of GB, got 'big'"},
+       "t.yaml:2:14: resources.disk_size: expected a size such as 256, 256GB, 1TB or 512Gi+, got "
+       "'big'"},
       {"resources:\n  ports: 70000\n",
        "t.yaml:2:10: resources.ports: expected a port 1-65535 or a range like '10000-10100', got "
        "'70000'"},
@@ -531,9 +533,9 @@ TEST_CASE("bad input gives a located message that names the field and the fix") 
        "t.yaml:1:1: expected a mapping of task fields (name, resources, setup, run, ...), got "
        "'echo "
        "hi'"},
-      {"name: a\n---\nname: b\n",
-       "t.yaml:3:1: a second YAML document: herd takes one task per file (pipelines of several "
-       "tasks are not supported)"},
+      {"name: a\nrun: x\n---\nname: b\n",
+       "t.yaml:4:1: a second task (YAML document): this command takes one task; `herd launch` "
+       "runs a pipeline of 2 tasks one after another"},
       {"file_mounts:\n  /data:\n    name: bucket\n",
        "t.yaml:3:5: file_mounts./data: storage mounts (buckets: name/source/store/mode) are not "
        "supported by herd: give a local path"},
@@ -543,9 +545,8 @@ TEST_CASE("bad input gives a located message that names the field and the fix") 
       {"file_mounts:\n  /data:\n",
        "t.yaml:2:3: file_mounts./data: expected a local path, got null"},
       {"workdir: ${UNCLOSED\n", "t.yaml:1:10: workdir: unterminated '${' in '${UNCLOSED'"},
-      {"workdir:\n  url: https://github.com/x/y\n",
-       "t.yaml:2:3: workdir: git workdirs ({url, ref}) are not supported by herd: give a local "
-       "directory"},
+      {"workdir:\n  ref: main\n",
+       "t.yaml:2:3: workdir: a git workdir needs url: (and may give ref:)"},
       {"service:\n  replicas: 2\n",
        "t.yaml:1:1: service: SkyServe services are not supported by herd: run the server as a job "
        "instead"},
@@ -810,11 +811,11 @@ TEST_CASE("resources.job_recovery: SkyPilot's string and mapping forms") {
 
 TEST_CASE("resources.job_recovery: bad values name file, line, column and field") {
   CHECK(ErrorOf("resources:\n  job_recovery: SOMETIMES\n") ==
-        "t.yaml:2:17: resources.job_recovery: expected a recovery strategy (FAILOVER or "
-        "EAGER_NEXT_REGION), got 'SOMETIMES'");
+        "t.yaml:2:17: resources.job_recovery: expected a recovery strategy (FAILOVER, "
+        "EAGER_NEXT_REGION or none), got 'SOMETIMES'");
   CHECK(ErrorOf("resources:\n  job_recovery:\n    strategy: [a]\n") ==
-        "t.yaml:3:15: resources.job_recovery.strategy: expected a recovery strategy (FAILOVER "
-        "or EAGER_NEXT_REGION), got a list");
+        "t.yaml:3:15: resources.job_recovery.strategy: expected a recovery strategy (FAILOVER, "
+        "EAGER_NEXT_REGION or none), got a list");
   CHECK(ErrorOf("resources:\n  job_recovery:\n    max_restarts_on_errors: -1\n") ==
         "t.yaml:3:29: resources.job_recovery.max_restarts_on_errors: expected an integer from 0 "
         "to 1000, got '-1'");
