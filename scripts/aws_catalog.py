@@ -5,7 +5,8 @@ MemoryGiB, Price, SpotPrice, Region, AvailabilityZone.
 
 Inputs (any number of each; nothing is fetched by this script):
   --offer FILE     an EC2 offer file of one region, as AWS publishes it (no credentials needed):
-                   https://pricing.us-east-1.amazonaws.com/offers/v1.0/aws/AmazonEC2/current/REGION/index.json
+                   https://pricing.us-east-1.amazonaws.com/offers/v1.0/aws/AmazonEC2/current/
+                   REGION/index.json
                    products (attributes: instanceType, vcpu, memory, regionCode, operatingSystem,
                    tenancy, preInstalledSw, capacitystatus, licenseModel) and terms.OnDemand
                    (priceDimensions[].pricePerUnit.USD, unit Hrs) are read.
@@ -20,8 +21,9 @@ Inputs (any number of each; nothing is fetched by this script):
   --date TEXT      the snapshot's date for the header (default: the offer files' publicationDate).
 
 Example (a machine with network access and the AWS CLI):
-  for r in us-east-1 us-west-2; do
-    curl -sO --output-dir $r https://pricing.us-east-1.amazonaws.com/offers/v1.0/aws/AmazonEC2/current/$r/index.json
+  for r in us-east-1 us-west-2; do mkdir -p $r
+    curl -so $r/index.json \\
+      https://pricing.us-east-1.amazonaws.com/offers/v1.0/aws/AmazonEC2/current/$r/index.json
     aws ec2 describe-spot-price-history --region $r --product-descriptions Linux/UNIX \\
         --start-time $(date -u +%FT%T) --output json > $r/spot.json
   done
@@ -104,7 +106,8 @@ def on_demand(offer, source, families):
         if acc and not count:
             raise CatalogError(f"{source}: {t} is a {acc} type but its GPU count is unknown")
         rows[(region, t)] = {
-            "InstanceType": t, "AcceleratorName": acc, "AcceleratorCount": str(count) if acc else "",
+            "InstanceType": t, "AcceleratorName": acc,
+            "AcceleratorCount": str(count) if acc else "",
             "vCPUs": a["vcpu"], "MemoryGiB": fmt(memory_gib(a["memory"])), "Price": fmt(price),
             "Region": region}
     return rows

@@ -29,7 +29,8 @@ int RunCli(int argc, char** argv) {
        {cli::MakeCheckCommand, cli::MakeCertsCommand, cli::MakeLaunchCommand, cli::MakeExecCommand,
         cli::MakeStatusCommand, cli::MakeQueueCommand, cli::MakeLogsCommand, cli::MakeCancelCommand,
         cli::MakeStopCommand, cli::MakeStartCommand, cli::MakeDownCommand, cli::MakeAutostopCommand,
-        cli::MakeJobsCommand, cli::MakeNodesCommand, cli::MakeMuxCommand, cli::MakeApiCommand}) {
+        cli::MakeJobsCommand, cli::MakeNodesCommand, cli::MakeMuxCommand, cli::MakeApiCommand,
+        cli::MakeGpusCommand}) {
     commands.push_back(make());
     commands.back()->Add(app);
   }

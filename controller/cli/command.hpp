@@ -76,5 +76,6 @@ std::unique_ptr<Command> MakeJobsCommand();
 std::unique_ptr<Command> MakeNodesCommand();
 std::unique_ptr<Command> MakeMuxCommand();
 std::unique_ptr<Command> MakeApiCommand();
+std::unique_ptr<Command> MakeGpusCommand();
 
 }  // namespace herd::cli

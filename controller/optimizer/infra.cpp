@@ -107,6 +107,11 @@ Result<Environment> ProbeEnvironment(const controller::GetenvFn& getenv,
                                      const std::string& config_file) {
   Environment env;
   env.local = ProbeLocal();
+  std::error_code ec;
+  env.local_gpus =
+      fs::exists("/dev/nvidia0", ec) || (fs::is_directory("/proc/driver/nvidia/gpus", ec) &&
+                                         !fs::is_empty("/proc/driver/nvidia/gpus", ec));
+  if (env.local_gpus && env.local.usable) env.local.reason += "; NVIDIA GPUs present";
 
   std::string pools_file = controller::DefaultSshNodePoolsFile();
   auto text = ReadFileIfExists(pools_file);

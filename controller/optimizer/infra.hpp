@@ -26,6 +26,9 @@ struct InfraState {
 
 struct Environment {
   InfraState local;
+  // This machine has NVIDIA GPUs (/dev/nvidia0 or /proc/driver/nvidia/gpus/*): local nodes then
+  // also stand for tasks that ask for accelerators (the head checks the type and count).
+  bool local_gpus = false;
   std::vector<InfraState> ssh_pools;  // in the pools file's order; empty without a file
   std::string ssh_pools_note;         // why there are none ("no file ~/.herd/ssh_node_pools.yaml")
   InfraState aws;

@@ -217,10 +217,12 @@ Result<Plan> PlanTask(const task::Task& task, const Environment& env, const Cata
     const std::string infra = !o.infra.empty() ? o.infra : r.infra;
     if (infra.empty()) {
       // Existing machines only for what herd cannot check there (the head refuses what no node
-      // holds): tasks without accelerators or an instance type.
+      // holds): tasks without accelerators or an instance type; this machine also for
+      // accelerators when it has GPUs.
       bool plain = r.accelerator.empty() && r.instance_type.empty();
-      if (plain) {
+      if (plain || (env.local_gpus && r.instance_type.empty()))
         e.Existing(env.local, r, alt, false);
+      if (plain) {
         for (const auto& p : env.ssh_pools) e.Existing(p, r, alt, false);
       }
       HERD_RETURN_IF_ERROR(e.Aws(r, alt, "", false));

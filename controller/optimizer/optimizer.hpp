@@ -6,8 +6,9 @@
 // names, else every infra of this machine (Environment, infra.hpp):
 //   - local and ssh/<pool>: existing machines whose hardware herd does not inventory. They are
 //     candidates of a task that names them; a task that names no infra gets them only when it asks
-//     for no accelerator and no instance type (the head refuses a job no node can hold). They cost
-//     $0 unless priced (prices: in ~/.herd/config.yaml).
+//     for no accelerator and no instance type (the head refuses a job no node can hold), and local
+//     also for accelerators when this machine has NVIDIA GPUs. They cost $0 unless priced
+//     (prices: in ~/.herd/config.yaml).
 //   - aws, aws/REGION, aws/REGION/ZONE: every catalog row (catalog.hpp) of the region (and zone)
 //     that fits: the instance type if one is named, else the accelerator's name (case-insensitive)
 //     and count exactly, else CPU types only; cpus/memory "N" exactly, "N+" at least (SkyPilot's

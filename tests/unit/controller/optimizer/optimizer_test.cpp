@@ -204,6 +204,12 @@ TEST_CASE("candidates: accelerators go to AWS, cheapest zone and region; named i
   CHECK(MustPlan("resources:\n  infra: aws/us-east-1/us-east-1b\n  accelerators: A100:8\n")
             .Chosen()
             .infra == "aws/us-east-1/us-east-1b");
+  // A machine with GPUs: local stands for accelerator tasks too, at $0.
+  Environment gpus = Env();
+  gpus.local_gpus = true;
+  Plan here = MustPlan("resources:\n  accelerators: A100:8\n", gpus);
+  CHECK(here.Chosen().infra == "local");
+  CHECK(here.candidates.size() == 4);  // local and the three AWS rows; the pool is not inventoried
   Plan local = MustPlan("resources:\n  infra: local\n  accelerators: H100:8\n");
   CHECK(local.candidates.size() == 1);
   CHECK(local.Chosen().infra == "local");
