@@ -80,6 +80,12 @@ class LaunchCommand final : public Command {
     if (!fresh) {
       auto existing = ctx.Ops().Get(o.cluster);
       fresh = !existing.ok() && existing.status().code() == Code::kNotFound;
+      // The record holds what the plan chose ("aws/us-east-1/us-east-1a"); the infra the user
+      // named then ("aws", "aws/us-east-1") still means that cluster.
+      std::string named = !infra_.empty() ? infra_ : task::PrimaryResources(*t).infra;
+      if (existing.ok() && !named.empty() && existing->infra.rfind(named + "/", 0) == 0) {
+        o.infra = existing->infra;
+      }
     }
     if (fresh) {
       auto env = optimizer::ProbeEnvironment();

@@ -244,6 +244,11 @@ class AwsTest(HerdEnvTestCase):
         self.assertIn("up on haws0-", out)
         live = self.live()
         self.assertEqual([v["zone"] for v in live.values()], ["us-east-1b"])
+        # The record holds the planned aws/us-east-1; `--infra aws` still names this cluster.
+        p = self.herd("launch", "-c", "haws3", "--infra", "aws", "-y", "--", "echo", "again",
+                      env=TEMP)
+        self.assertIn("again", p.stdout.decode())
+        self.assertEqual(set(self.live()), set(live))  # no new instances
         self.herd("down", "haws3", "-y", env=TEMP)
         self.assert_nothing_left("haws3")
 
