@@ -77,5 +77,6 @@ std::unique_ptr<Command> MakeNodesCommand();
 std::unique_ptr<Command> MakeMuxCommand();
 std::unique_ptr<Command> MakeServeCommand();
 std::unique_ptr<Command> MakeApiCommand();
+std::unique_ptr<Command> MakeGpusCommand();
 
 }  // namespace herd::cli

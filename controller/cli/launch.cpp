@@ -4,10 +4,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <iostream>
 #include <ostream>
 
 #include "controller/cli/common.hpp"
 #include "controller/cli/remote.hpp"
+#include "controller/optimizer/optimizer.hpp"
 #include "controller/task/task.hpp"
 #include "shared/common/limits.hpp"
 
@@ -30,6 +32,8 @@ class LaunchCommand final : public Command {
     AddTaskFlags(cmd_, flags_);
     cmd_->add_flag("-d,--detach-run", detach_, "do not stream the job's logs");
     cmd_->add_flag("-y,--yes", yes_, "do not ask");
+    cmd_->add_flag("--dryrun", dryrun_,
+                   "print the resources considered and the choice, then stop (nothing is made)");
     cmd_->add_flag("--no-setup", no_setup_, "skip the task's setup");
     cmd_->add_option("-i,--idle-minutes-to-autostop", idle_,
                      "stop the cluster after this many idle minutes")
@@ -44,7 +48,8 @@ class LaunchCommand final : public Command {
   void TakeCommandAfterDashes(const std::vector<std::string>& words) override {
     args_.insert(args_.end(), words.begin(), words.end());
   }
-  bool Remote() const override { return true; }
+  // A dry run plans here: it needs this machine's catalog and infra, and makes nothing.
+  bool Remote() const override { return !dryrun_; }
   std::string Cluster() const override { return cluster_; }
   int RunRemote(CliContext& ctx, const controller::ApiConfig& api,
                 const std::vector<std::string>&) override {
@@ -92,6 +97,40 @@ class LaunchCommand final : public Command {
     ops::LaunchOptions o;
     o.cluster = cluster_.empty() ? RandomClusterName() : cluster_;
     o.infra = infra_;
+    // A new cluster is planned (controller/optimizer): the table, then the user's yes. An existing
+    // one keeps its infra and nodes.
+    bool fresh = dryrun_ || cluster_.empty();
+    if (!fresh) {
+      auto existing = ctx.Ops().Get(o.cluster);
+      fresh = !existing.ok() && existing.status().code() == Code::kNotFound;
+      // The record holds what the plan chose ("aws/us-east-1/us-east-1a"); the infra the user
+      // named then ("aws", "aws/us-east-1") still means that cluster.
+      std::string named = !infra_.empty() ? infra_ : task::PrimaryResources(*t).infra;
+      if (existing.ok() && !named.empty() && existing->infra.rfind(named + "/", 0) == 0) {
+        o.infra = existing->infra;
+      }
+    }
+    if (fresh) {
+      auto env = optimizer::ProbeEnvironment();
+      if (!env.ok()) return FailForStatus(ctx, env.status());
+      auto catalog = optimizer::LoadAwsCatalog();
+      if (!catalog.ok()) return FailForStatus(ctx, catalog.status());
+      auto plan = optimizer::PlanTask(*t, *env, *catalog, {infra_, flags_.num_nodes});
+      if (!plan.ok()) return FailForStatus(ctx, plan.status());
+      // With -o json stdout carries only the result.
+      std::ostream& table = output_ == "json" ? ctx.err : ctx.out;
+      if (!ctx.quiet || dryrun_) {
+        table << optimizer::RenderConsidered(*plan);
+        table.flush();
+      }
+      if (dryrun_) return 0;
+      if (!yes_ && !Confirm(ctx, "Launching a new cluster '" + o.cluster + "'. Proceed?")) {
+        ctx.err << "Aborted.\n";
+        return 1;
+      }
+      *t = optimizer::ApplyPlan(*t, *plan);
+      o.infra = plan->Chosen().infra;
+    }
     o.num_nodes = flags_.num_nodes;
     o.no_setup = no_setup_;
     o.progress = ctx.progress.Callback();
@@ -155,6 +194,17 @@ class LaunchCommand final : public Command {
     return 0;
   }
 
+  // Asks on the terminal; without one (scripts, tests, the API server's runs) there is nobody to
+  // ask, and the launch goes ahead as with -y.
+  static bool Confirm(CliContext& ctx, const std::string& question) {
+    if (!::isatty(STDIN_FILENO)) return true;
+    ctx.err << question << " [Y/n]: ";
+    ctx.err.flush();
+    std::string answer;
+    if (!std::getline(std::cin, answer)) return false;
+    return answer.empty() || answer == "y" || answer == "Y" || answer == "yes" || answer == "Yes";
+  }
+
   Result<task::Task> Task() {
     if (!task_json_.empty()) return LoadTaskJson(task_json_);
     auto t = args_.empty() ? task::ParseTaskYaml("{}", "<none>", {}) : BuildTask(args_, flags_);
@@ -166,7 +216,7 @@ class LaunchCommand final : public Command {
   std::string cluster_, infra_, output_, task_json_;
   TaskFlags flags_;
   std::vector<std::string> args_;
-  bool detach_ = false, yes_ = false, no_setup_ = false, down_ = false;
+  bool detach_ = false, yes_ = false, no_setup_ = false, down_ = false, dryrun_ = false;
   int idle_ = -1;
 };
 

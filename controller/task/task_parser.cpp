@@ -1097,8 +1097,14 @@ class TaskParser {
       return Error(later->key_node, Child(path, later->key),
                    "gpus is another name of accelerators: give one of them");
     }
-    if (const Entry* e = field("accelerators") ? field("accelerators") : field("gpus")) {
-      HERD_RETURN_IF_ERROR(Accelerators(e->value, Child(path, e->key), r, notes));
+    // Several accelerators at the top become candidates below (SkyPilot: a list is `ordered`,
+    // a set or mapping `any_of`); inside a candidate the first is used, with a note.
+    std::vector<Accelerator> acc_alternatives;
+    bool acc_ordered = false;
+    const Entry* acc_entry = field("accelerators") ? field("accelerators") : field("gpus");
+    if (acc_entry) {
+      HERD_RETURN_IF_ERROR(Accelerators(acc_entry->value, Child(path, acc_entry->key), r, notes,
+                                        top ? &acc_alternatives : nullptr, &acc_ordered));
     }
     if (const Entry* e = field("ports")) {
       HERD_RETURN_IF_ERROR(Ports(e->value, Child(path, "ports"), r));
@@ -1151,8 +1157,25 @@ class TaskParser {
           any_of->key_node.Mark().pos > ordered->key_node.Mark().pos ? any_of : ordered;
       return Error(later->key_node, path, "give either any_of or ordered, not both");
     }
+    if (acc_alternatives.size() > 1 && (any_of || ordered)) {
+      return Error(acc_entry->value, Child(path, acc_entry->key),
+                   "several accelerators and " + std::string(any_of ? "any_of" : "ordered") +
+                       " together: give one accelerator per candidate of " +
+                       (any_of ? "any_of" : "ordered"));
+    }
     if (any_of) HERD_RETURN_IF_ERROR(Candidates(*any_of, path, r, r.any_of, notes));
     if (ordered) HERD_RETURN_IF_ERROR(Candidates(*ordered, path, r, r.ordered, notes));
+    if (acc_alternatives.size() > 1) {
+      std::vector<Resources>& out = acc_ordered ? r.ordered : r.any_of;
+      for (const Accelerator& a : acc_alternatives) {
+        Resources c = r;
+        c.any_of.clear();
+        c.ordered.clear();
+        c.accelerator = a.name;
+        c.accelerator_count = a.count;
+        out.push_back(std::move(c));
+      }
+    }
     return Status::Ok();
   }
 
@@ -1322,8 +1345,11 @@ class TaskParser {
     return Status::Ok();
   }
 
+  // alternatives (top-level resources only): receives every choice when there are several, and
+  // ordered whether they came as a list.
   Status Accelerators(const YAML::Node& n, const std::string& path, Resources& r,
-                      std::vector<std::string>& notes) const {
+                      std::vector<std::string>& notes, std::vector<Accelerator>* alternatives,
+                      bool* ordered) const {
     if (n.IsNull()) {
       r.accelerator.clear();
       r.accelerator_count = 0;
@@ -1374,7 +1400,10 @@ class TaskParser {
                    "expected an accelerator such as L4:4, got an empty " +
                        std::string(n.IsMap() ? "mapping" : "list"));
     }
-    if (choices.size() > 1) {
+    if (choices.size() > 1 && alternatives != nullptr) {
+      *alternatives = choices;
+      *ordered = n.IsSequence();
+    } else if (choices.size() > 1) {
       Note(notes, n, path,
            std::to_string(choices.size()) + " alternatives given; herd uses the first, " +
                choices[0].name + ":" + FormatNumber(choices[0].count));

@@ -544,14 +544,14 @@ def encode_task(task: Any) -> Tuple[Dict[str, Any], Dict[str, str]]:
     resources["memory_at_least"] = at_least
     accelerator, count = "", 0.0
     acc = res.get("accelerators")
+    alternatives = []
     if acc is not None:
         choices = [acc] if isinstance(acc, str) else list(acc)
         if not choices:
             raise ValueError("resources.accelerators: expected an accelerator such as L4:4, "
                              "got an empty list")
         accelerator, count = _accelerator(choices[0])
-        for other in choices[1:]:
-            _accelerator(other)
+        alternatives = [_accelerator(c) for c in choices] if len(choices) > 1 else []
     resources["accelerator"] = accelerator
     resources["accelerator_count"] = _number(count)
     resources["infra"] = _infra(res["infra"]) if res.get("infra") is not None else ""
@@ -564,6 +564,12 @@ def encode_task(task: Any) -> Tuple[Dict[str, Any], Dict[str, str]]:
     resources["instance_type"] = ""
     resources["any_of"] = []
     resources["ordered"] = []
+    # Several accelerators are candidates, as herd's parser makes them: a list in the user's
+    # order (ordered), a set or mapping any of them (any_of); each inherits the other fields.
+    for acc_name, acc_count in alternatives:
+        candidate = dict(resources, accelerator=acc_name, accelerator_count=_number(acc_count),
+                         any_of=[], ordered=[])
+        resources["ordered" if isinstance(acc, (list, tuple)) else "any_of"].append(candidate)
     encoded = {
         "name": name,
         "workdir": workdir,

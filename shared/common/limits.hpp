@@ -531,4 +531,28 @@ inline constexpr std::chrono::seconds kGitWorkdirCloneTimeout{600};
 inline constexpr std::size_t kGitWorkdirErrorBytes = 4096;
 static_assert(kMaxTaskDiskSizeGb >= 1 << 20, "1PB, SkyPilot's largest unit, is a valid disk size");
 
+// ---- Optimizer and catalogs (controller/optimizer; `herd launch` planning, `herd gpus list`) ---
+// A catalog CSV (the built-in AWS one or $HERD_HOME/catalogs/aws.csv) larger than this, or with
+// more rows, is refused with its size: the built-in one is ~56 KiB and ~1,300 rows, and a
+// regenerated full AWS price list (every family, every region and zone) stays well under both.
+inline constexpr std::size_t kMaxCatalogBytes = 16u << 20;
+inline constexpr std::size_t kMaxCatalogRows = 200000;
+// A catalog line longer than this is an error naming file:line (no real row is near it).
+inline constexpr std::size_t kMaxCatalogLineBytes = 4096;
+// The "Considered resources" table shows at most this many rows (the chosen one first); the rest
+// are counted in a line under it. Planning itself considers every candidate.
+inline constexpr std::size_t kMaxConsideredRows = 12;
+// Accelerator alternatives of one task (`{A100:8, H100:8}`, lists, any_of/ordered): more is
+// refused at parse time by the optimizer with the count.
+inline constexpr std::size_t kMaxResourceAlternatives = 64;
+// The largest root disk (disk_size, GB) an AWS candidate takes: EBS gp3's 16 TiB volume limit.
+inline constexpr int kMaxAwsDiskGb = 16384;
+// The target for planning one task over every AWS region and zone of the built-in catalog
+// (bench/optimizer_bench checks it; SkyPilot's optimizer table takes seconds, skypilot#3159).
+inline constexpr Duration kPlanBudget = 50ms;
+
+static_assert(kMaxCatalogLineBytes * kMaxCatalogRows >= kMaxCatalogBytes,
+              "a catalog within the byte limit is never refused for its line count alone");
+static_assert(kMaxConsideredRows >= 4, "the table shows at least one row per kind of infra");
+
 }  // namespace herd::limits

@@ -199,9 +199,19 @@ class AwsTest(HerdEnvTestCase):
         self.assertEqual(self.state()["calls"][before + 1:], [])  # nothing to tear down
 
     # ---- tests (run in name order; each leaves the fake empty) ----
-    def test_0_no_region_says_where_to_set_one(self):
-        p = self.herd("launch", "-c", "haws0r", "--infra", "aws", "-y", "--", "true", check=False)
-        self.assertEqual(p.returncode, 2)
+    def test_0_no_region_plans_over_every_region(self):
+        # `--infra aws` without a region: the optimizer picks the cheapest region of the catalog
+        # (equal prices: by name), shown by --dryrun without a call to EC2.
+        p = self.herd("launch", "-c", "haws0r", "--infra", "aws", "--dryrun", "--", "true")
+        self.assertRegex(p.stdout.decode(),
+                         r"\naws/us-east-1 +m6i\.2xlarge +8 +32 +- +0\.38 +\u2714\n")
+        self.assertEqual(self.state()["calls"], [])
+        # An instance type the catalog does not list, with no region configured: EC2 needs one.
+        task = os.path.join(self.h.dir, "odd-type.yaml")
+        with open(task, "w") as f:
+            f.write("resources:\n  infra: aws\n  instance_type: x9z.large\nrun: true\n")
+        p = self.herd("launch", "-c", "haws0r", "-y", task, check=False)
+        self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("herd: no AWS region: give --infra aws/REGION", p.stderr.decode())
         self.assertEqual(self.state()["calls"], [])
         self.herd("down", "haws0r", "-y")
@@ -234,6 +244,11 @@ class AwsTest(HerdEnvTestCase):
         self.assertIn("up on haws0-", out)
         live = self.live()
         self.assertEqual([v["zone"] for v in live.values()], ["us-east-1b"])
+        # The record holds the planned aws/us-east-1; `--infra aws` still names this cluster.
+        p = self.herd("launch", "-c", "haws3", "--infra", "aws", "-y", "--", "echo", "again",
+                      env=TEMP)
+        self.assertIn("again", p.stdout.decode())
+        self.assertEqual(set(self.live()), set(live))  # no new instances
         self.herd("down", "haws3", "-y", env=TEMP)
         self.assert_nothing_left("haws3")
 

@@ -326,18 +326,47 @@ TEST_CASE("accelerators: name, name:count, fractions, maps, lists and sets") {
   CHECK(map.resources.accelerator_count == 8);
   CHECK(map.notes.empty());
 
-  Task list = Parse("resources:\n  accelerators: [V100:2, A100:1]\n");
-  CHECK(list.resources.accelerator == "V100");
-  CHECK(list.resources.accelerator_count == 2);
-  REQUIRE(list.notes.size() == 1);
-  CHECK(list.notes[0] ==
-        "t.yaml:2:17: resources.accelerators: 2 alternatives given; herd uses the first, V100:2");
+  // Several accelerators are candidates for the optimizer (SkyPilot): a list in the user's order
+  // (ordered), a set or mapping any of them (any_of); each inherits the fields around it.
+  Task list = Parse("resources:\n  cpus: 8+\n  accelerators: [V100:2, A100:1]\n");
+  CHECK(list.notes.empty());
+  CHECK(list.resources.any_of.empty());
+  REQUIRE(list.resources.ordered.size() == 2);
+  CHECK(list.resources.ordered[0].accelerator == "V100");
+  CHECK(list.resources.ordered[0].accelerator_count == 2);
+  CHECK(list.resources.ordered[1].accelerator == "A100");
+  CHECK(list.resources.ordered[1].accelerator_count == 1);
+  CHECK(list.resources.ordered[1].cpus == 8);
+  CHECK(list.resources.ordered[1].cpus_at_least);
+  CHECK(PrimaryResources(list).accelerator == "V100");
 
   // {V100:1, A100:1} is a YAML set: keys carrying the counts, null values.
   Task set = Parse("resources:\n  accelerators: {V100:1, A100:1}\n");
   CHECK(set.resources.accelerator == "V100");
   CHECK(set.resources.accelerator_count == 1);
-  CHECK(set.notes.size() == 1);
+  CHECK(set.notes.empty());
+  REQUIRE(set.resources.any_of.size() == 2);
+  CHECK(set.resources.any_of[1].accelerator == "A100");
+  Task counts = Parse("resources:\n  accelerators: {A100: 8, H100: 8}\n  use_spot: true\n");
+  REQUIRE(counts.resources.any_of.size() == 2);
+  CHECK(counts.resources.any_of[1].accelerator == "H100");
+  CHECK(counts.resources.any_of[1].accelerator_count == 8);
+  CHECK(counts.resources.any_of[1].use_spot);  // a field after accelerators is inherited too
+
+  // Inside a candidate, the first is used, with a note.
+  Task inner = Parse("resources:\n  any_of:\n    - accelerators: [V100:2, A100:1]\n");
+  REQUIRE(inner.resources.any_of.size() == 1);
+  CHECK(inner.resources.any_of[0].accelerator == "V100");
+  REQUIRE(inner.notes.size() == 1);
+  CHECK(inner.notes[0] ==
+        "t.yaml:3:21: resources.any_of[0].accelerators: 2 alternatives given; "
+        "herd uses the first, V100:2");
+  auto both = ParseTaskYaml(
+      "resources:\n  accelerators: [V100:2, A100:1]\n  ordered:\n    - cpus: 4\n", "t.yaml");
+  REQUIRE_FALSE(both.ok());
+  CHECK(both.status().message() ==
+        "t.yaml:2:17: resources.accelerators: several accelerators and ordered together: give "
+        "one accelerator per candidate of ordered");
 
   CHECK(Parse("resources: {accelerators: null}\n").resources.accelerator.empty());
 }
