@@ -548,8 +548,8 @@ static_assert(kManagedLeaseTtl + kManagedKeeperTick + kManagedControllerStartBud
 static_assert(kManagedLeaseTtl <= kApiLeaseMaxTtl, "the store accepts the lease's TTL");
 static_assert(kManagedControllerRestartWait < kManagedControllerQuickExit,
               "restarts are spaced, and a quick exit is longer than the wait");
-static_assert(kManagedResumeRetry * 5 < kManagedResumeHeadWait &&
-                  kNodeLostAfter < kManagedResumeHeadWait,
-              "a resumed controller asks the head several times, and longer than a node loss takes");
+static_assert(
+    kManagedResumeRetry * 5 < kManagedResumeHeadWait && kNodeLostAfter < kManagedResumeHeadWait,
+    "a resumed controller asks the head several times, and longer than a node loss takes");
 
 }  // namespace herd::limits
