@@ -33,6 +33,14 @@ def alive(pid):
         return False
 
 
+def argv0(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0")[0]
+    except OSError:
+        return b""
+
+
 def parent_of(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -205,6 +213,44 @@ run: |
         # Over: its secrets and its lease are gone.
         self.assertTrue(wait_for(lambda: self.sql("SELECT name FROM secrets") == [] and self.sql(
             f"SELECT name FROM leases WHERE name = 'managed/alice/{job_id}'") == [], 20))
+
+    def test_c_a_silent_head_is_waited_for_not_declared_lost(self):
+        """The resumed controller finds the head silent (its agent stopped for 8 s or more, its
+        machine's sshd up): it waits for it (a connect or a stream that does not answer is asked
+        again, the machine probed) instead of declaring the attempt lost."""
+        steps = 40
+        task = self.write_task("hhasil", steps)
+        c = self.alice[0]
+        p = c.herd("jobs", "launch", "-d", "-y", task, timeout=120)
+        job_id = int(re.search(rb"Managed job ID: (\d+)", p.stdout).group(1))
+        first = self.wait_job(c, job_id, lambda j: j["status"] == "RUNNING" and
+                              j["attempts"] and j["attempts"][0]["cluster_job_id"] > 0, "RUNNING")
+        head_ns = f"herd-{first['attempts'][0]['cluster']}-0"
+        agents = [int(x) for x in subprocess.run(["ip", "netns", "pids", head_ns],
+                                                 capture_output=True, text=True).stdout.split()
+                  if b"herdlet" in argv0(int(x))]
+        self.assertTrue(agents, f"no herdlet in {head_ns}")
+        for a in agents:
+            os.kill(a, signal.SIGSTOP)
+        try:
+            pid = first["controller_pid"]
+            os.kill(pid, signal.SIGKILL)
+            self.assertTrue(wait_for(lambda: not alive(pid), 10))
+            # A new controller starts and keeps asking the silent head.
+            self.wait_job(c, job_id, lambda j: j["controller_pid"] not in (0, pid) and
+                          alive(j["controller_pid"]), "resumed controller", timeout=30)
+            time.sleep(8)
+        finally:
+            for a in agents:
+                os.kill(a, signal.SIGCONT)
+        self.check_one_attempt(c, job_id, first)
+        self.check_log(c, job_id, steps)
+        log = os.path.join(self.state, "users", "alice", "herd", "managed_jobs", str(job_id),
+                           "controller.log")
+        with open(log) as f:
+            seen = [line for line in f if "cannot reach" in line or "again" in line]
+        print("".join(seen), file=sys.stderr)
+        self.assertTrue(any("following cluster job" in line for line in seen), seen)
 
     def test_b_two_servers_share_state_and_take_over_a_dead_ones_jobs(self):
         steps = 50

@@ -9,8 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "controller/jobs/managed_job_store.hpp"
 #include "shared/common/limits.hpp"
 #include "tests/fakes/fake_clock.hpp"
+#include "tests/unit/test_support.hpp"
 
 namespace herd::server {
 namespace {
@@ -259,6 +261,25 @@ TEST_CASE("StopAll kills the controllers and frees the leases for the next serve
   CHECK_FALSE(f.a_world.running[1]);
   f.b.Tick();  // no wait for the TTL
   CHECK(f.b_world.running[1]);
+}
+
+TEST_CASE("a job's row keeps the reference its secrets are sealed under, never the secrets") {
+  herd::testing::TempDir dir("keeper-jobs");
+  auto store = jobs::ManagedJobStore::Open(jobs::ManagedJobsDbPathIn(dir.path()));
+  REQUIRE(store.ok());
+  jobs::ManagedJob with, without;
+  with.task_json = without.task_json = "{}";
+  with.secrets_ref = "0123abcd";
+  auto a = (*store)->Create(with);
+  auto b = (*store)->Create(without);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  with.id = *a;
+  REQUIRE((*store)->Put(with).ok());
+  CHECK((*(*store)->Get(*a))->secrets_ref == "0123abcd");
+  CHECK((*(*store)->Get(*b))->secrets_ref.empty());
+  CHECK(jobs::ManagedSecretsKey("0123abcd") == "managed_0123abcd");
+  CHECK(jobs::ManagedJobDirIn("/h", 7) == "/h/managed_jobs/7");
 }
 
 }  // namespace
