@@ -103,8 +103,10 @@ std::string Str(const boost::json::object& o, const char* key) {
   return v && v->is_string() ? std::string(v->as_string()) : "";
 }
 
-bool Healthy(const boost::json::object& info) {
-  ApiConfig api{Str(info, "endpoint"), "", Str(info, "ca_cert")};
+// ca_cert: the CA to trust, "" for the one server.json names (the server's own, or none: the
+// system's).
+bool Healthy(const boost::json::object& info, const std::string& ca_cert = "") {
+  ApiConfig api{Str(info, "endpoint"), "", ca_cert.empty() ? Str(info, "ca_cert") : ca_cert};
   auto client = ConnectApi(api);
   if (!client.ok()) return false;
   auto r = (*client)->Request("GET", "/api/v1/health", {}, std::chrono::seconds(2));
@@ -127,6 +129,12 @@ class ApiCommand final : public Command {
                        "postgresql://USER@HOST:PORT/DB");
     start_->add_option("--cert", cert_, "TLS certificate (default: the server's own CA's)");
     start_->add_option("--key", key_, "TLS key of --cert");
+    start_->add_option("--ca-cert", ca_cert_,
+                       "the CA that --cert chains to, when the system does not trust it (for "
+                       "the health check that start waits for)");
+    start_->add_option("--state-dir", state_dir_,
+                       "state every server of one database shares (users' homes, requests, "
+                       "uploads, the secrets key; default: the home)");
     start_->add_flag("--plain-http", plain_, "no TLS (loopback addresses only)");
     start_
         ->add_option("--warm-workers", warm_workers_,
@@ -255,6 +263,9 @@ class ApiCommand final : public Command {
     if (!cert_.empty()) argv.insert(argv.end(), {"--cert", cert_, "--key", key_});
     if (plain_) argv.push_back("--plain-http");
     if (warm_workers_) argv.insert(argv.end(), {"--warm-workers", std::to_string(*warm_workers_)});
+    if (!state_dir_.empty()) {
+      argv.insert(argv.end(), {"--state-dir", fs::absolute(state_dir_).string()});
+    }
     return argv;
   }
 
@@ -290,7 +301,7 @@ class ApiCommand final : public Command {
     while (std::chrono::steady_clock::now() < deadline) {
       auto info = ReadServerJson(home);
       if (info.ok() && info->if_contains("pid") && info->at("pid").as_int64() == *pid &&
-          Healthy(*info)) {
+          Healthy(*info, ca_cert_.empty() ? "" : fs::absolute(ca_cert_).string())) {
         ctx.err << "API server started at " << Str(*info, "endpoint") << " (pid " << *pid << ").\n";
         if (!Str(*info, "ca_cert").empty()) {
           ctx.err << "  Its CA certificate:    " << Str(*info, "ca_cert") << "\n";
@@ -543,7 +554,7 @@ class ApiCommand final : public Command {
            *users_delete_ = nullptr, *tokens_ = nullptr, *tokens_create_ = nullptr,
            *tokens_list_ = nullptr, *tokens_revoke_ = nullptr, *requests_ = nullptr,
            *logs_ = nullptr, *cancel_ = nullptr, *audit_ = nullptr;
-  std::string home_, host_ = "127.0.0.1", db_, cert_, key_, output_;
+  std::string home_, host_ = "127.0.0.1", db_, cert_, key_, output_, state_dir_;
   int port_ = 46580;
   std::optional<std::size_t> warm_workers_;
   bool plain_ = false, foreground_ = false, all_ = false, no_follow_ = false;

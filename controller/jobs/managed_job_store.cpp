@@ -3,8 +3,10 @@
 #include <sqlite3.h>
 
 #include <boost/json.hpp>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <string_view>
 
 #include "controller/state/herd_home.hpp"
 
@@ -50,6 +52,7 @@ std::string ToJson(const ManagedJob& j) {
   o["restarts_on_errors"] = j.restarts_on_errors;
   o["cluster"] = j.cluster;
   o["message"] = j.message;
+  if (!j.secrets_ref.empty()) o["secrets_ref"] = j.secrets_ref;
   json::array attempts;
   for (const auto& a : j.attempts) {
     attempts.push_back(json::object{{"attempt", a.attempt},
@@ -90,6 +93,7 @@ Result<ManagedJob> FromJson(int64_t id, const std::string& text) {
     j.restarts_on_errors = o.at("restarts_on_errors").to_number<int>();
     j.cluster = Str(o, "cluster");
     j.message = Str(o, "message");
+    if (o.contains("secrets_ref")) j.secrets_ref = Str(o, "secrets_ref");
     for (const auto& v : o.at("attempts").as_array()) {
       const auto& a = v.as_object();
       AttemptRecord r;
@@ -110,10 +114,21 @@ Result<ManagedJob> FromJson(int64_t id, const std::string& text) {
 
 }  // namespace
 
-std::string ManagedJobsDbPath() { return controller::HerdHome() + "/managed_jobs.db"; }
-std::string ManagedJobDir(int64_t id) {
-  return controller::HerdHome() + "/managed_jobs/" + std::to_string(id);
+std::string ManagedJobsDbPath() { return ManagedJobsDbPathIn(controller::HerdHome()); }
+std::string ManagedJobDir(int64_t id) { return ManagedJobDirIn(controller::HerdHome(), id); }
+std::string ManagedJobsDbPathIn(const std::string& herd_home) {
+  return herd_home + "/managed_jobs.db";
 }
+std::string ManagedJobDirIn(const std::string& herd_home, int64_t id) {
+  return herd_home + "/managed_jobs/" + std::to_string(id);
+}
+
+bool ManagedSupervised() {
+  const char* v = std::getenv(kManagedSupervisedEnv);
+  return v != nullptr && std::string_view(v) == "1";
+}
+
+std::string ManagedSecretsKey(const std::string& secrets_ref) { return "managed_" + secrets_ref; }
 std::string AttemptLogPath(int64_t id, int attempt) {
   return ManagedJobDir(id) + "/attempt-" + std::to_string(attempt) + ".log";
 }

@@ -45,6 +45,9 @@ struct ManagedJob {
   int restarts_on_errors = 0;
   std::string cluster;  // the current (or last) attempt's cluster
   std::string message;  // why it ended (or what it is doing)
+  // Under a team server (kManagedSupervisedEnv): the name under which the server keeps the job's
+  // secrets sealed (ManagedSecretsKey), "" when the job has none. Never the secrets themselves.
+  std::string secrets_ref;
   std::vector<AttemptRecord> attempts;
 };
 
@@ -75,9 +78,28 @@ class ManagedJobStore {
   std::mutex mu_;
 };
 
+// Set to "1" by a team server (herd-api) in the environment of every command it runs and of the
+// controllers it starts: the server supervises managed jobs' controllers (it starts each one as its
+// own child, and starts it again when it dies). `herd jobs launch` then records the job and leaves
+// the controller to the server, and a job whose controller process is gone is waiting for the
+// server, not FAILED_CONTROLLER.
+inline constexpr char kManagedSupervisedEnv[] = "HERD_MANAGED_SUPERVISED";
+// Set by the server on a `herd jobs launch` whose task has secrets: the reference it sealed them
+// under (ManagedJob::secrets_ref).
+inline constexpr char kManagedSecretsRefEnv[] = "HERD_MANAGED_SECRETS_REF";
+// "1" when a controller finds its task's secrets on its stdin (a JSON object in an anonymous file).
+inline constexpr char kManagedSecretsOnStdinEnv[] = "HERD_MANAGED_SECRETS_ON_STDIN";
+// Whether kManagedSupervisedEnv is "1" in this process.
+bool ManagedSupervised();
+// The key a server seals a job's secrets under (ApiStore::PutSecret, owner: the job's user).
+std::string ManagedSecretsKey(const std::string& secrets_ref);
+
 // $HERD_HOME/managed_jobs.db and $HERD_HOME/managed_jobs/<id>/ (attempt logs, controller log).
 std::string ManagedJobsDbPath();
 std::string ManagedJobDir(int64_t id);
+// The same below another herd home (a team server looks into each user's).
+std::string ManagedJobsDbPathIn(const std::string& herd_home);
+std::string ManagedJobDirIn(const std::string& herd_home, int64_t id);
 // The local copy of one attempt's merged log, written by the controller as it streams.
 std::string AttemptLogPath(int64_t id, int attempt);
 

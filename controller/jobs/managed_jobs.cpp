@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -44,7 +45,7 @@ using jobs::ManagedState;
 // environment variable is at most MAX_ARG_STRLEN, 128 KiB, and a task may carry up to
 // limits::kMaxTaskSpecBytes of secrets). The controller reads it at start and puts /dev/null in
 // its place, so nothing it runs inherits it. This variable ("1") says stdin holds them.
-constexpr const char* kSecretsOnStdinEnv = "HERD_MANAGED_SECRETS_ON_STDIN";
+constexpr const char* kSecretsOnStdinEnv = jobs::kManagedSecretsOnStdinEnv;
 
 // An anonymous file holding `json`, closed on exec (the controller gets a dup of it as stdin).
 Result<int> SecretsFile(const std::string& json) {
@@ -135,6 +136,13 @@ bool ControllerAlive(const ManagedJob& job) {
 // A job that is not over while its controller is gone is over: FAILED_CONTROLLER (recorded).
 void JudgeController(ManagedJobStore& store, ManagedJob& job) {
   if (jobs::IsTerminal(job.state) || ControllerAlive(job)) return;
+  if (jobs::ManagedSupervised()) {
+    // A team server runs the controllers: one that is gone (or not started yet) is started
+    // (again) by the server, and resumes the job where it is. Shown, never recorded.
+    job.message = job.controller_pid <= 0 ? "waiting for the server to start its controller"
+                                          : "its controller is being resumed by the server";
+    return;
+  }
   job.state = ManagedState::kFailedController;
   job.ended_unix_ms = NowUnixMs();
   job.message = job.controller_pid > 0 ? "the controller process (pid " +
@@ -179,6 +187,7 @@ class Controller {
                                     .restarts_on_errors = job_.restarts_on_errors};
     Log("controller started (pid " + std::to_string(::getpid()) + "), strategy " + policy.strategy +
         ", max_restarts_on_errors " + std::to_string(policy.max_restarts_on_errors));
+    if (auto done = Resume(policy, counters)) return *done;
     while (true) {
       if (CancelRequested()) return Finish(ManagedState::kCancelled, "cancelled by the user", "");
       const int attempt = static_cast<int>(job_.attempts.size()) + 1;
@@ -199,28 +208,102 @@ class Controller {
       std::string why;
       exit_codes_.clear();
       AttemptOutcome outcome = RunAttempt(cluster, attempt, why);
-      auto& rec = job_.attempts.back();
-      rec.end_unix_ms = NowUnixMs();
-      rec.outcome = std::string(jobs::OutcomeName(outcome));
-      jobs::Decision d = jobs::Decide(outcome, counters, policy, CancelRequested(),
-                                      limits::kManagedLaunchAttempts, exit_codes_);
-      rec.reason = why.empty() ? d.reason : why + "; " + d.reason;
-      counters = d.counters;
-      job_.recoveries = counters.recoveries;
-      job_.restarts_on_errors = counters.restarts_on_errors;
-      Log("attempt " + std::to_string(attempt) + ": " + rec.outcome + ": " + rec.reason);
-      if (d.action == jobs::NextAction::kFinish) {
-        return Finish(d.final_state, rec.reason, cluster);
-      }
-      job_.state = ManagedState::kRecovering;
-      job_.message = rec.reason;
-      Save();
-      TearDown(cluster);
-      if (d.action == jobs::NextAction::kRetryLaunch) Wait(limits::kManagedLaunchRetryWait);
+      if (auto done = AfterAttempt(outcome, why, policy, counters)) return *done;
     }
   }
 
  private:
+  // The end of the current attempt: recorded, decided (jobs::Decide), and either the job's end
+  // (the exit code) or its cluster torn down for the next attempt (nullopt).
+  std::optional<int> AfterAttempt(AttemptOutcome outcome, const std::string& why,
+                                  const task::JobRecovery& policy,
+                                  jobs::RecoveryCounters& counters) {
+    auto& rec = job_.attempts.back();
+    const std::string cluster = rec.cluster;
+    rec.end_unix_ms = NowUnixMs();
+    rec.outcome = std::string(jobs::OutcomeName(outcome));
+    jobs::Decision d =
+        jobs::Decide(outcome, counters, policy, CancelRequested(), limits::kManagedLaunchAttempts,
+                     exit_codes_);
+    rec.reason = why.empty() ? d.reason : why + "; " + d.reason;
+    counters = d.counters;
+    job_.recoveries = counters.recoveries;
+    job_.restarts_on_errors = counters.restarts_on_errors;
+    Log("attempt " + std::to_string(rec.attempt) + ": " + rec.outcome + ": " + rec.reason);
+    if (d.action == jobs::NextAction::kFinish) {
+      return Finish(d.final_state, rec.reason, cluster);
+    }
+    job_.state = ManagedState::kRecovering;
+    job_.message = rec.reason;
+    Save();
+    TearDown(cluster);
+    if (d.action == jobs::NextAction::kRetryLaunch) Wait(limits::kManagedLaunchRetryWait);
+    return std::nullopt;
+  }
+
+  // A controller started for a job that an earlier controller of it had begun (that one crashed,
+  // was killed, or died with its server): the job goes on from its record instead of from a new
+  // attempt. A running attempt is followed again on its cluster (no relaunch, no recovery
+  // counted); one that was still launching is launched again under the same number (the launch
+  // reuses the cluster); a decided one (RECOVERING) has its cluster torn down and the next
+  // attempt comes. The exit code when the job ended here, else nullopt (the loop goes on).
+  std::optional<int> Resume(const task::JobRecovery& policy, jobs::RecoveryCounters& counters) {
+    if (job_.attempts.empty()) return std::nullopt;
+    const jobs::AttemptRecord last = job_.attempts.back();
+    Log("resuming the job (state " + std::string(jobs::StateName(job_.state)) + ", attempt " +
+        std::to_string(last.attempt) + " on cluster " + last.cluster + ")");
+    if (job_.state == ManagedState::kCancelling) {
+      return Finish(ManagedState::kCancelled, "cancelled by the user", last.cluster);
+    }
+    if (last.end_unix_ms > 0) {
+      TearDown(last.cluster);
+      return std::nullopt;
+    }
+    std::string why;
+    AttemptOutcome outcome = last.cluster_job_id > 0
+                                 ? FollowAgain(last.cluster, last.cluster_job_id, last.attempt, why)
+                                 : RunAttempt(last.cluster, last.attempt, why);
+    return AfterAttempt(outcome, why, policy, counters);
+  }
+
+  // Reaches the head of a running attempt's cluster again and follows its job from what the
+  // attempt's log already holds. A head that does not answer is asked again for up to
+  // limits::kManagedResumeHeadWait, its machine probed (sshd) each time: the attempt is lost only
+  // when the head stays silent that long, or its machine does not answer for kNodeLostAfter.
+  AttemptOutcome FollowAgain(const std::string& cluster, int64_t job_id, int attempt,
+                             std::string& why) {
+    const auto start = std::chrono::steady_clock::now();
+    std::unique_ptr<HeadApi> head;
+    ClusterRecord record;
+    while (true) {
+      if (CancelRequested()) return AttemptOutcome::kCancelled;
+      auto got = ops_.Get(cluster);
+      if (!got.ok()) {
+        why = "cluster " + cluster + " is gone: " + got.status().message();
+        return AttemptOutcome::kNodeLost;
+      }
+      auto connected = ops_.ConnectHead(*got);
+      if (connected.ok()) {
+        head = std::move(*connected);
+        record = std::move(*got);
+        break;
+      }
+      const auto waited = std::chrono::steady_clock::now() - start;
+      const bool machine_gone = HeadNodeGone(*got);
+      Log("cannot reach the head of " + cluster + ": " + connected.status().message());
+      if (waited >= limits::kManagedResumeHeadWait ||
+          (machine_gone && waited >= limits::kNodeLostAfter)) {
+        why = "lost the cluster's head: " + connected.status().message();
+        return AttemptOutcome::kNodeLost;
+      }
+      Wait(limits::kManagedResumeRetry);
+    }
+    Log("following cluster job " + std::to_string(job_id) + " on " + cluster + " again");
+    job_.state = ManagedState::kRunning;
+    job_.message = "";
+    Save();
+    return Follow(cluster, record, *head, job_id, attempt, why);
+  }
   void Log(const std::string& line) {
     std::cerr << "[managed job " << job_.id << "] " << line << std::endl;
   }
@@ -308,16 +391,26 @@ class Controller {
     if (job_.started_unix_ms == 0) job_.started_unix_ms = NowUnixMs();
     Save();
     if (launched->job_id == 0) return AttemptOutcome::kSucceeded;  // nothing to run
+    return Follow(cluster, launched->cluster, *launched->head, launched->job_id, attempt, why);
+  }
 
-    std::ofstream log(jobs::AttemptLogPath(job_.id, attempt), std::ios::app | std::ios::binary);
+  // Streams the attempt's cluster job into the attempt's log (from what the log holds: a resumed
+  // controller neither loses nor doubles a line) until it ends, and classifies the end.
+  AttemptOutcome Follow(const std::string& cluster, const ClusterRecord& record, HeadApi& head,
+                        int64_t job_id, int attempt, std::string& why) {
+    const std::string path = jobs::AttemptLogPath(job_.id, attempt);
+    std::error_code ec;
+    const auto have = fs::file_size(path, ec);
+    const uint64_t offset = ec ? 0 : static_cast<uint64_t>(have);
+    std::ofstream log(path, std::ios::app | std::ios::binary);
     HeadApi::StreamCallbacks cb;
     cb.on_data = [&](std::string_view bytes) {
       log.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
       log.flush();
     };
     cb.interrupted = [&] { return CancelRequested(); };
-    cb.head_node_lost = [&] { return HeadNodeGone(launched->cluster); };
-    Result<JobInfo> end = launched->head->Stream(launched->job_id, 0, true, cb);
+    cb.head_node_lost = [&] { return HeadNodeGone(record); };
+    Result<JobInfo> end = head.Stream(job_id, offset, true, cb);
     log.flush();
     if (CancelRequested()) return AttemptOutcome::kCancelled;
     if (end.ok()) exit_codes_ = jobs::FailureExitCodes(*end);
@@ -420,6 +513,10 @@ Result<std::string> TakeSecretsFromStdin(const char* marker_env) {
 }
 
 Result<int64_t> LaunchManagedJob(task::Task task, const ManagedLaunchOptions& options) {
+  if (jobs::ManagedSupervised() && !task.secrets.empty() &&
+      std::getenv(jobs::kManagedSecretsRefEnv) == nullptr) {
+    return FailedPrecondition("the server did not keep this job's secrets; launch it again");
+  }
   AbsolutePaths(task);
   HERD_ASSIGN_OR_RETURN(auto store, OpenJobs());
   ManagedJob job;
@@ -436,6 +533,16 @@ Result<int64_t> LaunchManagedJob(task::Task task, const ManagedLaunchOptions& op
 
   const std::string dir = jobs::ManagedJobDir(job.id);
   HERD_RETURN_IF_ERROR(EnsureDir(dir, 0700));
+  if (jobs::ManagedSupervised()) {
+    // The server starts the controller (and again whenever it dies), with the secrets it sealed
+    // under this reference on its stdin.
+    if (const char* ref = std::getenv(jobs::kManagedSecretsRefEnv); ref != nullptr) {
+      job.secrets_ref = ref;
+    }
+    job.message = "waiting for the server to start its controller";
+    HERD_RETURN_IF_ERROR(store->Put(job));
+    return job.id;
+  }
   std::error_code ec;
   std::string self = fs::read_symlink("/proc/self/exe", ec).string();
   if (ec) return IoError("cannot find the herd binary: " + ec.message());
@@ -482,7 +589,9 @@ int RunManagedController(ops::ClusterOps& ops, int64_t id) {
     return 1;
   }
   if (jobs::IsTerminal(job->state)) return 0;
-  if (job->controller_pid > 0 && job->controller_pid != ::getpid() && ControllerAlive(*job)) {
+  // Under a team server the job's lease says who runs its controller (job_keeper.hpp).
+  if (!jobs::ManagedSupervised() && job->controller_pid > 0 && job->controller_pid != ::getpid() &&
+      ControllerAlive(*job)) {
     std::cerr << "herd: managed job " << id << " already has a controller (pid "
               << job->controller_pid << ")\n";
     return 1;
@@ -637,7 +746,9 @@ int CancelManagedJobs(ops::ClusterOps& ops, const std::vector<int64_t>& ids, boo
     }
     out << "Cancelling managed job " << id << "...\n";
     out.flush();
-    if (job->controller_pid > 0 && ControllerAlive(*job)) {
+    // A supervised job's controller (maybe on another server) sees the request within
+    // limits::kManagedCancelPoll; the server starts one if none runs.
+    if (!jobs::ManagedSupervised() && job->controller_pid > 0 && ControllerAlive(*job)) {
       ::kill(job->controller_pid, SIGTERM);
     }
     waiting.push_back(id);
@@ -647,7 +758,7 @@ int CancelManagedJobs(ops::ClusterOps& ops, const std::vector<int64_t>& ids, boo
     while (true) {
       auto job = Load(**store, id);
       if (!job.ok()) break;
-      if (!jobs::IsTerminal(job->state) && !ControllerAlive(*job)) {
+      if (!jobs::IsTerminal(job->state) && !jobs::ManagedSupervised() && !ControllerAlive(*job)) {
         // Nobody left to act on the request: do it here (the cluster may still be up).
         job->state = ManagedState::kCancelling;
         (void)(*store)->Put(*job);

@@ -16,9 +16,11 @@
 #include <thread>
 
 #include "controller/bootstrap/sha256.hpp"
+#include "controller/jobs/managed_job_store.hpp"
 #include "controller/server/command_runner.hpp"
 #include "controller/server/http/http_server.hpp"
 #include "controller/server/http/request_codec.hpp"
+#include "controller/server/job_keeper.hpp"
 #include "controller/server/store/api_store.hpp"
 #include "controller/server/stream_frames.hpp"
 #include "controller/server/warm_protocol.hpp"
@@ -110,11 +112,24 @@ Status ValidateUploadName(const std::string& name) {
   return InvalidArgument("uploads: '" + name + "' is not an upload place (workdir or mounts/N)");
 }
 
+// This server's id (made once in its home): its lease rows survive its restart under it.
+Result<std::string> ServerId(const ServerHome& home) {
+  if (auto text = ReadFile(home.ServerId()); text.ok()) {
+    std::string id = *text;
+    while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+    if (!id.empty()) return id;
+  }
+  HERD_ASSIGN_OR_RETURN(std::string random, RandomHex(6));
+  const std::string id = "srv-" + random;
+  HERD_RETURN_IF_ERROR(WriteFileAtomic(home.ServerId(), id + "\n", 0600));
+  return id;
+}
+
 class ServerImpl final : public ApiServer, public std::enable_shared_from_this<ServerImpl> {
  public:
   ServerImpl(ApiServerOptions o, std::unique_ptr<ApiStore> store)
       : options_(std::move(o)),
-        home_(options_.home),
+        home_(options_.home, options_.state_dir),
         store_(std::move(store)),
         pool_(4),
         warm_({std::min(options_.warm_workers_per_user, limits::kApiWarmWorkersMax),
@@ -148,6 +163,7 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
            std::to_string(port());
   }
   void Stop() override {
+    if (keeper_) keeper_->Stop();  // its controllers die, its leases go to another server
     if (http_) http_->Stop();
     StopCommands();
     // The handlers in progress. Only now: a command dies with the thread that forked it
@@ -186,6 +202,23 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
     if (failed > 0) {
       HERD_LOG(kWarn) << "failed " << failed << " request(s) left unfinished by the last run";
     }
+    return Status::Ok();
+  }
+
+  // Managed jobs' controllers run here, as the keeper's children (job_keeper.hpp).
+  Status StartKeeper() {
+    HERD_ASSIGN_OR_RETURN(std::string id, ServerId(home_));
+    std::weak_ptr<ServerImpl> weak = shared_from_this();
+    HERD_ASSIGN_OR_RETURN(keeper_,
+                          StartServerKeeper(*store_, {.holder = id,
+                                                      .state_dir = home_.state,
+                                                      .herd_binary = options_.herd_binary,
+                                                      .user_env = [weak](const std::string& user) {
+                                                        auto self = weak.lock();
+                                                        return self ? self->ChildEnv(user, false)
+                                                                    : std::vector<std::string>();
+                                                      }}));
+    HERD_LOG(kInfo) << "managed jobs' controllers run here as " << id;
     return Status::Ok();
   }
 
@@ -416,7 +449,7 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
     for (const auto& [place, upload] : uploads) {
       if (auto s = Unpack(user.name, upload, dir + "/" + place); !s.ok()) return fail(s);
     }
-    std::string secrets;
+    std::string secrets, secrets_ref;
     if (body->Has("secrets")) {
       boost::json::object o;
       for (const auto& [k, v] : body->StringMap("secrets")) o[k] = v;
@@ -427,6 +460,13 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
     spec.argv.push_back(options_.herd_binary);
     spec.argv.insert(spec.argv.end(), args.begin(), args.end());
     spec.env = ChildEnv(user.name, !secrets.empty());
+    if (verb == "jobs.launch" && !secrets.empty()) {
+      // Sealed at rest for the job's controllers, which the keeper starts (again) on any server.
+      auto ref = KeepManagedSecrets(user.name, secrets);
+      if (!ref.ok()) return fail(ref.status());
+      spec.env.push_back(std::string(jobs::kManagedSecretsRefEnv) + "=" + *ref);
+      secrets_ref = *ref;
+    }
     spec.cwd = dir;
     spec.stdin_data = secrets;
     spec.log_path = mutating ? home_.RequestLog(id) : "";
@@ -475,10 +515,12 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
       });
     }
     auto self = shared_from_this();
-    (*cmd)->OnExit([self, res, async, mutating, id, verb, cluster, user, dir, last_err](int code) {
+    (*cmd)->OnExit([self, res, async, mutating, id, verb, cluster, user, dir, last_err,
+                    secrets_ref](int code) {
       // The request ends (its row, its name, its directory) before the client hears the exit
       // code, so that what the client does next sees it ended.
       self->Finished(user, id, verb, cluster, dir, mutating, code, *last_err);
+      self->LaunchedManaged(user.name, verb, code, secrets_ref);
       if (!async) {
         res->Write(EncodeFrame(FrameTag::kExit, std::to_string(code)));
         res->End();
@@ -526,6 +568,25 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
     }
   }
 
+  // A managed job's secrets, sealed under its user for its controllers: the reference the job
+  // records (jobs::ManagedSecretsKey gives the key).
+  Result<std::string> KeepManagedSecrets(const std::string& user, const std::string& json) {
+    HERD_ASSIGN_OR_RETURN(std::string ref, RandomHex(8));
+    HERD_RETURN_IF_ERROR(store_->PutSecret(user, jobs::ManagedSecretsKey(ref), json));
+    return ref;
+  }
+
+  // After `herd jobs launch`: the keeper looks at once; a launch that failed made no job, and
+  // the secrets it sealed go.
+  void LaunchedManaged(const std::string& user, const std::string& verb, int code,
+                       const std::string& secrets_ref) {
+    if (verb != "jobs.launch") return;
+    if (code != 0 && !secrets_ref.empty()) {
+      (void)store_->DeleteSecret(user, jobs::ManagedSecretsKey(secrets_ref));
+    }
+    if (keeper_) keeper_->Kick();
+  }
+
   Status MaybeReleaseUnmade(const std::string& user, const std::string& cluster) {
     std::error_code ec;
     if (fs::exists(home_.UserHome(user) + "/herd/clusters/" + cluster, ec)) return Status::Ok();
@@ -548,7 +609,10 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
                                                    "HERD_API_SERVER",
                                                    "HERD_API_TOKEN",
                                                    "HERD_API_CA_CERT",
-                                                   "HERD_TASK_SECRETS_ON_STDIN"};
+                                                   "HERD_TASK_SECRETS_ON_STDIN",
+                                                   jobs::kManagedSupervisedEnv,
+                                                   jobs::kManagedSecretsRefEnv,
+                                                   jobs::kManagedSecretsOnStdinEnv};
     for (char** e = environ; e && *e; ++e) {
       std::string_view kv(*e);
       auto eq = kv.find('=');
@@ -564,6 +628,8 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
     // Managed jobs' clusters are named <name>-<id>-<attempt> with ids counted per user home: the
     // user's tag keeps two users' jobs of one name from sharing a cluster name on this machine.
     env.push_back("HERD_MANAGED_CLUSTER_TAG=" + UserTag(user));
+    // Managed jobs' controllers are this server's (job_keeper.hpp), not the commands'.
+    env.push_back(std::string(jobs::kManagedSupervisedEnv) + "=1");
     if (secrets_on_stdin) env.push_back("HERD_TASK_SECRETS_ON_STDIN=1");
     return env;
   }
@@ -813,6 +879,7 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
   boost::asio::thread_pool pool_;
   WarmWorkers warm_;
   std::unique_ptr<api_http::HttpServer> http_;
+  std::unique_ptr<ServerKeeper> keeper_;
   std::string holder_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<RunningCommand>> running_;
@@ -871,8 +938,9 @@ Result<std::unique_ptr<ApiServer>> ApiServer::Start(boost::asio::io_context& io,
                                                     ApiServerOptions options) {
   if (options.home.empty()) return InvalidArgument("--home: the server needs a home directory");
   if (options.herd_binary.empty()) return InvalidArgument("the server needs the herd binary");
-  ServerHome home(options.home);
+  ServerHome home(options.home, options.state_dir);
   HERD_RETURN_IF_ERROR(controller::EnsureDir(home.dir));
+  HERD_RETURN_IF_ERROR(controller::EnsureDir(home.state));
   const std::string url = options.db_url.empty() ? "sqlite:" + home.Db() : options.db_url;
   HERD_ASSIGN_OR_RETURN(auto store, ApiStore::Open(url, home.SecretsKey()));
   HERD_RETURN_IF_ERROR(EnsureFirstAdmin(*store, home));
@@ -886,6 +954,7 @@ Result<std::unique_ptr<ApiServer>> ApiServer::Start(boost::asio::io_context& io,
   // Requests are this server's by its address: one that starts again on it ends what it left.
   // (Known once it listens; no request is handled before: handlers run once io runs.)
   HERD_RETURN_IF_ERROR(impl->TakeOver(options.host + ":" + std::to_string(impl->port())));
+  HERD_RETURN_IF_ERROR(impl->StartKeeper());
   struct Handle final : ApiServer {
     std::shared_ptr<ServerImpl> impl;
     uint16_t port() const override { return impl->port(); }
@@ -910,6 +979,7 @@ int RunApiServer(ApiServerOptions options) {
       {"pid", ::getpid()},
       {"endpoint", (*server)->endpoint()},
       {"home", home.dir},
+      {"state_dir", options.state_dir.empty() ? home.dir : options.state_dir},
       {"db", RedactDbUrl(options.db_url.empty() ? "sqlite:" + home.Db() : options.db_url)}};
   if (!options.plain_http) {
     info["ca_cert"] = options.cert_file.empty() ? home.CaCert() : "";

@@ -9,7 +9,10 @@
 // exit code are exactly those of local mode. The output streams back as it comes
 // (stream_frames.hpp); a client that goes away (Ctrl-C) interrupts the command as Ctrl-C would.
 // Every mutating command is a request (an id at once, a row in the database, its output in
-// <home>/requests/<id>.log) and an audit entry.
+// <state>/requests/<id>.log) and an audit entry. Managed jobs' controllers are the server's own
+// children, one server per job by a lease in the database, resumed when they die
+// (job_keeper.hpp); several servers on one database share <state> (--state-dir;
+// docs/TEAM_SERVER.md).
 //
 // Routes (JSON unless said; every one but the health check needs "Authorization: Bearer TOKEN"):
 //   GET  /api/v1/health                       {"status": "ok", "version", "server"}
@@ -38,6 +41,10 @@ namespace herd::server {
 
 struct ApiServerOptions {
   std::string home;  // the server's home (files below), made 0700
+  // What every server of one database must share (users' homes, requests' directories, uploads,
+  // the secrets key): "" is the home. Servers on one database give the same directory (a shared
+  // filesystem, at the same path on each; docs/TEAM_SERVER.md).
+  std::string state_dir;
   std::string host = "127.0.0.1";
   uint16_t port = 0;   // 0: any free port
   std::string db_url;  // "" : sqlite:<home>/api.db
@@ -51,22 +58,27 @@ struct ApiServerOptions {
   std::string version;  // shown by the health check
 };
 
-// The files of a server's home.
+// The files of a server's home, and of the state it shares with the other servers of its database
+// (state: the home unless --state-dir).
 struct ServerHome {
-  explicit ServerHome(std::string dir) : dir(std::move(dir)) {}
+  explicit ServerHome(std::string dir, std::string state_dir = "")
+      : dir(dir), state(state_dir.empty() ? std::move(dir) : std::move(state_dir)) {}
   std::string dir;
+  std::string state;
   std::string Db() const { return dir + "/api.db"; }
-  std::string SecretsKey() const { return dir + "/secrets.key"; }
+  std::string SecretsKey() const { return state + "/secrets.key"; }
+  // This server's id in the lease rows of managed jobs' controllers (made once).
+  std::string ServerId() const { return dir + "/server.id"; }
   std::string TlsDir() const { return dir + "/tls"; }
   std::string CaCert() const { return dir + "/tls/ca.crt"; }
   std::string AdminToken() const { return dir + "/admin.token"; }
   // What `herd api status` reads: the running server's pid, endpoint, CA and admin token paths.
   std::string ServerJson() const { return dir + "/server.json"; }
   std::string Log() const { return dir + "/server.log"; }
-  std::string UserHome(const std::string& user) const { return dir + "/users/" + user; }
-  std::string RequestDir(const std::string& id) const { return dir + "/requests/" + id; }
-  std::string RequestLog(const std::string& id) const { return dir + "/requests/" + id + ".log"; }
-  std::string UploadDir(const std::string& user) const { return dir + "/uploads/" + user; }
+  std::string UserHome(const std::string& user) const { return state + "/users/" + user; }
+  std::string RequestDir(const std::string& id) const { return state + "/requests/" + id; }
+  std::string RequestLog(const std::string& id) const { return state + "/requests/" + id + ".log"; }
+  std::string UploadDir(const std::string& user) const { return state + "/uploads/" + user; }
 };
 
 inline constexpr char kFirstAdmin[] = "admin";

@@ -3,8 +3,9 @@
 // as they come and handed to a callback and appended to the request's log file. Cancel() is the
 // remote Ctrl-C: SIGINT to the group, SIGKILL after CommandSpec::cancel_grace. A server
 // that dies takes its commands with it (PR_SET_PDEATHSIG): their requests are failed when it
-// starts again (ApiStore::FailUnfinished); what a command started detached (a managed job's
-// controller) lives on.
+// starts again (ApiStore::FailUnfinished). The server's managed-job controllers are
+// RunningCommands too (job_keeper.hpp), and die with it the same way; what a command starts
+// detached (a local cluster's nodes) lives on.
 #pragma once
 
 #include <functional>

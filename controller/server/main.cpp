@@ -15,6 +15,9 @@ int main(int argc, char** argv) {
   CLI::App app{"herd-api: the herd team API server"};
   app.set_version_flag("--version", HERD_VERSION, "print the version and exit");
   app.add_option("--home", o.home, "the server's home")->required();
+  app.add_option("--state-dir", o.state_dir,
+                 "state shared by every server of one database: users' homes, requests, uploads, "
+                 "the secrets key (default: the home; a shared filesystem for several servers)");
   app.add_option("--host", o.host, "address to listen on");
   app.add_option("--port", o.port, "port to listen on (0: any)");
   app.add_option("--db", o.db_url, "sqlite:PATH or postgresql://USER@HOST:PORT/DB");

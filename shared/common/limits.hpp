@@ -555,4 +555,47 @@ static_assert(kMaxCatalogLineBytes * kMaxCatalogRows >= kMaxCatalogBytes,
               "a catalog within the byte limit is never refused for its line count alone");
 static_assert(kMaxConsideredRows >= 4, "the table shows at least one row per kind of infra");
 
+// ---- Supervised managed jobs (controller/server/job_keeper; a team server's keeper) -----------
+// Each unfinished managed job's controller runs on exactly one server, the holder of the job's
+// lease row ("managed/<user>/<id>") in the server database. The lease lasts this long unless
+// renewed ...
+inline constexpr Duration kManagedLeaseTtl = 8s;
+// ... and the keeper renews the leases it holds, takes free or expired ones and (re)starts
+// controllers once every this (sooner after a launch).
+inline constexpr Duration kManagedKeeperTick = 2s;
+// A keeper that could not renew a lease for kManagedLeaseTtl - this kills the job's controller
+// (its lease may be gone soon, and another server may start one): two servers' clocks must agree
+// within this margin.
+inline constexpr Duration kManagedLeaseFenceMargin = 2s;
+// A server killed with SIGKILL: another one runs its jobs' controllers within this (the issue's
+// promise) — the lease expires, then the next tick of a keeper takes it and starts a controller.
+inline constexpr Duration kManagedTakeoverWithin = 15s;
+// What the takeover budget leaves a controller process to start and record itself.
+inline constexpr Duration kManagedControllerStartBudget = 3s;
+// A controller that exited while its job is unfinished is started again after this ...
+inline constexpr Duration kManagedControllerRestartWait = 2s;
+// ... and a job whose controller exited this many times in a row, each within
+// kManagedControllerQuickExit of its start, is FAILED_CONTROLLER (a controller that cannot run).
+inline constexpr int kManagedControllerMaxQuickExits = 5;
+inline constexpr Duration kManagedControllerQuickExit = 30s;
+// A resumed controller (its job had an attempt running) keeps trying to reach the attempt's head
+// this long before the attempt is declared lost: a head that does not answer is probed (its
+// sshd) and waited for, as a following controller waits for a head that dropped.
+inline constexpr Duration kManagedResumeHeadWait = kClientReconnectWindow;
+// ... trying again this often.
+inline constexpr Duration kManagedResumeRetry = 2s;
+static_assert(kManagedKeeperTick * 3 <= kManagedLeaseTtl,
+              "a holder renews several times per lease: one slow renewal loses nothing");
+static_assert(kManagedKeeperTick + kManagedLeaseFenceMargin < kManagedLeaseTtl,
+              "a holder that cannot renew fences itself before its lease expires");
+static_assert(kManagedLeaseTtl + kManagedKeeperTick + kManagedControllerStartBudget <=
+                  kManagedTakeoverWithin,
+              "takeover: the lease expires, the next keeper tick takes it, a controller starts");
+static_assert(kManagedLeaseTtl <= kApiLeaseMaxTtl, "the store accepts the lease's TTL");
+static_assert(kManagedControllerRestartWait < kManagedControllerQuickExit,
+              "restarts are spaced, and a quick exit is longer than the wait");
+static_assert(
+    kManagedResumeRetry * 5 < kManagedResumeHeadWait && kNodeLostAfter < kManagedResumeHeadWait,
+    "a resumed controller asks the head several times, and longer than a node loss takes");
+
 }  // namespace herd::limits
