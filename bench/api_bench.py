@@ -24,7 +24,7 @@ in from a client home of its own, launches one 1-node local cluster per user thr
       submission accepted once (the new job ids are exactly the ids the CLIs printed, one per
       submission, none twice, none missing).
 
-Every client command is a real `herd` CLI process (and the server starts a `herd` child for each):
+Every client command is a real `herd` CLI process (the server runs reads in warm workers):
 with many clients on a small machine the figures measure the machine's process starts as much as
 the server, and the report says so. Commands are timed from start to the moment they are reaped
 (a blocking waitpid; bench/suite.py wait_exact). Needs root (the local provider makes network
@@ -506,9 +506,11 @@ class Bench:
                             for (op, code, line), c in sorted(kinds.items(), key=str)[:20]]
         self.report += [
             "",
-            f"Every client command is a `herd` CLI process and the server starts a `herd` child "
-            f"for each: at {clients} clients on {os.cpu_count()} CPUs the latencies include "
-            "waiting for a CPU among up to twice that many processes, not the server alone.",
+            f"Every client command is a `herd` CLI process, and the server runs each read in a "
+            f"warm `herd _serve` worker of the user's (or a `herd` child when none is free, and "
+            f"always with --warm-workers 0): at {clients} clients on {os.cpu_count()} CPUs the "
+            "latencies include waiting for a CPU among that many client processes and the "
+            "workers, not the server alone.",
             "",
         ]
         tag = f"(b) C={clients}"
