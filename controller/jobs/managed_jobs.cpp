@@ -222,9 +222,8 @@ class Controller {
     const std::string cluster = rec.cluster;
     rec.end_unix_ms = NowUnixMs();
     rec.outcome = std::string(jobs::OutcomeName(outcome));
-    jobs::Decision d =
-        jobs::Decide(outcome, counters, policy, CancelRequested(), limits::kManagedLaunchAttempts,
-                     exit_codes_);
+    jobs::Decision d = jobs::Decide(outcome, counters, policy, CancelRequested(),
+                                    limits::kManagedLaunchAttempts, exit_codes_);
     rec.reason = why.empty() ? d.reason : why + "; " + d.reason;
     counters = d.counters;
     job_.recoveries = counters.recoveries;

@@ -514,7 +514,8 @@ static_assert(kApiLeaseRenewInterval + kApiDbStatementTimeout < kApiLeaseTtl,
               "a holder whose renewal hung for a whole statement timeout renews again in time");
 static_assert(kApiLeaseTtl <= kApiLeaseMaxTtl && kSqliteBusyTimeout < kApiDbStatementTimeout,
               "the default lease is allowed; SQLite's lock wait is shorter than a PG statement's");
-static_assert(kApiWarmWorkersPerUser <= kApiWarmWorkersMax && kApiWarmQueueWait < kApiStreamHeartbeat,
+static_assert(kApiWarmWorkersPerUser <= kApiWarmWorkersMax &&
+                  kApiWarmQueueWait < kApiStreamHeartbeat,
               "a user's workers fit the total; a queued read starts before its stream's first "
               "heartbeat is due");
 static_assert(kApiDbConnectTimeout >= 1s, "libpq's connect_timeout counts whole seconds");
