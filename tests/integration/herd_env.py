@@ -5,6 +5,7 @@ HerdEnvTestCase, the base of the suites whose tests share one such env (and clus
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -179,6 +180,22 @@ def pids_where(match, *files):
 def pids_by_cmdline(match):
     """PIDs of the processes whose argv (a list of bytes) match(argv) accepts."""
     return pids_where(lambda cmdline: match(cmdline.split(b"\0")), "cmdline")
+
+
+def pids_with_marker(marker):
+    """Processes whose command line (arguments joined by NUL) contains marker."""
+    return pids_by_cmdline(lambda argv: marker.encode() in b"\0".join(argv))
+
+
+def kill_managed_controllers(env):
+    """SIGKILLs the managed-job controllers `herd jobs queue` of env lists (a test's teardown: they
+    would relaunch what its `down` removes). Only a pid whose command line is that job's
+    controller's is killed: a recorded pid may have been reused."""
+    p = env.herd("jobs", "queue", "-o", "json", check=False)
+    for j in json.loads(p.stdout or b"[]"):
+        pid = j.get("controller_pid", 0)
+        if pid and pid in pids_with_marker(f"_controller\0{j['id']}\0"):
+            os.kill(pid, signal.SIGKILL)
 
 
 def wait_for(cond, timeout=20):

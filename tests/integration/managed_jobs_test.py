@@ -14,7 +14,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from herd_env import HerdEnvTestCase, namespaces_of, netns_available, pids_by_cmdline  # noqa: E402
+from herd_env import (HerdEnvTestCase, kill_managed_controllers, namespaces_of,  # noqa: E402
+                      netns_available, pids_with_marker)
 
 STEPS = 40  # checkpointed steps of the resumable job, 0.5 s each
 # A dead head machine is RECOVERING within kNodeLostAfter (8 s) + kReconnectBackoffMax (3 s) + the
@@ -26,11 +27,6 @@ HEAD_LOST_RECOVERING_WITHIN = 20.0
 def read(path):
     with open(path) as f:
         return f.read()
-
-
-def pids_with_marker(marker):
-    """Processes whose command line (arguments joined by NUL) contains marker."""
-    return pids_by_cmdline(lambda argv: marker.encode() in b"\0".join(argv))
 
 
 @unittest.skipUnless(netns_available(), "needs root and ip netns")
@@ -46,11 +42,7 @@ class ManagedJobsTest(HerdEnvTestCase):
     def close_env(cls):
         try:
             # Controllers first (they would relaunch what `down` removes), then every cluster.
-            p = cls.h.herd("jobs", "queue", "-o", "json", check=False)
-            for j in json.loads(p.stdout or b"[]"):
-                pid = j.get("controller_pid", 0)
-                if pid and pid in pids_with_marker(f"_controller\0{j['id']}\0"):
-                    os.kill(pid, signal.SIGKILL)
+            kill_managed_controllers(cls.h)
         finally:
             super().close_env()
 

@@ -8,14 +8,14 @@ Cluster names start with `hyf`."""
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from herd_env import HerdEnvTestCase, namespaces_of, netns_available, pids_by_cmdline  # noqa: E402
+from herd_env import (HerdEnvTestCase, kill_managed_controllers, namespaces_of,  # noqa: E402
+                      netns_available)
 
 
 def read(path):
@@ -40,12 +40,7 @@ class YamlFormsTest(HerdEnvTestCase):
     @classmethod
     def close_env(cls):
         try:
-            p = cls.h.herd("jobs", "queue", "-o", "json", check=False)
-            for j in json.loads(p.stdout or b"[]"):
-                pid = j.get("controller_pid", 0)
-                marker = f"_controller\0{j['id']}\0".encode()
-                if pid and pid in pids_by_cmdline(lambda argv: marker in b"\0".join(argv)):
-                    os.kill(pid, signal.SIGKILL)
+            kill_managed_controllers(cls.h)
         finally:
             super().close_env()
 
