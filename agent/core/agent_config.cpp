@@ -19,9 +19,9 @@ Result<AgentConfig> LoadAgentConfig(const std::string& path) {
   }
   if (!root.IsMap()) return InvalidArgument(path + ": expected a map of settings");
   static const std::set<std::string> kKnown = {
-      "role",     "cluster",   "node_id",        "address",    "listen", "head",
-      "certs",    "state_dir", "port_file",      "ready_file", "cpus",   "gpus",
-      "gpu_name", "cloud",     "expected_nodes", "head_node"};
+      "role",     "cluster",   "node_id",        "address",    "listen",      "head",
+      "certs",    "state_dir", "port_file",      "ready_file", "cpus",        "gpus",
+      "gpu_name", "cloud",     "expected_nodes", "head_node",  "health_check"};
   AgentConfig c;
   try {
     for (const auto& kv : root) {
@@ -53,6 +53,33 @@ Result<AgentConfig> LoadAgentConfig(const std::string& path) {
     if (root["cpus"]) c.cpus = root["cpus"].as<int>();
     if (root["gpus"]) c.gpus = root["gpus"].as<int>();
     if (root["expected_nodes"]) c.expected_nodes = root["expected_nodes"].as<int>();
+    if (const YAML::Node hc = root["health_check"]) {
+      auto where = [&](const YAML::Node& n) {
+        return path + ":" + std::to_string(n.Mark().line + 1) + ":" +
+               std::to_string(n.Mark().column + 1) + ": health_check";
+      };
+      if (!hc.IsMap()) return InvalidArgument(where(hc) + ": expected {command, interval}");
+      for (const auto& kv : hc) {
+        const std::string key = kv.first.as<std::string>();
+        if (key != "command" && key != "interval") {
+          return InvalidArgument(where(kv.first) + ": unknown setting '" + key + "'");
+        }
+      }
+      c.health_check_command = hc["command"] ? hc["command"].as<std::string>() : "";
+      if (c.health_check_command.empty()) {
+        return InvalidArgument(where(hc) + ".command: give the command to run");
+      }
+      if (hc["interval"]) {
+        const double seconds = hc["interval"].as<double>();
+        const auto interval = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+        if (!(seconds > 0) || interval < limits::kHealthCheckMinInterval) {
+          return InvalidArgument(where(hc["interval"]) + ".interval: at least " +
+                                 std::to_string(limits::kHealthCheckMinInterval.count() / 1000) +
+                                 " s, got " + hc["interval"].as<std::string>());
+        }
+        c.health_check_interval = interval;
+      }
+    }
     if (c.role == AgentConfig::Role::kHead) {
       HERD_ASSIGN_OR_RETURN(c.listen, ParseHostPort(str("listen"), path + ": listen"));
       c.head_node = c.node_id;

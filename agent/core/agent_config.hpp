@@ -16,14 +16,19 @@
 //   gpu_name: L4                 # ... and their type
 //   cloud: local                 # reported in SKYPILOT_CLUSTER_INFO
 //   expected_nodes: 3            # head only: the cluster's size
+//   health_check:                # optional (Slurm's HealthCheckProgram): a failing run drains
+//     command: /usr/local/bin/check-node   # the node (sh -c; killed after kHealthCheckTimeout)
+//     interval: 60               # seconds between runs (at least kHealthCheckMinInterval)
 // Relative paths (certs, state_dir, port_file, ready_file) are relative to the config file's
 // directory.
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 
 #include "shared/common/host_port.hpp"
+#include "shared/common/limits.hpp"
 #include "shared/common/status.hpp"
 
 namespace herd::agent {
@@ -48,6 +53,8 @@ struct AgentConfig {
   std::string gpu_name;
   std::string cloud = "local";
   int expected_nodes = 0;  // head: the cluster's size (jobs wait, not fail, until all registered)
+  std::string health_check_command;  // empty: none
+  std::chrono::milliseconds health_check_interval = limits::kHealthCheckDefaultInterval;
 };
 
 Result<AgentConfig> LoadAgentConfig(const std::string& path);

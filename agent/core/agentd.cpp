@@ -13,6 +13,7 @@
 #include "agent/core/head.hpp"
 #include "agent/core/node_probe.hpp"
 #include "agent/core/worker.hpp"
+#include "agent/gpu/health_watch.hpp"
 #include "agent/gpu/system_gpu_probe.hpp"
 #include "agent/process/step_program.hpp"
 #include "agent/process/uv_process_launcher.hpp"
@@ -118,6 +119,20 @@ int RunAgent(const AgentConfig& config, int ready_fd) {
     HERD_LOG(kError) << "cannot start the worker: " << s.message();
     return 1;
   }
+  // The node's health: NVML's GPU faults and the config's health check, judged on a thread of
+  // its own (an NVML call or a check may take a while), reported through the worker's loop. Ends
+  // before the worker does.
+  SystemClock health_clock;
+  HealthWatch::Options health_options{config.health_check_command, config.health_check_interval,
+                                      limits::kGpuHealthPollInterval};
+  HealthThread health(std::make_unique<HealthWatch>(health_clock, health_options, OpenNvmlFaults(),
+                                                    RunHealthCheckCommand),
+                      [&io, &worker](const HealthVerdict& v) {
+                        herd::v1::NodeHealthReport report;
+                        report.set_healthy(v.healthy);
+                        report.set_reason(v.reason);
+                        boost::asio::post(io, [&worker, report] { worker.SetHealth(report); });
+                      });
   // Whoever started this agent (the bootstrap's start script) waits for this instead of guessing
   // how long a start takes: everything that a bad config or certificate makes fail has run.
   if (!config.ready_file.empty()) {

@@ -118,6 +118,10 @@ Status Head::Start() {
   if (!store_) {
     HERD_ASSIGN_OR_RETURN(store_, JobStore::Open(options_.state_dir + "/jobs.db"));
   }
+  facts_ = std::make_unique<JobFactsCache>(*store_, [this](int64_t id) -> const JobInfo* {
+    auto it = jobs_.find(id);
+    return it == jobs_.end() ? nullptr : &it->second.rec.info;
+  });
   nodes_.Started();
   std::map<std::string, uint64_t> incarnations;
   auto known = store_->ListNodes(&incarnations);
@@ -250,6 +254,14 @@ void Head::HandleAgent(const ConnPtr& conn, const AgentToHead& msg) {
       break;
     case AgentToHead::kExited:
       if (RunsOn(node_id, msg.exited().key())) HandleExited(msg.exited());
+      break;
+    case AgentToHead::kHealth:
+      if (!msg.health().healthy() && !NodeRegistry::Drained(*node)) {
+        Drain(node_id, "unhealthy: " + msg.health().reason(), /*end_jobs=*/true);
+      } else if (msg.health().healthy() && NodeRegistry::Drained(*node)) {
+        HERD_LOG(kInfo) << "node " << node_id << " reports healthy; it stays drained ("
+                        << node->info.drain_reason() << ") until `herd nodes --undrain`";
+      }
       break;
     default:
       HERD_LOG(kWarn) << "ignoring unknown agent message";
@@ -534,6 +546,40 @@ void Head::NodeLost(const std::string& node_id) {
   Schedule();
 }
 
+void Head::Drain(const std::string& node_id, const std::string& reason, bool end_jobs) {
+  NodeEntry* node = nodes_.SetDrain(node_id, reason, NowUnixMs());
+  if (!node) return;
+  if (reason.empty()) {
+    HERD_LOG(kInfo) << "node " << node_id << " undrained";
+  } else {
+    HERD_LOG(kWarn) << "node " << node_id << " drained: " << node->info.drain_reason();
+  }
+  if (auto s = store_->UpsertNode(node->info, node->incarnation); !s.ok()) {
+    HERD_LOG(kError) << s.message();
+  }
+  std::vector<int64_t> ended;
+  if (end_jobs && !reason.empty()) {
+    for (auto& [job_id, run] : jobs_) {
+      for (auto& [name, proc] : run.procs) {
+        if (proc.node_id == node_id && !proc.exited()) {
+          ended.push_back(job_id);
+          break;
+        }
+      }
+    }
+  }
+  for (int64_t id : ended) {
+    JobRun& run = jobs_.at(id);
+    if (run.rec.info.first_failed_node().empty()) run.rec.info.set_first_failed_node(node_id);
+    KillJobProcesses(run);
+    // FAILED_DRIVER: the program did not fail, its node did (a managed job is recovered).
+    Finalize(id, JOB_STATE_FAILED_DRIVER,
+             "ERROR: Job " + std::to_string(id) + " failed: node " + node_id +
+                 " was drained: " + node->info.drain_reason());
+  }
+  Schedule();
+}
+
 void Head::HandleLeaving(const ConnPtr& conn, const Leaving& leaving) {
   NodeEntry* node = RegisteredNode(conn);
   if (!node) return;
@@ -612,6 +658,21 @@ void Head::HandleClient(const ConnPtr& conn, const ClientToHead& msg) {
     case ClientToHead::kSetAutostop:
       SetAutostop(conn, msg.request_id(), msg.set_autostop());
       break;
+    case ClientToHead::kDrain: {
+      const DrainRequest& req = msg.drain();
+      if (!nodes_.Find(req.node_id())) {
+        return ReplyError(conn, msg.request_id(),
+                          NotFound("no node " + req.node_id() + " in cluster " + options_.cluster));
+      }
+      if (req.drain() && req.reason().empty()) {
+        return ReplyError(conn, msg.request_id(), InvalidArgument("--drain needs a --reason"));
+      }
+      // A user's drain lets the node's running jobs finish (Slurm's DRAINING); an unhealthy
+      // node's jobs end at once (HandleAgent).
+      Drain(req.node_id(), req.drain() ? req.reason() : "", /*end_jobs=*/false);
+      Nodes(conn, msg.request_id());
+      break;
+    }
     default:
       ReplyError(conn, msg.request_id(), InvalidArgument("unknown request"));
   }
@@ -619,9 +680,8 @@ void Head::HandleClient(const ConnPtr& conn, const ClientToHead& msg) {
 
 void Head::Submit(const ConnPtr& conn, uint64_t request_id, const SubmitJob& submit) {
   const TaskSpec& spec = submit.task();
-  if (spec.num_nodes() < 1) {
-    return ReplyError(conn, request_id, InvalidArgument("num_nodes must be at least 1"));
-  }
+  auto records = SubmitRecords(submit, NowUnixMs());
+  if (!records.ok()) return ReplyError(conn, request_id, records.status());
   if (auto why = WhyNeverFits(spec)) {
     return ReplyError(conn, request_id,
                       FailedPrecondition("the task cannot run on this cluster: " + *why));
@@ -629,43 +689,40 @@ void Head::Submit(const ConnPtr& conn, uint64_t request_id, const SubmitJob& sub
   if (auto why = WhyNeedsLostNodes(spec)) {
     return ReplyError(conn, request_id, Unavailable("the task cannot run now: " + *why));
   }
-  JobRecord rec;
-  rec.spec = spec;
-  rec.info.set_name(spec.name());
-  rec.info.set_user(submit.user());
-  rec.info.set_submitted_unix_ms(NowUnixMs());
-  rec.info.set_state(JOB_STATE_PENDING);
-  rec.info.set_num_nodes(spec.num_nodes());
-  rec.info.set_resources(proto::ResourcesSummary(spec));
-  rec.info.set_first_failed_rank(-1);
-  if (submit.attempt() < 0) {
-    return ReplyError(conn, request_id, InvalidArgument("attempt must not be negative"));
-  }
-  // A managed job's controller resubmits on a new cluster with the next attempt and its own task
-  // id, so SKYPILOT_TASK_ID (checkpoint paths, --rdzv_id) stays the same across attempts.
-  rec.info.set_attempt(submit.attempt() > 0 ? submit.attempt() : 1);
-  rec.info.set_task_id(submit.task_id());
-  // One transaction: the log path names the id.
-  std::string dir;
-  auto id = store_->AddJob(rec, [&](herd::v1::JobInfo& info) {
-    dir =
-        options_.state_dir + "/logs/" + std::to_string(info.job_id()) + "-" + SafeName(spec.name());
-    info.set_log_path(dir + "/run.log");
-  });
-  if (!id.ok()) return ReplyError(conn, request_id, id.status());
-  rec.info.set_job_id(*id);
-  rec.info.set_log_path(dir + "/run.log");
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  JobRun& run = jobs_[*id];
-  run.rec = rec;
-  if (Status s = run.log.Open(fanout_, *id, rec.info.log_path()); !s.ok()) {
-    jobs_.erase(*id);
+  if (Status s =
+          sched::ValidateDependencies(submit, [this](int64_t id) { return facts_->Get(id); });
+      !s.ok()) {
     return ReplyError(conn, request_id, s);
   }
-  HERD_LOG(kInfo) << "job " << *id << " (" << spec.name() << ") submitted by " << submit.user();
+  // One transaction (the log path names the id; an array's jobs get consecutive ids).
+  ArrayIdSetter array_ids;
+  Status added = store_->AddJobs(*records, [&](herd::v1::JobInfo& info) {
+    array_ids(info);
+    info.set_log_path(options_.state_dir + "/logs/" + std::to_string(info.job_id()) + "-" +
+                      SafeName(spec.name()) + "/run.log");
+  });
+  if (!added.ok()) return ReplyError(conn, request_id, added);
   HeadToClient reply;
-  reply.mutable_submit_reply()->set_job_id(*id);
+  SubmitReply* submitted = reply.mutable_submit_reply();
+  submitted->set_job_id(records->front().info.job_id());
+  for (JobRecord& rec : *records) {
+    const int64_t id = rec.info.job_id();
+    if (rec.info.array_size() > 0) submitted->add_array_job_ids(id);
+    std::error_code ec;
+    fs::create_directories(fs::path(rec.info.log_path()).parent_path(), ec);
+    JobRun& run = jobs_[id];
+    run.rec = std::move(rec);
+    if (Status s = run.log.Open(fanout_, id, run.rec.info.log_path()); !s.ok()) {
+      // Stored already: it ends FAILED_DRIVER rather than vanishing.
+      Finalize(id, JOB_STATE_FAILED_DRIVER,
+               "ERROR: Job " + std::to_string(id) + ": " + s.message());
+    }
+  }
+  HERD_LOG(kInfo) << "job " << submitted->job_id() << " (" << spec.name() << ") submitted by "
+                  << submit.user()
+                  << (submit.has_array()
+                          ? " as an array of " + std::to_string(records->size()) + " jobs"
+                          : std::string());
   SendToClient(conn, request_id, std::move(reply));
   Schedule();
 }
@@ -698,14 +755,22 @@ void Head::Subscribe(const ConnPtr& conn, uint64_t request_id, const herd::v1::S
     if (job_id == 0) return ReplyError(conn, request_id, NotFound("no job has been submitted"));
   }
   // The job's state first (the client prints its banner from it), then the log from the offset.
+  // --tail N: from where the last N lines start (or the offset asked, if later).
+  auto from = [&](const std::string& path, uint64_t size) {
+    if (sub.tail_lines() <= 0) return sub.offset();
+    return std::max(sub.offset(), OffsetOfLastLines(path, size, sub.tail_lines()));
+  };
   auto active = jobs_.find(job_id);
   if (active != jobs_.end()) {
     JobRun& run = active->second;
-    return fanout_.Subscribe(run.log, run.rec.info, conn, request_id, sub.offset(), sub.follow());
+    return fanout_.Subscribe(run.log, run.rec.info, conn, request_id,
+                             from(run.log.path(), run.log.size()), sub.follow());
   }
   auto rec = store_->GetJob(job_id);
   if (!rec.ok()) return ReplyError(conn, request_id, rec.status());
-  fanout_.SubscribeEnded(rec->info, conn, request_id, sub.offset());
+  std::error_code ec;
+  const uint64_t size = fs::file_size(rec->info.log_path(), ec);
+  fanout_.SubscribeEnded(rec->info, conn, request_id, from(rec->info.log_path(), ec ? 0 : size));
 }
 
 void Head::Queue(const ConnPtr& conn, uint64_t request_id, const QueueRequest& req) {
@@ -995,19 +1060,64 @@ void Head::Schedule() {
   const std::vector<NodeEntry*>& order = nodes_.Order();
   std::vector<NodeState>& states = nodes_.SchedStates();  // reset in place: no NodeInfo copied
   for (std::size_t i = 0; i < order.size(); ++i) {
-    states[i].alive = NodeRegistry::Up(*order[i]);
+    // A drained node takes no new job (its running ones are reserved below as usual).
+    states[i].alive = NodeRegistry::Up(*order[i]) && !NodeRegistry::Drained(*order[i]);
     states[i].cpus_used = 0;
     states[i].gpu_used.clear();
   }
   std::vector<JobDemand> fifo;
+  std::map<int64_t, int> array_active;  // array id -> its jobs started or let through this pass
   for (auto& [id, run] : jobs_) {
-    JobDemand d = DemandOf(id, run.rec.spec);
-    if (run.rec.info.state() == JOB_STATE_PENDING) {
-      fifo.push_back(d);
-      continue;
-    }
+    if (run.rec.info.state() == JOB_STATE_PENDING) continue;
+    if (run.rec.info.array_size() > 0) ++array_active[run.rec.info.array_id()];
     // What a started job holds is in its record (node_ids, rank_gpus): the same after a restart.
-    Reserve(states, d, run.rec.info);
+    Reserve(states, DemandOf(id, run.rec.spec), run.rec.info);
+  }
+  // Dependencies summed up once per pass: an array's jobs often wait for the same ones.
+  std::map<int64_t, sched::DependencyState> deps;
+  const sched::DependencyOf dependency_of = [&](int64_t dep) -> const sched::DependencyState& {
+    auto it = deps.find(dep);
+    if (it == deps.end()) {
+      it = deps.emplace(dep, sched::SummarizeDependency(
+                                 dep, [this](int64_t id) { return facts_->Get(id); }))
+               .first;
+    }
+    return it->second;
+  };
+  std::vector<std::pair<int64_t, std::string>> never;  // after-ok dependencies that failed
+  std::vector<JobRun*> new_reasons;  // persisted together: an array's jobs change at once
+  for (auto& [id, run] : jobs_) {
+    if (run.rec.info.state() != JOB_STATE_PENDING) continue;
+    const herd::v1::JobInfo& info = run.rec.info;
+    if (sched::Gated(info)) {
+      const sched::Gate gate = sched::CheckGate(info, dependency_of, array_active[info.array_id()]);
+      if (gate.verdict == sched::GateVerdict::kNever) {
+        never.emplace_back(id, gate.reason);
+        continue;
+      }
+      if (gate.verdict == sched::GateVerdict::kWait) {
+        if (run.gate_reason != gate.reason) {
+          // Said once (queue shows it; a follower of the job sees it): PENDING with the reason.
+          run.gate_reason = gate.reason;
+          run.rec.info.set_message("Job " + std::to_string(id) + " is " +
+                                   (gate.reason.rfind("waiting", 0) == 0 ? "" : "waiting: ") +
+                                   gate.reason + ".");
+          new_reasons.push_back(&run);
+        }
+        continue;
+      }
+      if (!run.gate_reason.empty()) {
+        run.gate_reason.clear();
+        run.rec.info.clear_message();  // persisted when it starts, or with its next reason
+      }
+      if (info.array_size() > 0) ++array_active[info.array_id()];
+    }
+    fifo.push_back(DemandOf(id, run.rec.spec));
+  }
+  PersistAndNotify(new_reasons);
+  for (const auto& [id, reason] : never) {
+    Finalize(id, JOB_STATE_CANCELLED,
+             "ERROR: Job " + std::to_string(id) + " was cancelled: " + reason);
   }
   if (fifo.empty()) return;
   ScheduleResult result = herd::agent::Schedule(fifo, states);
@@ -1105,6 +1215,10 @@ void Head::StartPhase(JobRun& run, JobPhase phase) {
   ctx.attempt = attempt;
   ctx.user = run.rec.info.user();
   ctx.spec = &run.rec.spec;
+  ctx.array_id = run.rec.info.array_id();
+  ctx.array_rank = run.rec.info.array_rank();
+  ctx.array_index = run.rec.info.array_index();
+  ctx.array_size = run.rec.info.array_size();
   for (const NodeInfo* n : cluster) ctx.cluster_ips.push_back(n->addresses(0));
   for (const auto& g : run.gang) ctx.gang_ips.push_back(nodes_.nodes().at(g).info.addresses(0));
   for (const auto& g : run.rec.info.rank_gpus()) {
@@ -1291,6 +1405,17 @@ void Head::AppendLog(JobRun& run, std::string_view bytes, const JournalOutput* o
     Journal(run, record);
   }
   fanout_.Publish(run.log, bytes);
+}
+
+void Head::PersistAndNotify(const std::vector<JobRun*>& runs) {
+  if (runs.empty()) return;
+  std::vector<const JobRecord*> records;
+  records.reserve(runs.size());
+  for (const JobRun* run : runs) records.push_back(&run->rec);
+  if (auto s = store_->UpdateJobs(records); !s.ok()) {
+    HERD_LOG(kError) << s.message();
+  }
+  for (JobRun* run : runs) fanout_.Notify(run->log, run->rec.info, false);
 }
 
 void Head::PersistAndNotify(JobRun& run, bool end_of_stream) {

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "agent/head/autostop.hpp"
+#include "agent/head/job_admission.hpp"
 #include "agent/head/job_phase.hpp"
 #include "agent/head/log_fanout.hpp"
 #include "agent/head/node_registry.hpp"
@@ -110,6 +111,9 @@ class Head {
     // PENDING, waiting for these lost nodes (their names): said once in run.log and in the job's
     // message (NoteWaitingForLostNodes), cleared when the job is placed or they are back.
     std::string waiting_for;
+    // PENDING, held back by its dependencies or its array's limit (agent/sched/job_gate.hpp): the
+    // reason, said once in the job's message, cleared when the gate opens.
+    std::string gate_reason;
     // Set when output could not be stored (a node-local log or run.log on a full disk): the job
     // is stopped and ends FAILED_DRIVER with this message.
     std::string driver_error;
@@ -146,6 +150,9 @@ class Head {
   void NodeLost(const std::string& node_id);
   // An agent's last message before it stops on SIGTERM: the node is STOPPED until it registers.
   void HandleLeaving(const ConnPtr& conn, const herd::v1::Leaving& leaving);
+  // Drains node_id for `reason` (kept in jobs.db; empty: undrains it). end_jobs: the jobs with a
+  // process on it end FAILED_DRIVER now (its agent reported it unhealthy), else they finish.
+  void Drain(const std::string& node_id, const std::string& reason, bool end_jobs);
   // "`herd start CLUSTER`": what starts the agents of this cluster that are not running.
   std::string RestartCommand() const;
 
@@ -176,6 +183,8 @@ class Head {
   // output: a record written with run.log's new size (its log_size) once the bytes are in.
   void AppendLog(JobRun& run, std::string_view bytes, const JournalOutput* output = nullptr);
   void PersistAndNotify(JobRun& run, bool end_of_stream);
+  // Several jobs' records in one transaction, then their followers (none ends its stream).
+  void PersistAndNotify(const std::vector<JobRun*>& runs);
   // Why no set of the cluster's nodes, alive or not, could ever hold `spec` (a Submit is refused
   // then, before it is queued); nullopt when some could, or while nodes are still to register.
   std::optional<std::string> WhyNeverFits(const herd::v1::TaskSpec& spec);
@@ -205,6 +214,8 @@ class Head {
   // Jobs a previous head process was running: every node that registers is told to kill them.
   std::vector<std::pair<int64_t, int32_t>> orphaned_;
   Autostop autostop_;
+  // Other jobs' states for the dependency gate (made in Start, over store_ and jobs_).
+  std::unique_ptr<JobFactsCache> facts_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -206,6 +206,11 @@ void Worker::OnMessage(const std::shared_ptr<transport::Connection>& conn, std::
       backoff_ = limits::kReconnectBackoffInitial;
       HERD_LOG(kInfo) << "registered with head of cluster " << msg.register_ack().cluster_name();
       SendHeartbeat();
+      if (health_) {
+        AgentToHead report;
+        *report.mutable_health() = *health_;
+        Send(report);
+      }
       // Start-up is over: give back the executable's pages that only it needed
       // (ReleaseStartupPages). Not in the head's process, whose head keeps running much more of
       // the code.
@@ -231,6 +236,16 @@ void Worker::OnMessage(const std::shared_ptr<transport::Connection>& conn, std::
     default:
       HERD_LOG(kWarn) << "ignoring unknown message from head";
   }
+}
+
+void Worker::SetHealth(herd::v1::NodeHealthReport health) {
+  const bool changed =
+      !health_ || health_->healthy() != health.healthy() || health_->reason() != health.reason();
+  health_ = std::move(health);
+  if (!changed || state_ != State::kRunning) return;
+  AgentToHead report;
+  *report.mutable_health() = *health_;
+  Send(report);
 }
 
 void Worker::SendHeartbeat() {

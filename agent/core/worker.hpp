@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "agent/core/agent_config.hpp"
@@ -48,6 +49,10 @@ class Worker {
   // is none (output read now would be dropped). Thread-safe: the process launcher's loop asks it
   // before it reads more of a log (UvProcessLauncher::SetOutputBacklog).
   std::size_t QueuedOutputBytes() const;
+
+  // The node's health as the agent judges it (agent/gpu/health_watch.hpp), on the io_context: sent
+  // to the head now when registered, and after every registration.
+  void SetHealth(herd::v1::NodeHealthReport health);
 
  private:
   struct Proc {
@@ -106,7 +111,8 @@ class Worker {
   // Until the first registration, redials do not back off for a while (ScheduleRedial).
   std::chrono::steady_clock::time_point started_at_{};
   bool ever_registered_ = false;
-  std::map<std::string, Proc> procs_;  // by ProcessKeyString
+  std::optional<herd::v1::NodeHealthReport> health_;  // SetHealth's latest
+  std::map<std::string, Proc> procs_;                 // by ProcessKeyString
   ProcessTableFile table_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

@@ -25,6 +25,31 @@ RunLog::~RunLog() {
   if (fanout_) fanout_->logs_.erase(job_id_);
 }
 
+uint64_t OffsetOfLastLines(const std::string& path, uint64_t end, int lines) {
+  if (lines <= 0 || end == 0) return end;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return end;
+  char buf[64 * 1024];
+  uint64_t pos = end;
+  int newlines = 0;
+  while (pos > 0) {
+    const uint64_t n = std::min<uint64_t>(pos, sizeof buf);
+    const ssize_t got = ::pread(fd, buf, n, static_cast<off_t>(pos - n));
+    if (got != static_cast<ssize_t>(n)) break;
+    for (uint64_t i = n; i-- > 0;) {
+      const uint64_t at = pos - n + i;
+      if (buf[i] != '\n' || at + 1 == end) continue;
+      if (++newlines == lines) {
+        ::close(fd);
+        return at + 1;
+      }
+    }
+    pos -= n;
+  }
+  ::close(fd);
+  return pos == 0 ? 0 : end;
+}
+
 Status RunLog::Open(LogFanout& fanout, int64_t job_id, std::string path, bool resume) {
   fanout_ = &fanout;
   job_id_ = job_id;

@@ -40,6 +40,11 @@ class LogFanout;
 
 // One job's run.log (opened for appending) and the clients following it. Registered with its
 // LogFanout from Open until it is destroyed.
+// The byte offset in `path` at which its last `lines` lines start, looking at its first `end`
+// bytes (the newline that ends the last line does not start another); 0 when it has fewer lines,
+// `end` for lines <= 0 or a file that cannot be read.
+uint64_t OffsetOfLastLines(const std::string& path, uint64_t end, int lines);
+
 class RunLog {
  public:
   RunLog() = default;

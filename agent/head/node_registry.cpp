@@ -44,7 +44,12 @@ NodeRegistry::Registered NodeRegistry::Register(const ConnPtr& conn, const NodeI
   r.node = &node;
   r.was_alive = node.alive;
   r.agent_restarted = node.incarnation != 0 && incarnation > node.incarnation;
+  // Drained stays drained: an agent's restart does not undrain its node (only a user does).
+  std::string drain_reason = node.info.drain_reason();
+  const int64_t drained_at = node.info.drained_unix_ms();
   node.info = info;
+  node.info.set_drain_reason(std::move(drain_reason));
+  node.info.set_drained_unix_ms(drained_at);
   ++info_gen_;
   node.incarnation = incarnation;
   node.conn = conn;
@@ -132,8 +137,24 @@ bool NodeRegistry::IsLost(const NodeEntry& node) const {
          clock_.Now() - std::max(node.last_seen, started_at_) >= limits::kNodeLostAfter;
 }
 
+NodeEntry* NodeRegistry::SetDrain(const std::string& node_id, const std::string& reason,
+                                  int64_t unix_ms) {
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) return nullptr;
+  NodeInfo& info = it->second.info;
+  info.set_drain_reason(reason.substr(0, limits::kMaxDrainReasonBytes));
+  info.set_drained_unix_ms(reason.empty() ? 0 : unix_ms);
+  ++info_gen_;
+  return &it->second;
+}
+
 NodeHealth NodeRegistry::HealthOf(const NodeEntry& node) const {
   NodeHealth h;
+  if (Drained(node)) {
+    h.set_drained(true);
+    h.set_drain_reason(node.info.drain_reason());
+    h.set_drained_unix_ms(node.info.drained_unix_ms());
+  }
   if (Up(node)) {
     h.set_condition(NODE_CONDITION_UP);
     return h;

@@ -93,6 +93,12 @@ class NodeRegistry {
   herd::v1::NodeHealth HealthOf(const NodeEntry& node) const;
   // Alive with its agent connected: new work may go there.
   static bool Up(const NodeEntry& node) { return node.alive && node.conn != nullptr; }
+  // Drained (NodeHealth.drained): no new job is placed on it. Kept in its info (drain_reason),
+  // which a registration does not replace and jobs.db keeps.
+  static bool Drained(const NodeEntry& node) { return !node.info.drain_reason().empty(); }
+  // Drains the node with `reason` (cut at limits::kMaxDrainReasonBytes), or undrains it (empty
+  // reason); the node, or null when unknown.
+  NodeEntry* SetDrain(const std::string& node_id, const std::string& reason, int64_t unix_ms);
 
   // Every known node's info in cluster order (SortClusterOrder); alive_only: Up ones only.
   std::vector<herd::v1::NodeInfo> OrderedInfos(bool alive_only) const;

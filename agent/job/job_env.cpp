@@ -45,6 +45,13 @@ void AddCommon(const JobEnvContext& ctx, EnvMap& env) {
   SetBoth(env, "CLUSTER_INFO", ClusterInfoJson(ctx));
   SetBoth(env, "USER", ctx.user);
   env["HERD_ATTEMPT"] = std::to_string(ctx.attempt);
+  if (ctx.array_size > 0) {
+    // SkyPilot's names for a job's place among several (`--num-jobs`), and Slurm-like twins.
+    SetBoth(env, "JOB_RANK", std::to_string(ctx.array_rank));
+    SetBoth(env, "NUM_JOBS", std::to_string(ctx.array_size));
+    env["HERD_ARRAY_INDEX"] = std::to_string(ctx.array_index);
+    env["HERD_ARRAY_JOB_ID"] = std::to_string(ctx.array_id);
+  }
 }
 
 }  // namespace

@@ -28,6 +28,13 @@ struct JobEnvContext {
   // Per rank: the GPU indices the scheduler gave it on its node (agent/sched/scheduler.hpp);
   // empty (or shorter than gang_ips) for a job that asks for no GPUs.
   std::vector<std::vector<int>> gang_gpus;
+  // A job of an array (JobInfo's array_* fields): SKYPILOT_JOB_RANK = array_rank,
+  // SKYPILOT_NUM_JOBS = array_size, HERD_ARRAY_INDEX = array_index, HERD_ARRAY_JOB_ID = array_id.
+  // array_size 0: not an array job, none of them is set.
+  int64_t array_id = 0;
+  int32_t array_rank = 0;
+  int32_t array_index = 0;
+  int32_t array_size = 0;
 };
 
 // "sky-2026-12-02-15-06-26-123456_<cluster>_<job_id>": the submit time in UTC with microseconds.
@@ -46,7 +53,8 @@ std::string ClusterInfoJson(const JobEnvContext& ctx);
 //   the task's envs < the task's secrets
 //   < herd's identity variables SKYPILOT_NODE_RANK, _NODE_IPS, _NUM_NODES, _NUM_GPUS_PER_NODE,
 //     _TASK_ID, _CLUSTER_INFO, _USER and their HERD_* twins, HERD_ATTEMPT (SkyPilot has no
-//     name for it), and CUDA_VISIBLE_DEVICES = the rank's
+//     name for it), an array job's SKYPILOT_JOB_RANK, _NUM_JOBS, HERD_ARRAY_INDEX and
+//     HERD_ARRAY_JOB_ID, and CUDA_VISIBLE_DEVICES = the rank's
 //     GPU indices joined by ',' when the job was given GPUs ("0,1,2,3").
 // Identity variables win because a stray user env named SKYPILOT_NODE_RANK would otherwise give
 // two nodes the same rank and hang the rendezvous; CUDA_VISIBLE_DEVICES wins so that two jobs never

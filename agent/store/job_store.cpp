@@ -237,54 +237,88 @@ Status JobStore::Init() {
 
 Result<int64_t> JobStore::AddJob(JobRecord record,
                                  const std::function<void(herd::v1::JobInfo&)>& complete) {
-  std::lock_guard lock(mu_);
-  const std::string spec = SpecWithoutSecrets(record.spec);
-  int64_t job_id = 0;
-  HERD_RETURN_IF_ERROR(InWriteTransaction([&]() -> Status {
-    {
-      Reset reset(insert_job_.get());
-      sqlite3_bind_int(insert_job_.get(), 1, record.info.state());
-      BindBlob(insert_job_.get(), 2, spec);
-      const int rc = sqlite3_step(insert_job_.get());
-      if (rc != SQLITE_DONE) return Error("add job", rc);
-      job_id = sqlite3_last_insert_rowid(db_);
-    }
-    // The id is only known after the insert, and the info blob (and the secrets' seal) carry it.
-    record.info.set_job_id(job_id);
-    if (complete) complete(record.info);
-    std::string info;
-    if (!record.info.SerializeToString(&info)) return Internal("job store: cannot serialize info");
-    HERD_ASSIGN_OR_RETURN(auto secrets, SealedSecrets(record, job_id));
-    Reset reset(set_job_info_.get());
-    sqlite3_bind_int64(set_job_info_.get(), 1, job_id);
-    BindBlob(set_job_info_.get(), 2, info);
-    BindOptionalBlob(set_job_info_.get(), 3, secrets);
-    const int rc = sqlite3_step(set_job_info_.get());
-    if (rc != SQLITE_DONE) return Error("add job", rc);
-    return Status::Ok();
-  }));
-  return job_id;
+  std::vector<JobRecord> one;
+  one.push_back(std::move(record));
+  HERD_RETURN_IF_ERROR(AddJobs(one, complete));
+  return one[0].info.job_id();
 }
 
-Status JobStore::UpdateJob(const JobRecord& record) {
+Status JobStore::AddJobs(std::vector<JobRecord>& records,
+                         const std::function<void(herd::v1::JobInfo&)>& complete) {
   std::lock_guard lock(mu_);
-  const int64_t job_id = record.info.job_id();
-  std::string info;
-  if (!record.info.SerializeToString(&info)) {
-    return Internal("job store: cannot serialize job " + std::to_string(job_id));
+  std::vector<herd::v1::JobInfo> before;  // restored if the transaction is rolled back
+  before.reserve(records.size());
+  for (const auto& r : records) before.push_back(r.info);
+  Status s = InWriteTransaction([&]() -> Status {
+    for (JobRecord& record : records) {
+      const std::string spec = SpecWithoutSecrets(record.spec);
+      int64_t job_id = 0;
+      {
+        Reset reset(insert_job_.get());
+        sqlite3_bind_int(insert_job_.get(), 1, record.info.state());
+        BindBlob(insert_job_.get(), 2, spec);
+        const int rc = sqlite3_step(insert_job_.get());
+        if (rc != SQLITE_DONE) return Error("add job", rc);
+        job_id = sqlite3_last_insert_rowid(db_);
+      }
+      // The id is only known after the insert, and the info blob (and the secrets' seal) carry
+      // it.
+      record.info.set_job_id(job_id);
+      if (complete) complete(record.info);
+      std::string info;
+      if (!record.info.SerializeToString(&info)) {
+        return Internal("job store: cannot serialize info");
+      }
+      HERD_ASSIGN_OR_RETURN(auto secrets, SealedSecrets(record, job_id));
+      Reset reset(set_job_info_.get());
+      sqlite3_bind_int64(set_job_info_.get(), 1, job_id);
+      BindBlob(set_job_info_.get(), 2, info);
+      BindOptionalBlob(set_job_info_.get(), 3, secrets);
+      const int rc = sqlite3_step(set_job_info_.get());
+      if (rc != SQLITE_DONE) return Error("add job", rc);
+    }
+    return Status::Ok();
+  });
+  if (!s.ok()) {
+    for (std::size_t i = 0; i < records.size(); ++i) records[i].info = before[i];
   }
-  const std::string spec = SpecWithoutSecrets(record.spec);
-  HERD_ASSIGN_OR_RETURN(auto secrets, SealedSecrets(record, job_id));
+  return s;
+}
+
+Status JobStore::UpdateJob(const JobRecord& record) { return UpdateJobs({&record}); }
+
+Status JobStore::UpdateJobs(const std::vector<const JobRecord*>& records) {
+  std::lock_guard lock(mu_);
+  struct Row {
+    int64_t job_id;
+    int state;
+    std::string info, spec;
+    std::optional<std::string> secrets;
+  };
+  std::vector<Row> rows;
+  rows.reserve(records.size());
+  for (const JobRecord* record : records) {
+    Row row{record->info.job_id(), record->info.state(), {}, SpecWithoutSecrets(record->spec), {}};
+    if (!record->info.SerializeToString(&row.info)) {
+      return Internal("job store: cannot serialize job " + std::to_string(row.job_id));
+    }
+    HERD_ASSIGN_OR_RETURN(row.secrets, SealedSecrets(*record, row.job_id));
+    rows.push_back(std::move(row));
+  }
   return InWriteTransaction([&]() -> Status {
-    Reset reset(update_job_.get());
-    sqlite3_bind_int64(update_job_.get(), 1, job_id);
-    sqlite3_bind_int(update_job_.get(), 2, record.info.state());
-    BindBlob(update_job_.get(), 3, info);
-    BindBlob(update_job_.get(), 4, spec);
-    BindOptionalBlob(update_job_.get(), 5, secrets);
-    const int rc = sqlite3_step(update_job_.get());
-    if (rc != SQLITE_DONE) return Error("update job " + std::to_string(job_id), rc);
-    if (sqlite3_changes(db_) == 0) return NotFound("job " + std::to_string(job_id) + " not found");
+    for (const Row& row : rows) {
+      Reset reset(update_job_.get());
+      sqlite3_bind_int64(update_job_.get(), 1, row.job_id);
+      sqlite3_bind_int(update_job_.get(), 2, row.state);
+      BindBlob(update_job_.get(), 3, row.info);
+      BindBlob(update_job_.get(), 4, row.spec);
+      BindOptionalBlob(update_job_.get(), 5, row.secrets);
+      const int rc = sqlite3_step(update_job_.get());
+      if (rc != SQLITE_DONE) return Error("update job " + std::to_string(row.job_id), rc);
+      if (sqlite3_changes(db_) == 0) {
+        return NotFound("job " + std::to_string(row.job_id) + " not found");
+      }
+    }
     return Status::Ok();
   });
 }

@@ -49,8 +49,16 @@ class JobStore {
   // the same transaction.
   Result<int64_t> AddJob(JobRecord record,
                          const std::function<void(herd::v1::JobInfo&)>& complete = {});
+  // AddJob for several records in one transaction (a job array: consecutive ids, all or none
+  // stored). `complete` is called on each, in order, once its id is set; the records are updated
+  // in place with their ids and what `complete` filled in.
+  Status AddJobs(std::vector<JobRecord>& records,
+                 const std::function<void(herd::v1::JobInfo&)>& complete = {});
   // Replaces the whole record of info.job_id; NotFound if there is none.
   Status UpdateJob(const JobRecord& record);
+  // UpdateJob for several records in one transaction (all or none): a scheduling pass that
+  // changes many waiting jobs' reasons at once.
+  Status UpdateJobs(const std::vector<const JobRecord*>& records);
   // NotFound("job 7 not found"). With the job's secrets while it is active.
   Result<JobRecord> GetJob(int64_t job_id);
   // Newest first. skip_finished: only jobs not in a terminal state. limit <= 0: no limit.

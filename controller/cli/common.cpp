@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdio>
 #include <ctime>
+#include <iostream>
 #include <ostream>
 
 #include "controller/jobs/managed_jobs.hpp"
@@ -56,6 +57,53 @@ int Fail(CliContext& ctx, const Status& s, int code) {
   ctx.err << "herd: " << s.message() << "\n";
   if (s.code() == Code::kNotFound) return code == 1 ? kExitNotFound : code;
   return code;
+}
+
+CLI::App* ClustersCommand::Add(CLI::App& app) {
+  cmd_ = app.add_subcommand(verb_, help_);
+  cmd_->add_option("clusters", clusters_, "cluster names");
+  cmd_->add_flag("-a,--all", all_, "every cluster");
+  cmd_->add_flag("-y,--yes", yes_, "do not ask");
+  return cmd_;
+}
+
+int ClustersCommand::Run(CliContext& ctx) {
+  if (all_ && !clusters_.empty()) {
+    return Fail(ctx, InvalidArgument(verb_ + ": give cluster names or -a, not both"), 2);
+  }
+  std::vector<std::string> names = clusters_;
+  if (all_) {
+    auto all = ctx.Ops().List();
+    if (!all.ok()) return FailForStatus(ctx, all.status());
+    for (const auto& c : *all) names.push_back(c.name);
+    if (names.empty()) {
+      ctx.err << "No existing clusters.\n";
+      return 0;
+    }
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    if (!yes_ && !ConfirmOnTty(ctx, "This will " + verb_ + " " + std::to_string(names.size()) +
+                                        " cluster(s): " + list + ". Proceed?")) {
+      ctx.err << "Aborted.\n";
+      return 1;
+    }
+  }
+  if (names.empty()) return Fail(ctx, InvalidArgument(verb_ + ": give a cluster name or -a"), 2);
+  int first_failure = 0;
+  for (const auto& name : names) {
+    const int code = RunOne(ctx, name);
+    if (code != 0 && first_failure == 0) first_failure = code;
+  }
+  return first_failure;
+}
+
+bool ConfirmOnTty(CliContext& ctx, const std::string& question) {
+  if (!::isatty(STDIN_FILENO)) return true;
+  ctx.err << question << " [Y/n]: ";
+  ctx.err.flush();
+  std::string answer;
+  if (!std::getline(std::cin, answer)) return false;
+  return answer.empty() || answer == "y" || answer == "Y" || answer == "yes" || answer == "Yes";
 }
 
 int FailForStatus(CliContext& ctx, const Status& s) {
@@ -139,6 +187,18 @@ boost::json::object JobJson(const JobInfo& j) {
   o["message"] = j.message();
   o["attempt"] = j.attempt();
   o["task_id"] = j.task_id();
+  if (j.array_size() > 0) {
+    o["array_id"] = j.array_id();
+    o["array_index"] = j.array_index();
+    o["array_rank"] = j.array_rank();
+    o["array_size"] = j.array_size();
+    o["array"] = j.array_spec();
+  }
+  if (j.after_any_size() > 0)
+    o["after"] = boost::json::array(j.after_any().begin(), j.after_any().end());
+  if (j.after_ok_size() > 0) {
+    o["after_ok"] = boost::json::array(j.after_ok().begin(), j.after_ok().end());
+  }
   return o;
 }
 
@@ -174,7 +234,7 @@ boost::json::object ManagedJobJson(const jobs::ManagedJob& j) {
 
 // Prints a job's log stream with the banner; returns the exit code of REFERENCE.md.
 int FollowJob(CliContext& ctx, HeadApi& client, const std::string& cluster, int64_t job_id,
-              uint64_t offset, bool follow, bool banner, int num_nodes) {
+              uint64_t offset, bool follow, bool banner, int num_nodes, int tail_lines) {
   bool started_banner = false;
   HeadApi::StreamCallbacks cb;
   cb.on_data = [&ctx](std::string_view bytes) {
@@ -190,7 +250,7 @@ int FollowJob(CliContext& ctx, HeadApi& client, const std::string& cluster, int6
   };
   cb.interrupted = [] { return Interrupted(); };
   if (banner) ctx.err << "Waiting for task resources on " << num_nodes << " node(s).\n";
-  auto last = client.Stream(job_id, offset, follow, cb);
+  auto last = client.Stream(job_id, offset, follow, cb, tail_lines);
   // Cancelled: the cluster was taken down or stopped while the job ran (HeadClient::Stream); the
   // job ended with it, by the user's decision, as a cancelled one does.
   if (!last.ok() && last.status().code() == Code::kCancelled) {

@@ -42,6 +42,33 @@ class OneClusterCommand : public Command {
   bool yes_ = false;
 };
 
+// `stop` and `down`: one or more clusters by name, or -a for every cluster (asked on a terminal
+// unless -y). Each is done in turn; one that fails does not keep the others from it.
+class ClustersCommand : public Command {
+ public:
+  ClustersCommand(std::string verb, std::string help)
+      : verb_(std::move(verb)), help_(std::move(help)) {}
+  CLI::App* Add(CLI::App& app) override;
+  bool Chosen() const override { return cmd_->parsed(); }
+  bool Remote() const override { return true; }
+  std::string Cluster() const override { return clusters_.size() == 1 ? clusters_[0] : ""; }
+  // The first non-zero exit code of the clusters', 0 when all went well.
+  int Run(CliContext& ctx) override;
+
+ protected:
+  // Does the verb to one cluster; prints its error and returns its exit code, or 0.
+  virtual int RunOne(CliContext& ctx, const std::string& cluster) = 0;
+
+  std::string verb_, help_;
+  CLI::App* cmd_ = nullptr;
+  std::vector<std::string> clusters_;
+  bool all_ = false, yes_ = false;
+};
+
+// Asks `question [Y/n]` on the terminal; without one (scripts, tests, the API server's runs)
+// there is nobody to ask, and the answer is yes.
+bool ConfirmOnTty(CliContext& ctx, const std::string& question);
+
 // Prints "herd: MESSAGE" and returns the exit code: `code`, or 102 for NotFound when code is 1.
 int Fail(CliContext& ctx, const Status& s, int code = 1);
 // 102 NotFound, 2 InvalidArgument, 1 otherwise.
@@ -59,8 +86,10 @@ boost::json::object ManagedJobJson(const jobs::ManagedJob& j);
 
 // Prints a job's log stream (with the banner when asked); returns the exit code of REFERENCE.md.
 // `cluster` is named in the reattach hint after a Ctrl-C.
+// tail_lines > 0: from the log's last tail_lines lines (`logs --tail N`).
 int FollowJob(CliContext& ctx, controller::HeadApi& client, const std::string& cluster,
-              int64_t job_id, uint64_t offset, bool follow, bool banner, int num_nodes);
+              int64_t job_id, uint64_t offset, bool follow, bool banner, int num_nodes,
+              int tail_lines = 0);
 
 // The flags that shape the task.
 struct TaskFlags {

@@ -1,4 +1,4 @@
-// herd down CLUSTER: tear a cluster down: its machines, agents and files.
+// herd down CLUSTER... | -a: tear clusters down: their machines, agents and files.
 #include <ostream>
 
 #include "controller/cli/common.hpp"
@@ -6,14 +6,16 @@
 namespace herd::cli {
 namespace {
 
-class DownCommand final : public OneClusterCommand {
+class DownCommand final : public ClustersCommand {
  public:
-  DownCommand() : OneClusterCommand("down", "tear a cluster down: machines, agents, files") {}
-  int Run(CliContext& ctx) override {
-    auto s = ctx.Ops().Down(cluster_, ctx.progress.Callback());
+  DownCommand() : ClustersCommand("down", "tear clusters down: machines, agents, files") {}
+
+ private:
+  int RunOne(CliContext& ctx, const std::string& cluster) override {
+    auto s = ctx.Ops().Down(cluster, ctx.progress.Callback());
     ctx.progress.Done();
     if (!s.ok()) return FailForStatus(ctx, s);
-    ctx.err << "Cluster " << cluster_ << " terminated.\n";
+    ctx.err << "Cluster " << cluster << " terminated.\n";
     return 0;
   }
 };

@@ -5,6 +5,7 @@
 #include "controller/cli/remote.hpp"
 #include "controller/core/trace.hpp"
 #include "controller/task/task.hpp"
+#include "shared/proto/job_array.hpp"
 
 namespace herd::cli {
 namespace {
@@ -16,6 +17,12 @@ class ExecCommand final : public Command {
     AddTargetFlags(cmd_, target_);
     AddTaskFlags(cmd_, flags_);
     cmd_->add_flag("-d,--detach-run", detach_, "submit and return without streaming logs");
+    cmd_->add_option("--array", array_,
+                     "submit a job array, one job per index (Slurm's syntax: 0-99%8, 1,3,5-7, "
+                     "0-15:4); each gets SKYPILOT_JOB_RANK, SKYPILOT_NUM_JOBS, HERD_ARRAY_INDEX");
+    cmd_->add_option("--after", after_, "start after these jobs end (JOB[,JOB...]; afterany)");
+    cmd_->add_option("--after-ok", after_ok_,
+                     "start after these jobs succeed; cancelled if one does not (afterok)");
     cmd_->add_option("-o,--output", output_, "output format")->check(CLI::IsMember({"json"}));
     cmd_->add_option("args", args_, "CLUSTER, then TASK.yaml or a command after --");
     AddTaskJsonFlag(cmd_, task_json_);
@@ -36,8 +43,13 @@ class ExecCommand final : public Command {
     GitWorkdirClone clone;  // uploaded as the workdir
     if (auto s = clone.Clone(*t); !s.ok()) return Fail(ctx, s, 2);
     t->git_workdir.reset();
+    auto extras = Extras();
+    if (!extras.ok()) return Fail(ctx, extras.status(), 2);
     std::vector<std::string> args = {"exec", cluster};
     AppendTaskFlags(flags_, args);
+    if (!array_.empty()) args.insert(args.end(), {"--array", array_});
+    if (!after_.empty()) args.insert(args.end(), {"--after", after_});
+    if (!after_ok_.empty()) args.insert(args.end(), {"--after-ok", after_ok_});
     if (detach_) args.push_back("-d");
     if (!output_.empty()) args.insert(args.end(), {"-o", output_});
     if (ctx.quiet) args.push_back("-q");
@@ -52,6 +64,8 @@ class ExecCommand final : public Command {
     }
     auto t = task_json_.empty() ? BuildTask(rest, flags_) : LoadTaskJson(task_json_);
     if (!t.ok()) return Fail(ctx, t.status(), 2);
+    auto extras = Extras();
+    if (!extras.ok()) return Fail(ctx, extras.status(), 2);
     GitWorkdirClone clone;
     if (auto s = clone.Clone(*t); !s.ok()) return Fail(ctx, s, 2);
     controller::TraceMark("task built");
@@ -60,18 +74,28 @@ class ExecCommand final : public Command {
       if (cluster.empty()) return Fail(ctx, InvalidArgument("give a cluster name"), 2);
       ops::ExecOptions o;
       o.progress = ctx.progress.Callback();
+      o.extras = std::move(*extras);
       auto r = ctx.Ops().Exec(cluster, *t, o);
       ctx.progress.Done();
       if (!r.ok()) return FailForStatus(ctx, r.status());
+      if (!r->array_job_ids.empty()) return ArraySubmitted(ctx, cluster, r->array_job_ids);
       return JobOutcome(ctx, r->head.get(), *r, detach_, output_ == "json", t->num_nodes, false);
     }
     auto client = ConnectTarget(ctx, "", target_);
     if (!client.ok()) return FailForStatus(ctx, client.status());
-    auto id = (*client)->Submit(task::ToSpec(*t), CurrentUser());
-    if (!id.ok()) return FailForStatus(ctx, id.status());
-    ctx.err << "Job submitted, ID: " << *id << "\n";
+    herd::v1::SubmitJob request = std::move(*extras);
+    *request.mutable_task() = task::ToSpec(*t);
+    request.set_user(CurrentUser());
+    auto reply = (*client)->SubmitRequest(request);
+    if (!reply.ok()) return FailForStatus(ctx, reply.status());
+    if (reply->array_job_ids_size() > 0) {
+      return ArraySubmitted(ctx, "",
+                            {reply->array_job_ids().begin(), reply->array_job_ids().end()});
+    }
+    const int64_t id = reply->job_id();
+    ctx.err << "Job submitted, ID: " << id << "\n";
     if (detach_) return 0;
-    return FollowJob(ctx, **client, "", *id, 0, true, true, t->num_nodes);
+    return FollowJob(ctx, **client, "", id, 0, true, true, t->num_nodes);
   }
 
  private:
@@ -81,6 +105,43 @@ class ExecCommand final : public Command {
   std::vector<std::string> args_;
   bool detach_ = false;
   std::string output_, task_json_;
+  std::string array_, after_, after_ok_;
+
+  // The array and dependencies the flags ask for (checked here; the head checks them again).
+  Result<herd::v1::SubmitJob> Extras() const {
+    herd::v1::SubmitJob extras;
+    if (!array_.empty()) {
+      HERD_ASSIGN_OR_RETURN(*extras.mutable_array(), proto::ParseJobArray(array_, "--array"));
+    }
+    if (!after_.empty()) {
+      HERD_ASSIGN_OR_RETURN(auto ids, proto::ParseJobIdList(after_, "--after"));
+      for (int64_t id : ids) extras.add_after_any(id);
+    }
+    if (!after_ok_.empty()) {
+      HERD_ASSIGN_OR_RETURN(auto ids, proto::ParseJobIdList(after_ok_, "--after-ok"));
+      for (int64_t id : ids) extras.add_after_ok(id);
+    }
+    return extras;
+  }
+
+  // An array is not followed (its jobs run over time, a few at once): it says what was queued
+  // and how to watch it, as sbatch --array does.
+  int ArraySubmitted(CliContext& ctx, const std::string& cluster, const std::vector<int64_t>& ids) {
+    if (output_ == "json") {
+      boost::json::object o;
+      o["cluster"] = cluster;
+      o["job_id"] = ids.front();
+      o["array_job_ids"] = boost::json::array(ids.begin(), ids.end());
+      ctx.out << boost::json::serialize(o) << "\n";
+    }
+    ctx.err << "Job array submitted, ID: " << ids.front() << " (" << ids.size() << " jobs, IDs "
+            << ids.front() << "-" << ids.back() << ")\n";
+    if (!cluster.empty() && !ctx.quiet) {
+      ctx.err << "  Watch it:  herd queue " << cluster << " (one line per array; -r: one per job)\n"
+              << "  A job's log:  herd logs " << cluster << " " << ids.front() << "\n";
+    }
+    return 0;
+  }
 };
 
 }  // namespace

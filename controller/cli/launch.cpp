@@ -197,12 +197,7 @@ class LaunchCommand final : public Command {
   // Asks on the terminal; without one (scripts, tests, the API server's runs) there is nobody to
   // ask, and the launch goes ahead as with -y.
   static bool Confirm(CliContext& ctx, const std::string& question) {
-    if (!::isatty(STDIN_FILENO)) return true;
-    ctx.err << question << " [Y/n]: ";
-    ctx.err.flush();
-    std::string answer;
-    if (!std::getline(std::cin, answer)) return false;
-    return answer.empty() || answer == "y" || answer == "Y" || answer == "yes" || answer == "Yes";
+    return ConfirmOnTty(ctx, question);
   }
 
   Result<task::Task> Task() {

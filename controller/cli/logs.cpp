@@ -1,5 +1,10 @@
 // herd logs CLUSTER [JOB]: follow a job's merged log (the latest job by default).
+#include <unistd.h>
+
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <ostream>
 
 #include "controller/cli/common.hpp"
@@ -7,6 +12,8 @@
 
 namespace herd::cli {
 namespace {
+
+namespace fs = std::filesystem;
 
 class LogsCommand final : public Command {
  public:
@@ -16,6 +23,11 @@ class LogsCommand final : public Command {
     cmd_->add_option("args", args_, "CLUSTER [JOB]");
     cmd_->add_flag("--no-follow", no_follow_, "print what is there and exit");
     cmd_->add_flag("--status", status_, "print only the job's status; exit code tells it");
+    cmd_->add_option("--tail", tail_, "start at the last N lines (0: the whole log)")
+        ->check(CLI::NonNegativeNumber);
+    cmd_->add_flag("--sync-down", sync_down_,
+                   "download the job's whole log to ~/herd_logs/CLUSTER/JOB/run.log and print "
+                   "where");
     cmd_->add_option("--offset", offset_, "start at this byte of the merged log")
         ->check([](const std::string& value) -> std::string {
           // CLI11 would read "-5" into the unsigned offset as a huge number.
@@ -46,7 +58,8 @@ class LogsCommand final : public Command {
       ctx.out << "Job " << last->job_id() << ": " << proto::JobStateName(last->state()) << "\n";
       return controller::ExitCodeForJob(*last);
     }
-    return FollowJob(ctx, **client, cluster, job, offset_, !no_follow_, false, 0);
+    if (sync_down_) return SyncDown(ctx, **client, cluster.empty() ? "endpoint" : cluster, job);
+    return FollowJob(ctx, **client, cluster, job, offset_, !no_follow_, false, 0, tail_);
   }
 
  private:
@@ -54,7 +67,44 @@ class LogsCommand final : public Command {
   TargetFlags target_;
   std::vector<std::string> args_;
   uint64_t offset_ = 0;
-  bool no_follow_ = false, status_ = false;
+  int tail_ = 0;
+  bool no_follow_ = false, status_ = false, sync_down_ = false;
+
+  // The job's whole log, as it is now, into ~/herd_logs/CLUSTER/JOB/run.log (written beside and
+  // renamed: an earlier copy is replaced whole or not at all).
+  static int SyncDown(CliContext& ctx, controller::HeadApi& client, const std::string& cluster,
+                      int64_t job) {
+    const char* home = ::getenv("HOME");
+    const fs::path base = fs::path(home && *home ? home : ".") / "herd_logs" / cluster;
+    std::error_code ec;
+    fs::create_directories(base, ec);
+    if (ec) return Fail(ctx, IoError("cannot create " + base.string() + ": " + ec.message()));
+    const fs::path partial = base / (".run.log." + std::to_string(::getpid()));
+    std::ofstream out(partial, std::ios::binary | std::ios::trunc);
+    if (!out) return Fail(ctx, IoError("cannot write " + partial.string()));
+    controller::HeadApi::StreamCallbacks cb;
+    cb.on_data = [&out](std::string_view bytes) {
+      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    };
+    auto last = client.Stream(job, 0, false, cb);
+    out.close();
+    if (!last.ok() || !out) {
+      fs::remove(partial, ec);
+      if (!last.ok()) return FailForStatus(ctx, last.status());
+      return Fail(ctx, IoError("cannot write " + partial.string()));
+    }
+    const fs::path dir = base / std::to_string(last->job_id());
+    fs::create_directories(dir, ec);
+    fs::rename(partial, dir / "run.log", ec);
+    if (ec) {
+      fs::remove(partial, ec);
+      return Fail(ctx, IoError("cannot write " + (dir / "run.log").string()));
+    }
+    ctx.out << (dir / "run.log").string() << "\n";
+    ctx.err << "Job " << last->job_id() << " (" << proto::JobStateName(last->state())
+            << "): log downloaded.\n";
+    return 0;
+  }
 };
 
 }  // namespace

@@ -32,6 +32,9 @@ class NodesCommand final : public Command {
     AddTargetFlags(cmd_, target_);
     cmd_->add_option("cluster", cluster_, "cluster name");
     cmd_->add_option("-o,--output", output_, "output format")->check(CLI::IsMember({"json"}));
+    cmd_->add_option("--drain", drain_, "drain this node: no new jobs (give --reason)");
+    cmd_->add_option("--reason", reason_, "why the node is drained");
+    cmd_->add_option("--undrain", undrain_, "take jobs on this node again");
     return cmd_;
   }
   bool Chosen() const override { return cmd_->parsed(); }
@@ -40,8 +43,24 @@ class NodesCommand final : public Command {
   int Run(CliContext& ctx) override {
     auto client = ConnectTarget(ctx, cluster_, target_);
     if (!client.ok()) return FailForStatus(ctx, client.status());
-    auto reply = (*client)->Nodes();
+    if (!drain_.empty() && !undrain_.empty()) {
+      return Fail(ctx, InvalidArgument("--drain and --undrain: one at a time"), 2);
+    }
+    if (!drain_.empty() && reason_.empty()) {
+      return Fail(ctx, InvalidArgument("--drain " + drain_ + ": give a --reason"), 2);
+    }
+    if (!reason_.empty() && drain_.empty()) {
+      return Fail(ctx, InvalidArgument("--reason goes with --drain NODE"), 2);
+    }
+    const std::string& target = drain_.empty() ? undrain_ : drain_;
+    auto reply =
+        target.empty() ? (*client)->Nodes() : (*client)->Drain(target, !drain_.empty(), reason_);
     if (!reply.ok()) return FailForStatus(ctx, reply.status());
+    if (!target.empty()) {
+      ctx.err << "Node " << target
+              << (drain_.empty() ? " undrained: it takes jobs again.\n"
+                                 : " drained: no new jobs.\n");
+    }
     // What starts an agent that is not running (bootstrap starts it again; jobs on the node keep
     // running where they still do).
     const std::string restart =
@@ -67,6 +86,11 @@ class NodesCommand final : public Command {
           o["stopped_at_ms"] = h.stopped_unix_ms();
         }
         if (!reply->alive(i)) o["restart_command"] = restart;
+        o["drained"] = h.drained();
+        if (h.drained()) {
+          o["drain_reason"] = h.drain_reason();
+          o["drained_at_ms"] = h.drained_unix_ms();
+        }
         arr.push_back(std::move(o));
       }
       ctx.out << boost::json::serialize(arr) << "\n";
@@ -81,7 +105,14 @@ class NodesCommand final : public Command {
       const NodeHealth h = i < reply->health_size() ? reply->health(i) : NodeHealth{};
       table.AddRow({n.node_id() + (n.is_head() ? " (head)" : ""),
                     n.addresses_size() ? n.addresses(0) : "-", n.hostname(),
-                    std::to_string(n.cpus()), gpus, NodeConditionWord(h, reply->alive(i))});
+                    std::to_string(n.cpus()), gpus,
+                    NodeConditionWord(h, reply->alive(i)) + (h.drained() ? ", DRAINED" : "")});
+      if (h.drained()) {
+        notes.push_back(n.node_id() + " is drained (" + h.drain_reason() + ", " +
+                        Ago(h.drained_unix_ms()) + "): no new jobs. When it is fixed: herd nodes " +
+                        (cluster_.empty() ? std::string("CLUSTER") : cluster_) + " --undrain " +
+                        n.node_id());
+      }
       const std::string silent = std::to_string(h.silent_ms() / 1000) + " s";
       if (h.condition() == NODE_CONDITION_STOPPED) {
         notes.push_back(n.node_id() + " is stopped: " + h.stopped_reason() + " " +
@@ -100,7 +131,7 @@ class NodesCommand final : public Command {
  private:
   CLI::App* cmd_ = nullptr;
   TargetFlags target_;
-  std::string cluster_, output_;
+  std::string cluster_, output_, drain_, reason_, undrain_;
 };
 
 }  // namespace

@@ -23,11 +23,13 @@ class StatusCommand final : public Command {
     cmd_ = app.add_subcommand("status", "list clusters");
     cmd_->add_option("clusters", names_, "only these clusters");
     cmd_->add_option("-o,--output", output_, "output format")->check(CLI::IsMember({"json"}));
+    cmd_->add_flag("--ip", ip_, "print only the head node's IP of the one cluster named");
     return cmd_;
   }
   bool Chosen() const override { return cmd_->parsed(); }
   bool Remote() const override { return true; }
   int Run(CliContext& ctx) override {
+    if (ip_) return HeadIp(ctx);
     auto all = ctx.Ops().List();
     if (!all.ok()) return FailForStatus(ctx, all.status());
     std::vector<ClusterRecord> shown;
@@ -61,6 +63,11 @@ class StatusCommand final : public Command {
           if (!h->second.answered) o["head_error"] = h->second.error;
         }
         o["lost_nodes"] = std::move(lost);
+        if (auto h = health.find(c.name); h != health.end() && !h->second.drained.empty()) {
+          boost::json::object drained;
+          for (const auto& [node, why] : h->second.drained) drained[node] = why;
+          o["drained_nodes"] = std::move(drained);
+        }
         o["resources"] = c.resources;
         o["autostop"] = c.autostop_idle_minutes;
         o["launched_at_ms"] = c.launched_unix_ms;
@@ -101,6 +108,11 @@ class StatusCommand final : public Command {
         hints.push_back("Cluster " + name + ": " + std::to_string(h.down.size()) + " node(s) " +
                         "without a running agent; start them again with: herd start " + name);
       }
+      for (const auto& [node, why] : h.drained) {
+        hints.push_back("Cluster " + name + ": node " + node + " is DRAINED (" + why +
+                        "): no new jobs; when it is fixed: herd nodes " + name + " --undrain " +
+                        node);
+      }
     }
     if (!not_up.empty()) headers.push_back("NOT UP");
     controller::Table table(headers);
@@ -119,6 +131,24 @@ class StatusCommand final : public Command {
   CLI::App* cmd_ = nullptr;
   std::vector<std::string> names_;
   std::string output_;
+  bool ip_ = false;
+
+  // `status --ip CLUSTER` (SkyPilot's): the head's IP alone, for scripts.
+  int HeadIp(CliContext& ctx) {
+    if (names_.size() != 1) {
+      return Fail(ctx, InvalidArgument("--ip: name exactly one cluster"), 2);
+    }
+    auto c = ctx.Ops().Get(names_[0]);
+    if (!c.ok()) return FailForStatus(ctx, c.status());
+    const auto* head = controller::HeadNode(*c);
+    if (head == nullptr || head->ip.empty() || c->status != ClusterStatus::kUp) {
+      return Fail(ctx, FailedPrecondition("cluster " + c->name + " is " +
+                                          std::string(controller::Name(c->status)) +
+                                          ": it has no head IP"));
+    }
+    ctx.out << head->ip << "\n";
+    return 0;
+  }
 };
 
 }  // namespace

@@ -1,4 +1,4 @@
-// herd stop CLUSTER: stop a cluster's machines; they keep their files, and `herd start`
+// herd stop CLUSTER... | -a: stop clusters' machines; they keep their files, and `herd start`
 // brings them back.
 #include <ostream>
 
@@ -7,14 +7,16 @@
 namespace herd::cli {
 namespace {
 
-class StopCommand final : public OneClusterCommand {
+class StopCommand final : public ClustersCommand {
  public:
-  StopCommand() : OneClusterCommand("stop", "stop a cluster's machines (they keep their files)") {}
-  int Run(CliContext& ctx) override {
-    auto s = ctx.Ops().Stop(cluster_, ctx.progress.Callback());
+  StopCommand() : ClustersCommand("stop", "stop clusters' machines (they keep their files)") {}
+
+ private:
+  int RunOne(CliContext& ctx, const std::string& cluster) override {
+    auto s = ctx.Ops().Stop(cluster, ctx.progress.Callback());
     ctx.progress.Done();
     if (!s.ok()) return FailForStatus(ctx, s);
-    ctx.err << "Cluster " << cluster_ << " stopped.\n";
+    ctx.err << "Cluster " << cluster << " stopped.\n";
     return 0;
   }
 };

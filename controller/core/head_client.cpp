@@ -144,6 +144,39 @@ Result<int64_t> HeadClient::Submit(const TaskSpec& task, const std::string& user
   return reply.submit_reply().job_id();
 }
 
+Result<herd::v1::SubmitReply> HeadApi::SubmitRequest(const herd::v1::SubmitJob& request) {
+  if (request.has_array() || request.after_any_size() > 0 || request.after_ok_size() > 0) {
+    return FailedPrecondition("this head connection cannot submit job arrays or dependencies");
+  }
+  HERD_ASSIGN_OR_RETURN(
+      int64_t id, Submit(request.task(), request.user(), request.task_id(), request.attempt()));
+  herd::v1::SubmitReply reply;
+  reply.set_job_id(id);
+  return reply;
+}
+
+Result<herd::v1::NodesReply> HeadApi::Drain(const std::string&, bool, const std::string&) {
+  return FailedPrecondition("this head connection cannot drain nodes");
+}
+
+Result<herd::v1::NodesReply> HeadClient::Drain(const std::string& node_id, bool drain,
+                                               const std::string& reason) {
+  ClientToHead req;
+  req.mutable_drain()->set_node_id(node_id);
+  req.mutable_drain()->set_drain(drain);
+  req.mutable_drain()->set_reason(reason);
+  HERD_ASSIGN_OR_RETURN(HeadToClient reply, RoundTrip(std::move(req)));
+  return reply.nodes_reply();
+}
+
+Result<herd::v1::SubmitReply> HeadClient::SubmitRequest(const herd::v1::SubmitJob& request) {
+  ClientToHead req;
+  *req.mutable_submit() = request;
+  HERD_ASSIGN_OR_RETURN(HeadToClient reply, RoundTrip(std::move(req)));
+  TraceMark("submit reply");
+  return reply.submit_reply();
+}
+
 Result<std::vector<JobInfo>> HeadClient::Queue(bool skip_finished, int64_t* older_left_out) {
   ClientToHead req;
   req.mutable_queue()->set_skip_finished(skip_finished);
@@ -180,7 +213,7 @@ Status HeadClient::SetAutostop(int idle_minutes, bool down, const std::string& c
 }
 
 Result<JobInfo> HeadClient::Stream(int64_t job_id, uint64_t offset, bool follow,
-                                   const StreamCallbacks& cb) {
+                                   const StreamCallbacks& cb, int tail_lines) {
   JobInfo last;
   auto reconnect_deadline = std::chrono::steady_clock::time_point::max();
   while (true) {
@@ -190,6 +223,9 @@ Result<JobInfo> HeadClient::Stream(int64_t job_id, uint64_t offset, bool follow,
     req.mutable_subscribe()->set_job_id(job_id);
     req.mutable_subscribe()->set_offset(offset);
     req.mutable_subscribe()->set_follow(follow);
+    // Only the first subscription: after a reconnect the log goes on from what was printed.
+    req.mutable_subscribe()->set_tail_lines(tail_lines);
+    tail_lines = 0;
     conn_->Send(proto::Encode(std::move(req)));
     Status lost;
     while (true) {

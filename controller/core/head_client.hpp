@@ -45,16 +45,25 @@ class HeadApi {
   // client.proto); empty/0 for an ordinary job.
   virtual Result<int64_t> Submit(const herd::v1::TaskSpec& task, const std::string& user,
                                  const std::string& task_id = "", int attempt = 0) = 0;
+  // A submit with all that SubmitJob carries (job arrays, dependencies). This default sends what
+  // Submit takes and refuses a request with more.
+  virtual Result<herd::v1::SubmitReply> SubmitRequest(const herd::v1::SubmitJob& request);
   // Newest first; older_left_out (optional) gets how many older jobs the reply left out.
   virtual Result<std::vector<herd::v1::JobInfo>> Queue(bool skip_finished,
                                                        int64_t* older_left_out = nullptr) = 0;
   virtual Result<std::vector<int64_t>> Cancel(const std::vector<int64_t>& job_ids, bool all) = 0;
   virtual Result<herd::v1::NodesReply> Nodes() = 0;
+  // Drains node_id for `reason` (drain) or undrains it; the nodes after. This default refuses (a
+  // connection that cannot send the request).
+  virtual Result<herd::v1::NodesReply> Drain(const std::string& node_id, bool drain,
+                                             const std::string& reason);
   virtual Status SetAutostop(int idle_minutes, bool down, const std::string& command) = 0;
   // Streams the merged log of job_id (0: the latest job) from offset. With follow, returns when the
   // job ended (after its last byte) or interrupted() turned true. Returns the last JobInfo seen.
+  // tail_lines > 0: start at the log's last tail_lines lines (or at offset, if later).
   virtual Result<herd::v1::JobInfo> Stream(int64_t job_id, uint64_t offset, bool follow,
-                                           const StreamCallbacks& callbacks) = 0;
+                                           const StreamCallbacks& callbacks,
+                                           int tail_lines = 0) = 0;
 };
 
 class HeadClient final : public HeadApi {
@@ -64,10 +73,13 @@ class HeadClient final : public HeadApi {
 
   Result<int64_t> Submit(const herd::v1::TaskSpec& task, const std::string& user,
                          const std::string& task_id = "", int attempt = 0) override;
+  Result<herd::v1::SubmitReply> SubmitRequest(const herd::v1::SubmitJob& request) override;
   Result<std::vector<herd::v1::JobInfo>> Queue(bool skip_finished,
                                                int64_t* older_left_out = nullptr) override;
   Result<std::vector<int64_t>> Cancel(const std::vector<int64_t>& job_ids, bool all) override;
   Result<herd::v1::NodesReply> Nodes() override;
+  Result<herd::v1::NodesReply> Drain(const std::string& node_id, bool drain,
+                                     const std::string& reason) override;
   Status SetAutostop(int idle_minutes, bool down, const std::string& command) override;
   // Runs when the client is destroyed (e.g. to cancel the SSH port-forward it came through).
   void SetCleanup(std::function<void()> cleanup) { cleanup_ = std::move(cleanup); }
@@ -89,7 +101,7 @@ class HeadClient final : public HeadApi {
   // being taken down: then Cancelled("cluster ... was taken down ... while job N was running").
   // Returns the last JobInfo seen.
   Result<herd::v1::JobInfo> Stream(int64_t job_id, uint64_t offset, bool follow,
-                                   const StreamCallbacks& callbacks) override;
+                                   const StreamCallbacks& callbacks, int tail_lines = 0) override;
 
  private:
   explicit HeadClient(HeadEndpoint endpoint);

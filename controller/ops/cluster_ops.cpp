@@ -226,14 +226,25 @@ Status ClusterOps::SyncFiles(const ClusterRecord& c, const Task& task, bool moun
 // Submits (through `client`, else a new connection to the head) and keeps the connection in
 // result.head for following the job.
 Status ClusterOps::Submit(const ClusterRecord& c, herd::v1::TaskSpec spec, LaunchResult& result,
-                          std::unique_ptr<HeadApi> client, const std::string& task_id,
-                          int attempt) {
+                          std::unique_ptr<HeadApi> client, const std::string& task_id, int attempt,
+                          const herd::v1::SubmitJob* extras) {
   if (!client) {
     HERD_ASSIGN_OR_RETURN(client, ConnectHead(c));
   }
   // A task no set of the cluster's nodes could hold is refused by the head, before it is queued
   // (Head::WhyNeverFits): no round trip for the nodes first.
-  HERD_ASSIGN_OR_RETURN(result.job_id, client->Submit(spec, parts_.user, task_id, attempt));
+  if (extras == nullptr) {
+    HERD_ASSIGN_OR_RETURN(result.job_id, client->Submit(spec, parts_.user, task_id, attempt));
+  } else {
+    herd::v1::SubmitJob request = *extras;
+    *request.mutable_task() = std::move(spec);
+    request.set_user(parts_.user);
+    request.set_task_id(task_id);
+    request.set_attempt(attempt);
+    HERD_ASSIGN_OR_RETURN(herd::v1::SubmitReply reply, client->SubmitRequest(request));
+    result.job_id = reply.job_id();
+    result.array_job_ids.assign(reply.array_job_ids().begin(), reply.array_job_ids().end());
+  }
   result.head = std::move(client);
   return Status::Ok();
 }
@@ -383,7 +394,7 @@ Result<LaunchResult> ClusterOps::Exec(const std::string& cluster, const Task& ta
   spec.clear_setup();  // exec skips setup (SkyPilot)
   LaunchResult result;
   result.cluster = c;
-  HERD_RETURN_IF_ERROR(Submit(c, spec, result, nullptr, "", 0));
+  HERD_RETURN_IF_ERROR(Submit(c, spec, result, nullptr, "", 0, &o.extras));
   return result;
 }
 
@@ -553,6 +564,11 @@ ClusterHealth HealthFrom(const ClusterRecord& c, const std::string& answer) {
   }
   h.answered = true;
   std::map<std::string, herd::v1::NodeCondition> known;
+  for (int i = 0; i < reply.nodes_size() && i < reply.health_size(); ++i) {
+    if (reply.health(i).drained()) {
+      h.drained.emplace_back(reply.nodes(i).node_id(), reply.health(i).drain_reason());
+    }
+  }
   for (int i = 0; i < reply.nodes_size(); ++i) {
     known[reply.nodes(i).node_id()] = i < reply.health_size() ? reply.health(i).condition()
                                       : i < reply.alive_size() && reply.alive(i)
@@ -651,6 +667,7 @@ std::map<std::string, ClusterHealth> ClusterOps::Health(
     out[q.cluster->name] = timed_out ? ClusterHealth{false,
                                                      "the head did not answer within " +
                                                          FormatSeconds(limits::kStatusHeadTimeout),
+                                                     {},
                                                      {}}
                                      : HealthFrom(*q.cluster, q.answer);
   }

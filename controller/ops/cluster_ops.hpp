@@ -81,7 +81,8 @@ struct LaunchOptions {
 };
 
 struct LaunchResult {
-  int64_t job_id = 0;  // 0 when the task has nothing to run
+  int64_t job_id = 0;                  // 0 when the task has nothing to run
+  std::vector<int64_t> array_job_ids;  // a job array's jobs (job_id is the first); empty otherwise
   ClusterRecord cluster;
   int agents_uploaded = 0;   // nodes whose herdlet binary was (re)uploaded
   int agents_restarted = 0;  // nodes whose agent was (re)started
@@ -92,6 +93,9 @@ struct LaunchResult {
 
 struct ExecOptions {
   ProgressFn progress;
+  // A job array and dependencies (SubmitJob's array, after_any, after_ok); task and user are the
+  // operation's.
+  herd::v1::SubmitJob extras;
 };
 
 struct TailOptions {
@@ -107,6 +111,8 @@ struct ClusterHealth {
   // The cluster's nodes that its head reports LOST or STOPPED, or does not know at all, in
   // cluster order, with the word for each ("lost", "stopped", "not registered").
   std::vector<std::pair<std::string, std::string>> down;
+  // Nodes drained (no new jobs; `herd nodes --undrain`), with the reason: the cluster stays UP.
+  std::vector<std::pair<std::string, std::string>> drained;
 };
 
 class ClusterOps {
@@ -157,7 +163,8 @@ class ClusterOps {
                    const ProgressFn& progress);
   std::unique_ptr<HeadApi> ConnectIfAllAgentsAlive(const ClusterRecord& c);
   Status Submit(const ClusterRecord& c, herd::v1::TaskSpec spec, LaunchResult& result,
-                std::unique_ptr<HeadApi> client, const std::string& task_id, int attempt);
+                std::unique_ptr<HeadApi> client, const std::string& task_id, int attempt,
+                const herd::v1::SubmitJob* extras = nullptr);
 
   ClusterOpsParts parts_;
 };

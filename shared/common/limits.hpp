@@ -599,4 +599,33 @@ static_assert(
     kManagedResumeRetry * 5 < kManagedResumeHeadWait && kNodeLostAfter < kManagedResumeHeadWait,
     "a resumed controller asks the head several times, and longer than a node loss takes");
 
+// ---- Job arrays and dependencies (agent/sched/job_gate, `herd exec --array/--after`) ----------
+// Jobs one array may hold (Slurm's default MaxArraySize is 1001): at most one queue reply's
+// worth, so `herd queue` can always list a whole array.
+inline constexpr int kMaxArrayJobs = 1000;
+// The largest index an array may name (Slurm: MaxArraySize - 1 by default; herd's indices are
+// not bounded by the array's size, so "0-999999:1000" is a 1000-job array).
+inline constexpr int kMaxArrayIndex = 999999;
+// Jobs one submit may name in --after / --after-ok.
+inline constexpr int kMaxJobDependencies = 100;
+static_assert(kMaxArrayJobs <= kMaxJobsListed, "a whole array fits one queue listing");
+static_assert(kMaxArrayJobs <= kMaxArrayIndex + 1, "an array's indices are distinct");
+
+// ---- Node health (agent/gpu/health_watch, `herd nodes --drain/--undrain`) -------------------
+// How often an agent asks NVML about its GPUs' faults (XID events, uncorrectable ECC errors, a
+// GPU fallen off the bus). Cheap calls; a fault drains the node within this (plus a message).
+inline constexpr Duration kGpuHealthPollInterval = 5s;
+// The agent config's health_check command (Slurm's HealthCheckProgram): run this often unless
+// the config says otherwise (health_check.interval), never more often than the minimum ...
+inline constexpr Duration kHealthCheckDefaultInterval = 60s;
+inline constexpr Duration kHealthCheckMinInterval = 1s;
+// ... and killed (and counted as failed) when it runs longer than this.
+inline constexpr Duration kHealthCheckTimeout = 30s;
+// What of a health check's output goes into the drain reason, and a drain reason at most.
+inline constexpr std::size_t kMaxDrainReasonBytes = 512;
+static_assert(kHealthCheckTimeout < kHealthCheckDefaultInterval,
+              "a check ends before the next one is due");
+static_assert(kGpuHealthPollInterval < kNodeLostAfter,
+              "a faulty GPU drains its node before silence would call it lost");
+
 }  // namespace herd::limits

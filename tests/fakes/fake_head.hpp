@@ -75,8 +75,8 @@ class FakeHead final : public controller::HeadApi {
     s_->autostop_command = command;
     return Status::Ok();
   }
-  Result<herd::v1::JobInfo> Stream(int64_t job_id, uint64_t, bool,
-                                   const StreamCallbacks& cb) override {
+  Result<herd::v1::JobInfo> Stream(int64_t job_id, uint64_t, bool, const StreamCallbacks& cb,
+                                   int = 0) override {
     std::lock_guard<std::mutex> l(s_->mu);
     HERD_RETURN_IF_ERROR(s_->refuse);
     for (const auto& j : s_->jobs) {

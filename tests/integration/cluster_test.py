@@ -123,6 +123,14 @@ class ClusterTest(HerdEnvTestCase):
         self.assertIn(b"tick 15\n", logs.stdout)
         self.assertIn(b"tick 1\n", logs.stdout)
         self.assertEqual(logs.returncode, 0)
+        # --tail N: the last N lines only; --sync-down: the whole log into ~/herd_logs.
+        tail = self.h.herd("logs", CLUSTER, str(job), "--tail", "3").stdout.decode()
+        self.assertEqual(re.findall(r"tick (\d+)$", tail, re.M), ["13", "14", "15"], tail)
+        sync = self.h.herd("logs", CLUSTER, str(job), "--sync-down")
+        path = os.path.join(self.h.env["HOME"], "herd_logs", CLUSTER, str(job), "run.log")
+        self.assertEqual(sync.stdout.decode().strip(), path)
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), logs.stdout)
         queue = {j["id"]: j for j in json.loads(self.h.herd("queue", CLUSTER, "-o", "json").stdout)}
         self.assertEqual(queue[job]["status"], "SUCCEEDED")
         self.assertEqual(queue[job]["name"], "ticks")
@@ -175,8 +183,12 @@ class ClusterTest(HerdEnvTestCase):
         p = self.h.herd("exec", CLUSTER, "--", "true", check=False)
         self.assertNotEqual(p.returncode, 0)
         self.assertIn(b"STOPPED", p.stderr)
-        self.h.herd("start", CLUSTER, "-y")
+        self.h.herd("start", CLUSTER, "-y", "-i", "30")
         self.assertEqual(self.h.clusters()[CLUSTER]["status"], "UP")
+        self.assertEqual(self.h.clusters()[CLUSTER]["autostop"], 30)  # start -i sets autostop
+        self.h.herd("autostop", CLUSTER, "--cancel")
+        head_ip = [n["ip"] for n in self.h.clusters()[CLUSTER]["nodes"] if n["is_head"]]
+        self.assertEqual(self.h.herd("status", "--ip", CLUSTER).stdout.decode(), head_ip[0] + "\n")
         p = self.h.herd("exec", CLUSTER, "--num-nodes", "3", "--", "cat", "~/data/data.txt")
         self.assertEqual(p.stdout.count(b"mounted data"), 3)  # node files survived the stop
         type(self).scopes_after_start = self.cgroup_scopes()  # tearDownClass: gone after down
@@ -219,9 +231,15 @@ class ClusterTest(HerdEnvTestCase):
             self.h.herd("launch", "-c", "autod", "-y", "-i", "0", "--down", "--", "echo", "hi")
             wait_for(lambda: "autod" not in self.h.clusters(), "idle cluster was not torn down")
             self.assertEqual(namespaces_of("autod"), [])
+            p = self.h.herd("down", "autos", "-a", "-y", check=False)
+            self.assertEqual(p.returncode, 2)
+            self.assertIn(b"give cluster names or -a, not both", p.stderr)
         finally:
-            for name in ("autos", "autod"):
-                self.h.herd("down", name, "-y", check=False)
+            # Several at once; one that is gone already does not keep the other from going.
+            p = self.h.herd("down", "autod", "autos", "-y", check=False)
+        self.assertEqual(p.returncode, 102, p.stderr)
+        self.assertIn(b"autod", p.stderr)
+        self.assertIn(b"Cluster autos terminated.", p.stderr)
         self.assertEqual(namespaces_of("autos"), [])
 
     def test_e2_head_refuses_a_client_certificate_of_another_ca(self):

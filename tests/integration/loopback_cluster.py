@@ -85,9 +85,11 @@ class VethNamespace:
 
 class LoopbackCluster:
     def __init__(self, name, addresses, gpus_per_node=2, gpu_name="L4", cpus=4, agent_env=None,
-                 wrappers=None):
+                 wrappers=None, agent_config=None):
         """gpus_per_node: declared in each agent's config (`gpus:`), or a list with one entry per
-        node where None means "not declared: the agent probes" (NVML first, see agent_env)."""
+        node where None means "not declared: the agent probes" (NVML first, see agent_env).
+        agent_config: per node index, more settings of its herdlet.yaml (e.g. health_check)."""
+        self.agent_config = agent_config or {}
         self.name = name
         self.addresses = addresses
         self.agent_env = dict(agent_env or {})
@@ -132,6 +134,7 @@ class LoopbackCluster:
         if gpus is not None:
             cfg["gpus"] = gpus
             cfg["gpu_name"] = gpu_name
+        cfg.update(self.agent_config.get(i, {}))
         if i == 0:
             cfg["listen"] = f"{addr}:0"
             cfg["port_file"] = os.path.join(ndir, "port")

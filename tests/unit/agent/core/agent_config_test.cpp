@@ -85,6 +85,39 @@ TEST_CASE("bad configs name the place") {
   CHECK(LoadAgentConfig("/nonexistent/herdlet.yaml").status().code() == Code::kNotFound);
 }
 
+TEST_CASE("health_check: a command and its interval; bad ones name the place") {
+  const std::string base =
+      "role: worker\ncluster: c\nnode_id: c-worker1\naddress: 127.0.0.3\n"
+      "head: 127.0.0.2:7443\ncerts: /x\nstate_dir: /y\n";
+  {
+    TempFile f(base + "health_check:\n  command: /usr/bin/check --gpu\n  interval: 2.5\n");
+    auto c = LoadAgentConfig(f.path);
+    REQUIRE(c.ok());
+    CHECK(c->health_check_command == "/usr/bin/check --gpu");
+    CHECK(c->health_check_interval == std::chrono::milliseconds(2500));
+  }
+  {
+    TempFile f(base);
+    auto c = LoadAgentConfig(f.path);
+    REQUIRE(c.ok());
+    CHECK(c->health_check_command.empty());
+    CHECK(c->health_check_interval == limits::kHealthCheckDefaultInterval);
+  }
+  auto error = [&](const std::string& tail) {
+    TempFile f(base + tail);
+    auto c = LoadAgentConfig(f.path);
+    REQUIRE_FALSE(c.ok());
+    return c.status().message().substr(f.path.size());
+  };
+  CHECK(error("health_check:\n  interval: 5\n") ==
+        ":9:3: health_check.command: give the command to run");
+  CHECK(error("health_check:\n  command: x\n  interval: 0.5\n") ==
+        ":10:13: health_check.interval: at least 1 s, got 0.5");
+  CHECK(error("health_check:\n  command: x\n  every: 5\n") ==
+        ":10:3: health_check: unknown setting 'every'");
+  CHECK(error("health_check: /bin/check\n") == ":8:15: health_check: expected {command, interval}");
+}
+
 TEST_CASE("host:port parsing") {
   CHECK(ParseHostPort("[::1]:80", "f")->host == "::1");
   CHECK_FALSE(ParseHostPort("nocolon", "--endpoint").ok());

@@ -190,5 +190,33 @@ TEST_CASE("a closed connection follows nothing") {
   CHECK(f.Data(conn.get()).empty());
 }
 
+TEST_CASE("OffsetOfLastLines: where `logs --tail N` starts") {
+  herd::testing::TempDir dir;
+  const std::string path = dir.path() + "/run.log";
+  auto write = [&](const std::string& text) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+    return static_cast<uint64_t>(text.size());
+  };
+  uint64_t end = write("a\nbb\nccc\n");
+  CHECK(OffsetOfLastLines(path, end, 1) == 5);  // "ccc\n"
+  CHECK(OffsetOfLastLines(path, end, 2) == 2);  // "bb\nccc\n"
+  CHECK(OffsetOfLastLines(path, end, 3) == 0);
+  CHECK(OffsetOfLastLines(path, end, 10) == 0);  // fewer lines than asked: all of it
+  CHECK(OffsetOfLastLines(path, end, 0) == end);
+  // A last line not ended yet (a job still printing it) counts as a line.
+  end = write("a\nbb\ncc");
+  CHECK(OffsetOfLastLines(path, end, 1) == 5);
+  CHECK(OffsetOfLastLines(path, end, 2) == 2);
+  // Only the first `end` bytes count (what the head has journaled), and lines across the
+  // 64 KiB chunks it reads backwards in.
+  std::string big;
+  for (int i = 0; i < 20000; ++i) big += "line " + std::to_string(i) + "\n";
+  end = write(big + "partial");
+  const uint64_t limit = big.size();
+  const uint64_t at = OffsetOfLastLines(path, limit, 15000);
+  CHECK(big.substr(at, 10) == "line 5000\n");
+  CHECK(OffsetOfLastLines(dir.path() + "/missing", 100, 3) == 100);
+}
+
 }  // namespace
 }  // namespace herd::agent

@@ -125,6 +125,30 @@ TEST_CASE("CUDA_VISIBLE_DEVICES: each rank's own GPU indices in run, never in se
   CHECK(RunEnv(f.ctx, 1).count("CUDA_VISIBLE_DEVICES") == 0);
 }
 
+TEST_CASE("an array job gets its place in the array; other jobs get none of those variables") {
+  Fixture f;
+  const Env plain = RunEnv(f.ctx, 0);
+  for (const char* k : {"SKYPILOT_JOB_RANK", "SKYPILOT_NUM_JOBS", "HERD_JOB_RANK", "HERD_NUM_JOBS",
+                        "HERD_ARRAY_INDEX", "HERD_ARRAY_JOB_ID"}) {
+    CHECK(plain.count(k) == 0);
+  }
+  f.ctx.array_id = 40;
+  f.ctx.array_rank = 3;
+  f.ctx.array_index = 15;  // --array 0-99:5: the 4th job has index 15
+  f.ctx.array_size = 20;
+  (*f.spec.mutable_envs())["SKYPILOT_JOB_RANK"] = "0";  // a user's env does not win
+  for (int rank : {0, 1}) {
+    const Env env = RunEnv(f.ctx, rank);
+    CHECK(env.at("SKYPILOT_JOB_RANK") == "3");
+    CHECK(env.at("HERD_JOB_RANK") == "3");
+    CHECK(env.at("SKYPILOT_NUM_JOBS") == "20");
+    CHECK(env.at("HERD_ARRAY_INDEX") == "15");
+    CHECK(env.at("HERD_ARRAY_JOB_ID") == "40");
+    CHECK(env.at("SKYPILOT_NODE_RANK") == std::to_string(rank));
+  }
+  CHECK(SetupEnv(f.ctx, 0).at("SKYPILOT_JOB_RANK") == "3");
+}
+
 TEST_CASE("GpusPerNode rounds up") {
   CHECK(GpusPerNode(0) == 0);
   CHECK(GpusPerNode(0.5) == 1);
