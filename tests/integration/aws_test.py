@@ -489,16 +489,21 @@ class AwsTest(HerdEnvTestCase):
             urllib.request.urlopen(urllib.request.Request(
                 self.endpoint + "/_fake/preempt", json.dumps({"id": iid}).encode()),
                 timeout=10).read()
-            j = wait(lambda j: j["status"] == "RUNNING" and len(j["attempts"]) == 2,
-                     "second attempt RUNNING")
-            self.assertEqual(j["recoveries"], 1)
-            self.assertEqual(j["attempts"][0]["outcome"], "NODE_LOST")
-            (inst,) = self.live().values()
-            # us-east-1 is still the cheapest, and has capacity: EAGER_NEXT_REGION moved on.
-            self.assertEqual(inst["region"], "us-east-2")
+            # The second attempt runs `echo` and ends: the job SUCCEEDS after one recovery.
+            j = wait(lambda j: j["status"] not in ("PENDING", "STARTING", "RUNNING",
+                                                   "RECOVERING"), "the end")
         finally:
-            self.herd("jobs", "cancel", str(job_id), check=False)
-            wait(lambda j: j["status"] == "CANCELLED", "CANCELLED")
+            if job()["status"] not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                self.herd("jobs", "cancel", str(job_id), check=False)
+        self.assertEqual(j["status"], "SUCCEEDED", j)
+        self.assertEqual(j["recoveries"], 1)
+        self.assertEqual([a["outcome"] for a in j["attempts"]], ["NODE_LOST", "SUCCEEDED"])
+        # us-east-1 is still the cheapest and has capacity: EAGER_NEXT_REGION moved on.
+        regions = {v["tags"]["herd-cluster"]: v["region"]
+                   for v in self.state()["instances"].values()
+                   if v["tags"].get("herd-cluster", "").startswith("haws10-")}
+        self.assertEqual(regions, {f"haws10-{job_id}-1": "us-east-1",
+                                   f"haws10-{job_id}-2": "us-east-2"})
         self.assert_no_region_holds_anything()
 
 
