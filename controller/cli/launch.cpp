@@ -1,14 +1,18 @@
 // herd launch: provision a cluster (or reuse it) and run a task on it.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <iostream>
+#include <optional>
 #include <ostream>
+#include <thread>
 
 #include "controller/cli/common.hpp"
 #include "controller/cli/remote.hpp"
+#include "controller/optimizer/failover.hpp"
 #include "controller/optimizer/optimizer.hpp"
 #include "controller/task/task.hpp"
 #include "shared/common/limits.hpp"
@@ -35,10 +39,15 @@ class LaunchCommand final : public Command {
     cmd_->add_flag("--dryrun", dryrun_,
                    "print the resources considered and the choice, then stop (nothing is made)");
     cmd_->add_flag("--no-setup", no_setup_, "skip the task's setup");
+    cmd_->add_flag("-r,--retry-until-up", retry_until_up_,
+                   "when every candidate is out of capacity, keep trying (with backoff) until "
+                   "one comes up");
     cmd_->add_option("-i,--idle-minutes-to-autostop", idle_,
                      "stop the cluster after this many idle minutes")
         ->check(CLI::NonNegativeNumber);
-    cmd_->add_flag("--down", down_, "with -i: tear the cluster down instead of stopping it");
+    cmd_->add_flag("--down", down_,
+                   "tear the cluster down instead of stopping it; without -i: once its jobs are "
+                   "done (idle for 0 minutes), as SkyPilot's --down");
     cmd_->add_option("-o,--output", output_, "output format")->check(CLI::IsMember({"json"}));
     cmd_->add_option("args", args_, "TASK.yaml, or a command after --");
     AddTaskJsonFlag(cmd_, task_json_);
@@ -78,6 +87,7 @@ class LaunchCommand final : public Command {
     AppendTaskFlags(flags_, args);
     if (detach_) args.push_back("-d");
     if (no_setup_) args.push_back("--no-setup");
+    if (retry_until_up_) args.push_back("-r");
     if (idle_ >= 0) args.insert(args.end(), {"-i", std::to_string(idle_)});
     if (down_) args.push_back("--down");
     if (!output_.empty()) args.insert(args.end(), {"-o", output_});
@@ -117,6 +127,7 @@ class LaunchCommand final : public Command {
       if (!catalog.ok()) return FailForStatus(ctx, catalog.status());
       auto plan = optimizer::PlanTask(*t, *env, *catalog, {infra_, flags_.num_nodes});
       if (!plan.ok()) return FailForStatus(ctx, plan.status());
+      plan_ = *plan;
       // With -o json stdout carries only the result.
       std::ostream& table = output_ == "json" ? ctx.err : ctx.out;
       if (!ctx.quiet || dryrun_) {
@@ -128,18 +139,17 @@ class LaunchCommand final : public Command {
         ctx.err << "Aborted.\n";
         return 1;
       }
-      *t = optimizer::ApplyPlan(*t, *plan);
-      o.infra = plan->Chosen().infra;
     }
     o.num_nodes = flags_.num_nodes;
     o.no_setup = no_setup_;
     o.progress = ctx.progress.Callback();
     InstallSigint();
-    auto r = ctx.Ops().Launch(*t, o);
+    Result<ops::LaunchResult> r =
+        fresh ? LaunchFailingOver(ctx, *t, *plan_, o) : ctx.Ops().Launch(*t, o);
     ctx.progress.Done();
     if (!r.ok()) return FailForStatus(ctx, r.status());
-    if (idle_ >= 0) {
-      if (auto s = ctx.Ops().SetAutostop(o.cluster, idle_, down_); !s.ok()) {
+    if (IdleMinutes() >= 0) {
+      if (auto s = ctx.Ops().SetAutostop(o.cluster, IdleMinutes(), down_); !s.ok()) {
         return FailForStatus(ctx, s);
       }
     }
@@ -148,6 +158,50 @@ class LaunchCommand final : public Command {
   }
 
  private:
+  // The autostop to set after the launch: -i, else 0 with --down alone (SkyPilot: tear down
+  // once the jobs are done), else none (-1).
+  int IdleMinutes() const { return idle_ >= 0 ? idle_ : down_ ? 0 : -1; }
+
+  // A new cluster: the plan's candidates, the cheapest first, until one comes up
+  // (optimizer/failover.hpp); what a failed attempt left is torn down before the next. The task
+  // becomes the one launched.
+  Result<ops::LaunchResult> LaunchFailingOver(CliContext& ctx, task::Task& t,
+                                              const optimizer::Plan& plan, ops::LaunchOptions& o) {
+    std::optional<ops::LaunchResult> launched;
+    auto attempt = [&](const task::Task& applied, const optimizer::Candidate& c) -> Status {
+      o.infra = c.infra;
+      auto r = ctx.Ops().Launch(applied, o);
+      ctx.progress.Done();
+      if (!r.ok()) return r.status();
+      launched = std::move(*r);
+      t = applied;
+      return Status::Ok();
+    };
+    auto cleanup = [&](const optimizer::Candidate&) {
+      if (auto s = ctx.Ops().Down(o.cluster); !s.ok()) {
+        ctx.err << "herd: removing what the failed attempt left of " << o.cluster
+                << " failed: " << s.message() << "\n";
+      }
+    };
+    optimizer::FailoverOptions fo;
+    fo.retry_until_up = retry_until_up_;
+    fo.note = [&](const std::string& line) {
+      ctx.err << line << "\n";
+      ctx.err.flush();
+    };
+    fo.sleep = [](std::chrono::milliseconds d) {
+      auto end = std::chrono::steady_clock::now() + d;
+      while (std::chrono::steady_clock::now() < end) {
+        if (Interrupted()) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      return !Interrupted();
+    };
+    auto chosen = optimizer::LaunchWithFailover(t, plan, attempt, cleanup, fo);
+    if (!chosen.ok()) return chosen.status();
+    return std::move(*launched);
+  }
+
   // SkyPilot's pipeline: the tasks one after another on one cluster (launched, or reused from
   // the first task on), each followed to its end; the first that does not succeed stops the rest.
   int RunPipeline(CliContext& ctx, task::Pipeline& p) {
@@ -176,8 +230,8 @@ class LaunchCommand final : public Command {
       auto r = ctx.Ops().Launch(t, o);
       ctx.progress.Done();
       if (!r.ok()) return FailForStatus(ctx, r.status());
-      if (i == 0 && idle_ >= 0) {
-        if (auto s = ctx.Ops().SetAutostop(cluster, idle_, down_); !s.ok()) {
+      if (i == 0 && IdleMinutes() >= 0) {
+        if (auto s = ctx.Ops().SetAutostop(cluster, IdleMinutes(), down_); !s.ok()) {
           return FailForStatus(ctx, s);
         }
       }
@@ -212,6 +266,8 @@ class LaunchCommand final : public Command {
   TaskFlags flags_;
   std::vector<std::string> args_;
   bool detach_ = false, yes_ = false, no_setup_ = false, down_ = false, dryrun_ = false;
+  bool retry_until_up_ = false;
+  std::optional<optimizer::Plan> plan_;  // of a new cluster
   int idle_ = -1;
 };
 

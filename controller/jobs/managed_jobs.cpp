@@ -22,6 +22,9 @@
 #include "controller/core/head_client.hpp"
 #include "controller/jobs/recovery.hpp"
 #include "controller/jobs/task_codec.hpp"
+#include "controller/optimizer/failover.hpp"
+#include "controller/optimizer/infra.hpp"
+#include "controller/optimizer/optimizer.hpp"
 #include "controller/ssh/subprocess.hpp"
 #include "controller/ssh/tcp_probe.hpp"
 #include "controller/state/herd_home.hpp"
@@ -285,6 +288,7 @@ class Controller {
       if (connected.ok()) {
         head = std::move(*connected);
         record = std::move(*got);
+        last_infra_ = record.infra;
         break;
       }
       const auto waited = std::chrono::steady_clock::now() - start;
@@ -376,12 +380,13 @@ class Controller {
       why = s.message();
       return AttemptOutcome::kLaunchFailed;
     }
-    auto launched = ops_.Launch(attempt_task, o);
+    auto launched = Launch(cluster, attempt_task, o);
     task::RemoveGitWorkdir(attempt_task);
     if (!launched.ok()) {
       why = launched.status().message();
       return AttemptOutcome::kLaunchFailed;
     }
+    last_infra_ = launched->cluster.infra;
     auto& rec = job_.attempts.back();
     rec.cluster_job_id = launched->job_id;
     if (CancelRequested()) return AttemptOutcome::kCancelled;
@@ -391,6 +396,34 @@ class Controller {
     Save();
     if (launched->job_id == 0) return AttemptOutcome::kSucceeded;  // nothing to run
     return Follow(cluster, launched->cluster, *launched->head, launched->job_id, attempt, why);
+  }
+
+  // The attempt's cluster: one that exists (a resumed controller's attempt that was launching) is
+  // launched again as it is; a new one is planned as `herd launch` plans it and its candidates are
+  // tried until one comes up (optimizer/failover.hpp), the last attempt's region first or last as
+  // the job's strategy says (jobs::RecoveryPreference).
+  Result<ops::LaunchResult> Launch(const std::string& cluster, task::Task& t,
+                                   ops::LaunchOptions& o) {
+    if (ops_.Get(cluster).ok()) return ops_.Launch(t, o);
+    HERD_ASSIGN_OR_RETURN(auto env, optimizer::ProbeEnvironment());
+    HERD_ASSIGN_OR_RETURN(auto catalog, optimizer::LoadAwsCatalog());
+    HERD_ASSIGN_OR_RETURN(auto plan, optimizer::PlanTask(t, env, catalog, {job_.infra, 0}));
+    jobs::RegionPreference pref = jobs::RecoveryPreference(jobs::PolicyOf(task_), last_infra_);
+    optimizer::FailoverOptions fo;
+    fo.preference = {pref.prefer, pref.avoid};
+    fo.note = [this](const std::string& line) { Log(line); };
+    std::optional<ops::LaunchResult> launched;
+    auto attempt = [&](const task::Task& applied, const optimizer::Candidate& c) -> Status {
+      Log("launching on " + c.infra + (c.instance_type.empty() ? "" : " " + c.instance_type));
+      o.infra = c.infra;
+      auto r = ops_.Launch(applied, o);
+      if (!r.ok()) return r.status();
+      launched = std::move(*r);
+      return Status::Ok();
+    };
+    auto cleanup = [&](const optimizer::Candidate&) { TearDown(cluster); };
+    HERD_RETURN_IF_ERROR(optimizer::LaunchWithFailover(t, plan, attempt, cleanup, fo).status());
+    return std::move(*launched);
   }
 
   // Streams the attempt's cluster job into the attempt's log (from what the log holds: a resumed
@@ -478,6 +511,9 @@ class Controller {
   bool cancel_seen_ = false;
   // The failed ranks' exit codes of the attempt that just ended (recover_on_exit_codes).
   std::vector<int> exit_codes_;
+  // The infra the last attempt ran on ("aws/us-east-1/us-east-1a"): where a relaunch looks first
+  // or last (jobs::RecoveryPreference). Read again from the cluster when a controller resumes.
+  std::string last_infra_;
 };
 
 // Workdir and local file_mounts sources made absolute: the controller may start elsewhere.

@@ -156,6 +156,19 @@ Decision Decide(AttemptOutcome outcome, const RecoveryCounters& counters,
   return finish(ManagedState::kFailedController, "unknown attempt outcome");
 }
 
+RegionPreference RecoveryPreference(const task::JobRecovery& policy,
+                                    const std::string& last_infra) {
+  RegionPreference p;
+  if (last_infra.rfind("aws/", 0) != 0 || last_infra.size() <= 4) return p;
+  const std::string region = last_infra.substr(0, last_infra.find('/', 4));
+  if (policy.strategy == "EAGER_NEXT_REGION") {
+    p.avoid.push_back(region);
+  } else if (policy.strategy == "FAILOVER") {
+    p.prefer.push_back(region);
+  }
+  return p;
+}
+
 task::JobRecovery PolicyOf(const task::Task& task) {
   const task::Resources& primary = task::PrimaryResources(task);
   if (primary.job_recovery) return *primary.job_recovery;

@@ -81,6 +81,16 @@ Decision Decide(AttemptOutcome outcome, const RecoveryCounters& counters,
 // (the other ranks were then killed by herd, 137), else every non-zero one.
 std::vector<int> FailureExitCodes(const herd::v1::JobInfo& job);
 
+// Where the launch of a relaunched attempt looks first, given the infra the attempt before it
+// ran on ("aws/us-east-1/us-east-1a"): SkyPilot's strategies. EAGER_NEXT_REGION avoids that
+// region (every other candidate first; it is still tried when none of them comes up); FAILOVER
+// prefers it (the same region first, then the others). Infra prefixes as the optimizer's
+// failover takes them ("aws/us-east-1"); empty off AWS, for NONE, or without an attempt before.
+struct RegionPreference {
+  std::vector<std::string> prefer, avoid;
+};
+RegionPreference RecoveryPreference(const task::JobRecovery& policy, const std::string& last_infra);
+
 // The policy of a task: PrimaryResources' job_recovery, else the top level's, else the default.
 task::JobRecovery PolicyOf(const task::Task& task);
 

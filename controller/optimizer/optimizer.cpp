@@ -288,8 +288,11 @@ Result<Plan> PlanTask(const task::Task& task, const Environment& env, const Cata
 }
 
 task::Task ApplyPlan(const task::Task& task, const Plan& plan) {
+  return ApplyCandidate(task, plan, plan.Chosen());
+}
+
+task::Task ApplyCandidate(const task::Task& task, const Plan& plan, const Candidate& c) {
   task::Task t = task;
-  const Candidate& c = plan.Chosen();
   Resources r = plan.alternatives[c.alternative];
   r.any_of.clear();
   r.ordered.clear();

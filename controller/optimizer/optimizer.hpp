@@ -69,6 +69,8 @@ Result<Plan> PlanTask(const task::Task& task, const Environment& env, const Cata
 // The task to launch: its resources become the chosen alternative with the chosen infra (and
 // instance type on a cloud); the alternatives are dropped.
 task::Task ApplyPlan(const task::Task& task, const Plan& plan);
+// The same for any candidate of the plan (failover.hpp tries them one after another).
+task::Task ApplyCandidate(const task::Task& task, const Plan& plan, const Candidate& c);
 
 // SkyPilot's table: "Considered resources (N node(s)):" then INFRA, INSTANCE, vCPUs, Mem(GB),
 // GPUS, COST ($/hr), CHOSEN (a check mark on the chosen row), the best row of each alternative

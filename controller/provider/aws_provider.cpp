@@ -432,7 +432,7 @@ Result<std::vector<NodeHandle>> AwsProvider::Provision(const ProvisionRequest& r
   std::string what =
       std::to_string(req.num_nodes) + "x " + type + (spec_.use_spot ? " (spot)" : "");
   std::vector<Ec2Instance> launched;
-  std::string tried;
+  std::string tried, last_code;
   for (size_t z = 0; z < zones.size() && launched.empty(); ++z) {
     note_("Launching " + what + " in " + zones[z] + " (" + std::to_string(z + 1) + "/" +
           std::to_string(zones.size()) + ")");
@@ -472,10 +472,13 @@ Result<std::vector<NodeHandle>> AwsProvider::Provision(const ProvisionRequest& r
     note_("  " + zones[z] + ": " + e.code + ": " + e.message +
           (z + 1 < zones.size() ? "; trying the next zone" : ""));
     tried += (tried.empty() ? "" : ", ") + zones[z] + " (" + e.code + ")";
+    last_code = e.code;
   }
   if (launched.empty()) {
-    return Unavailable("no capacity for " + what + " in " + ec2.region() + ": tried " + tried +
-                       "; try another region (--infra aws/REGION) or instance type");
+    // In Ec2ErrorStatus's form, so that failover (optimizer/failover.hpp) reads the region and
+    // the code and blocks the region for this type.
+    return Unavailable("EC2 RunInstances in " + ec2.region() + ": " + last_code +
+                       ": no zone has capacity for " + what + ": tried " + tried);
   }
   if (static_cast<int>(launched.size()) != req.num_nodes) {
     std::vector<std::string> ids;

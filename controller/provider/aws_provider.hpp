@@ -6,7 +6,9 @@
 // herd-cluster=<cluster>: an imported key pair (the cluster key's .pub), a security group (SSH
 // from the caller's address, all traffic within the group), and num_nodes instances from one
 // RunInstances per zone tried: InsufficientInstanceCapacity (and the other capacity codes) in a
-// zone moves on to the next zone of the region, each attempt printed. Instances are tagged
+// zone moves on to the next zone of the region, each attempt printed; when none has capacity the
+// error names the region and the last code in Ec2ErrorStatus's form, and `herd launch` fails over
+// to the next candidate of its plan (controller/optimizer/failover.hpp). Instances are tagged
 // Name=<node name>; Provision waits until they run and their sshd answers.
 // Stop/Start/Teardown map to Stop/Start/TerminateInstances; Teardown also deletes the group and
 // the key pair and then lists all three to check that nothing is left.

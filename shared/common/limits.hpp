@@ -628,4 +628,17 @@ static_assert(kHealthCheckTimeout < kHealthCheckDefaultInterval,
 static_assert(kGpuHealthPollInterval < kNodeLostAfter,
               "a faulty GPU drains its node before silence would call it lost");
 
+// ---- Failover (controller/optimizer/failover; `herd launch`, `-r`, managed jobs) -------------
+// One pass over a plan's candidates tries at most this many (a CPU task has a candidate per
+// instance type and region; each attempt creates and removes a key pair and a security group).
+inline constexpr int kMaxFailoverAttempts = 24;
+// `-r/--retry-until-up`: once every candidate of a pass failed on capacity or quota, the next pass
+// starts after this wait, doubled after each pass up to the maximum (SkyPilot's backoff).
+inline constexpr Duration kRetryUntilUpBackoffInitial = 5s;
+inline constexpr Duration kRetryUntilUpBackoffMax = 300s;
+static_assert(kRetryUntilUpBackoffInitial * 4 <= kRetryUntilUpBackoffMax,
+              "the backoff doubles a few times before it stays at its maximum");
+static_assert(kManagedLaunchRetryWait <= kRetryUntilUpBackoffMax,
+              "a managed job's retry waits no longer than a user's -r");
+
 }  // namespace herd::limits

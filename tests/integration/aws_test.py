@@ -5,7 +5,13 @@ fake. Covers: a 2-node torchrun launched with --infra aws/REGION, exec with the 
 variables, stop/start (the hosts' processes really end and come back), down leaving nothing in
 the fake (instances, security group, key pair); zone failover on InsufficientInstanceCapacity;
 the account's instance limit; bad credentials (AuthFailure) and a bad signature refused by the
-fake, each with a one-line message, exit code 1 and nothing created."""
+fake, each with a one-line message, exit code 1 and nothing created. Failover across regions
+(issue 23): quota and capacity errors injected per region move a launch to the next cheapest
+region of the plan, each attempt printed with its reason; a credential error stops at once;
+-r/--retry-until-up retries until the fake has capacity again; a managed job with
+EAGER_NEXT_REGION whose instance EC2 takes back is relaunched in another region."""
+
+import threading
 
 import json
 import os
@@ -35,6 +41,14 @@ KEY_ID, SECRET = "AKIDHERDTESTKEY00001", "herd/test/secret/key/00000000000000000
 TEMP = {"AWS_ACCESS_KEY_ID": "ASIAHERDTESTKEY00002", "AWS_SECRET_ACCESS_KEY": "temp/secret",
         "AWS_SESSION_TOKEN": "herd-test-session-token"}
 UBUNTU = "099720108685"
+# More regions for failover; each request is served as the region its signature is scoped to.
+MORE_REGIONS = {"us-east-2": ["us-east-2a", "us-east-2b"], "us-west-2": ["us-west-2a"]}
+# A catalog that makes the plan's order known: m6i.2xlarge, cheapest in us-east-1.
+FAILOVER_CATALOG = ("InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,SpotPrice,"
+                    "Region,AvailabilityZone\n"
+                    "m6i.2xlarge,,,8,32,0.384,,us-east-1,\n"
+                    "m6i.2xlarge,,,8,32,0.40,,us-east-2,\n"
+                    "m6i.2xlarge,,,8,32,0.42,,us-west-2,\n")
 
 
 def has_torch():
@@ -92,7 +106,7 @@ class AwsTest(HerdEnvTestCase):
         names = [f"{POOL}-head", f"{POOL}-worker1", f"{POOL}-worker2"]
         cfg = {
             "bind": BIND, "port_file": os.path.join(cls.h.dir, "fake.port"), "region": REGION,
-            "zones": ZONES, "no_capacity_zones": [],
+            "zones": ZONES, "no_capacity_zones": [], "regions": MORE_REGIONS,
             "credentials": {KEY_ID: {"secret": SECRET},
                             TEMP["AWS_ACCESS_KEY_ID"]: {"secret": TEMP["AWS_SECRET_ACCESS_KEY"],
                                                         "token": TEMP["AWS_SESSION_TOKEN"]}},
@@ -343,6 +357,154 @@ class AwsTest(HerdEnvTestCase):
         self.herd("down", "haws5", "-y")
         self.assert_nothing_left("haws5")
         self.assertNotIn("haws5", self.h.clusters())
+
+    # ---- failover across regions ----
+    def with_failover_catalog(self):
+        path = os.path.join(self.h.env["HERD_HOME"], "catalogs", "aws.csv")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write(FAILOVER_CATALOG)
+        self.addCleanup(os.remove, path)
+        self.addCleanup(self.set_fake, no_capacity_regions=[], quota_regions=[])
+
+    def assert_no_region_holds_anything(self):
+        st = self.state()
+        self.assertEqual(self.live(st), {})
+        for region, store in st["regions"].items():
+            self.assertEqual((region, store["groups"], store["keys"]), (region, {}, {}))
+
+    def test_7_quota_and_capacity_fail_over_to_the_next_cheapest_region(self):
+        self.with_failover_catalog()
+        self.set_fake(quota_regions=["us-east-1"], no_capacity_regions=["us-east-2"])
+        p = self.herd("launch", "-c", "haws7", "--infra", "aws", "-y", "--",
+                      "echo", "up on", "$(hostname)")
+        out = p.stdout.decode()
+        err = p.stderr.decode()
+        self.assertIn("Attempt 1 failed: aws/us-east-1 m6i.2xlarge ($0.38/hr): EC2 RunInstances "
+                      "in us-east-1: VcpuLimitExceeded: You have requested more vCPU capacity",
+                      err)
+        self.assertIn("  blocked region aws/us-east-1 (VcpuLimitExceeded)", err)
+        self.assertIn("Trying aws/us-east-2 m6i.2xlarge ($0.40/hr)", err)
+        self.assertIn("Launching 1x m6i.2xlarge in us-east-2b (2/2)", err)
+        self.assertIn("Attempt 2 failed: aws/us-east-2 m6i.2xlarge ($0.40/hr): EC2 RunInstances "
+                      "in us-east-2: InsufficientInstanceCapacity: no zone has capacity for 1x "
+                      "m6i.2xlarge: tried us-east-2a (InsufficientInstanceCapacity), us-east-2b "
+                      "(InsufficientInstanceCapacity)", err)
+        self.assertIn("  blocked region aws/us-east-2 for m6i.2xlarge (on-demand) "
+                      "(InsufficientInstanceCapacity)", err)
+        self.assertIn("Trying aws/us-west-2 m6i.2xlarge ($0.42/hr)", err)
+        self.assertIn("up on haws0-", out)
+        (inst,) = self.live().values()
+        self.assertEqual((inst["region"], inst["zone"]), ("us-west-2", "us-west-2a"))
+        self.assertEqual(self.h.clusters()["haws7"]["infra"], "aws/us-west-2")
+        # What the failed attempts made in their regions was removed before the next.
+        st = self.state()
+        for region in ("us-east-1", "us-east-2"):
+            self.assertEqual((st["regions"][region]["groups"], st["regions"][region]["keys"]),
+                             ({}, {}), region)
+        self.herd("down", "haws7", "-y")
+        self.assert_no_region_holds_anything()
+
+    def test_8_a_credential_error_stops_the_failover_at_once(self):
+        self.with_failover_catalog()
+        self.set_fake(quota_regions=["us-east-1"])
+        before = len(self.state()["calls"])
+        p = self.herd("launch", "-c", "haws8", "--infra", "aws", "-y", "--", "true",
+                      env={"AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": "wrong"},
+                      check=False)
+        err = p.stderr.decode()
+        self.assertEqual(p.returncode, 1, err)
+        self.assertIn("herd: EC2 DescribeInstanceTypes in us-east-1: SignatureDoesNotMatch", err)
+        self.assertIn("  blocked cloud aws (SignatureDoesNotMatch)", err)
+        self.assertNotIn("Trying", err)
+        self.assertEqual(self.state()["calls"][before:], ["refused:SignatureDoesNotMatch"])
+        self.herd("down", "haws8", "-y")
+        self.assert_no_region_holds_anything()
+
+    def test_9_retry_until_up_waits_for_capacity(self):
+        self.with_failover_catalog()
+        self.set_fake(no_capacity_regions=["us-east-1", "us-east-2", "us-west-2"])
+        proc = self.h.popen("launch", "-c", "haws9", "--infra", "aws", "-y", "-r", "--",
+                            "echo", "up on", "$(hostname)")
+        lines = []
+        reader = threading.Thread(target=lambda: lines.extend(
+            line.decode(errors="replace") for line in proc.stderr), daemon=True)
+        reader.start()
+        try:
+            deadline = time.monotonic() + 240
+            while not any("(--retry-until-up)" in line for line in lines):
+                self.assertIsNone(proc.poll(), "".join(lines))
+                self.assertLess(time.monotonic(), deadline, "".join(lines))
+                time.sleep(0.2)
+            self.set_fake(no_capacity_regions=[])
+            out, _ = proc.communicate(timeout=300)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        reader.join(timeout=10)
+        err = "".join(lines)
+        self.assertEqual(proc.returncode, 0, err)
+        self.assertIn("Every candidate failed (aws/us-east-1 m6i.2xlarge ($0.38/hr): "
+                      "InsufficientInstanceCapacity; aws/us-east-2 m6i.2xlarge ($0.40/hr): "
+                      "InsufficientInstanceCapacity; aws/us-west-2 m6i.2xlarge ($0.42/hr): "
+                      "InsufficientInstanceCapacity); retrying in 5 s (--retry-until-up)", err)
+        self.assertIn("Trying aws/us-east-1 m6i.2xlarge ($0.38/hr) (pass 2)", err)
+        self.assertIn("up on haws0-", out.decode())
+        (inst,) = self.live().values()
+        self.assertEqual(inst["region"], "us-east-1")
+        self.herd("down", "haws9", "-y")
+        self.assert_no_region_holds_anything()
+
+    def test_a_eager_next_region_recovers_a_managed_job_in_another_region(self):
+        self.with_failover_catalog()
+        task = os.path.join(self.h.dir, "eager.yaml")
+        with open(task, "w") as f:
+            f.write("name: haws10\nresources:\n  infra: aws\n  job_recovery: EAGER_NEXT_REGION\n"
+                    "run: |\n  echo attempt $HERD_ATTEMPT on $(hostname)\n"
+                    "  if [ \"$HERD_ATTEMPT\" = 1 ]; then sleep 600; fi\n")
+        p = self.herd("jobs", "launch", "-d", "-y", task)
+        job_id = int(re.search(rb"Managed job ID: (\d+)", p.stdout).group(1))
+
+        def job():
+            return {j["id"]: j for j in json.loads(
+                self.herd("jobs", "queue", "-o", "json").stdout)}[job_id]
+
+        def wait(pred, what, timeout=180):
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                j = job()
+                if pred(j):
+                    return j
+                time.sleep(0.5)
+            log = os.path.join(self.h.env["HERD_HOME"], "managed_jobs", str(job_id),
+                               "controller.log")
+            with open(log) as f:
+                self.fail(f"no {what}: {job()}\n{f.read()[-4000:]}")
+
+        try:
+            wait(lambda j: j["status"] == "RUNNING", "RUNNING")
+            (iid, inst), = self.live().items()
+            self.assertEqual(inst["region"], "us-east-1")  # the cheapest
+            urllib.request.urlopen(urllib.request.Request(
+                self.endpoint + "/_fake/preempt", json.dumps({"id": iid}).encode()),
+                timeout=10).read()
+            # The second attempt runs `echo` and ends: the job SUCCEEDS after one recovery.
+            j = wait(lambda j: j["status"] not in ("PENDING", "STARTING", "RUNNING",
+                                                   "RECOVERING"), "the end")
+        finally:
+            if job()["status"] not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                self.herd("jobs", "cancel", str(job_id), check=False)
+        self.assertEqual(j["status"], "SUCCEEDED", j)
+        self.assertEqual(j["recoveries"], 1)
+        self.assertEqual([a["outcome"] for a in j["attempts"]], ["NODE_LOST", "SUCCEEDED"])
+        # us-east-1 is still the cheapest and has capacity: EAGER_NEXT_REGION moved on.
+        regions = {v["tags"]["herd-cluster"]: v["region"]
+                   for v in self.state()["instances"].values()
+                   if v["tags"].get("herd-cluster", "").startswith("haws10-")}
+        self.assertEqual(regions, {f"haws10-{job_id}-1": "us-east-1",
+                                   f"haws10-{job_id}-2": "us-east-2"})
+        self.assert_no_region_holds_anything()
 
 
 if __name__ == "__main__":

@@ -10,8 +10,17 @@ TerminateInstances ends the processes, wipes the home and frees the host.
     fake_ec2.py CONFIG.json   (see AwsTest in aws_test.py for the fields)
 
 Beside the EC2 API (POST /): GET /checkip (the caller's address, as checkip.amazonaws.com),
-GET /_fake/state (instances, groups, key pairs as JSON) and POST /_fake/config (JSON merged into
-the config: e.g. {"no_capacity_zones": [...]}) for the test. Standard library only, and herd_env's
+GET /_fake/state (instances, groups, key pairs as JSON), POST /_fake/config (JSON merged into
+the config: e.g. {"no_capacity_zones": [...]}) and POST /_fake/preempt ({"id": INSTANCE}: EC2
+takes the instance back, as it does a spot instance: its host stops, it is terminated) for the
+test.
+
+Regions: "region" with its "zones", and optionally "regions" ({REGION: [ZONE, ...]}) for more.
+A request's region is the one its signature is scoped to (one endpoint serves them all, as
+HERD_AWS_ENDPOINT points every region at it); key pairs, security groups and the instances a
+request sees are that region's, as in EC2. The state's "keys" and "groups" are "region"'s; its
+"regions" holds every region's. Injected errors, for failover: "no_capacity_zones" and
+"no_capacity_regions" (InsufficientInstanceCapacity), "quota_regions" (VcpuLimitExceeded). Standard library only, and herd_env's
 cgroup helper: a stopped or terminated host's agent cgroups are removed as a real machine's go."""
 
 import base64
@@ -21,6 +30,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -177,11 +187,31 @@ class Ec2:
     def __init__(self, config):
         self.config = config
         self.lock = threading.RLock()
-        self.instances = {}  # id -> dict
-        self.groups = {}     # id -> dict(name, rules, tags)
-        self.keys = {}       # name -> dict(material, tags)
+        self.instances = {}  # id -> dict (with its region)
+        self.stores = {}     # region -> {"groups": id -> dict(name, rules, tags),
+        #                                 "keys": name -> dict(material, tags)}
+        self.region = config["region"]  # the current request's
         self.calls = []      # action names, in order
         self.free = list(range(len(config["hosts"])))
+
+    def _store(self, region=None):
+        return self.stores.setdefault(region or self.region, {"groups": {}, "keys": {}})
+
+    @property
+    def groups(self):
+        return self._store()["groups"]
+
+    @property
+    def keys(self):
+        return self._store()["keys"]
+
+    def regions(self):
+        return {self.config["region"], *self.config.get("regions", {})}
+
+    def _zones(self):
+        if self.region == self.config["region"]:
+            return self.config["zones"]
+        return self.config.get("regions", {}).get(self.region, [])
 
     def _host_cmd(self, *args):
         p = subprocess.run([self.config["test_hosts"], *args, ], capture_output=True, text=True,
@@ -246,13 +276,14 @@ class Ec2:
 
     def _known(self, ids):
         for iid in ids:
-            if iid not in self.instances:
+            if iid not in self.instances or self.instances[iid]["region"] != self.region:
                 raise Ec2Error("InvalidInstanceID.NotFound",
                                f"The instance ID '{iid}' does not exist")
         return ids
 
-    def call(self, action, p):
+    def call(self, action, p, region=None):
         with self.lock:
+            self.region = region or self.config["region"]
             self.calls.append(action)
             handler = getattr(self, "do_" + action, None)
             if handler is None:
@@ -279,8 +310,8 @@ class Ec2:
     def do_DescribeAvailabilityZones(self, p):
         return "<availabilityZoneInfo>" + "".join(
             f"<item><zoneName>{z}</zoneName><zoneState>available</zoneState>"
-            f"<regionName>{self.config['region']}</regionName></item>"
-            for z in self.config["zones"]) + "</availabilityZoneInfo>"
+            f"<regionName>{self.region}</regionName></item>"
+            for z in self._zones()) + "</availabilityZoneInfo>"
 
     def do_DescribeImages(self, p):
         owners = _items(p, "Owner")
@@ -400,16 +431,23 @@ class Ec2:
         groups = _items(p, "SecurityGroupId")
         for g in groups:
             self._group(g)
-        zone = p.get("Placement.AvailabilityZone") or self.config["zones"][0]
-        if zone not in self.config["zones"]:
+        zones = self._zones()
+        zone = p.get("Placement.AvailabilityZone") or zones[0]
+        if zone not in zones:
             raise Ec2Error("InvalidParameterValue", f"Invalid availability zone: [{zone}]")
-        if zone in self.config.get("no_capacity_zones", []):
+        if self.region in self.config.get("quota_regions", []):
+            raise Ec2Error("VcpuLimitExceeded",
+                           f"You have requested more vCPU capacity than your current vCPU limit "
+                           f"of 0 allows for the instance bucket that the specified instance type "
+                           f"belongs to in {self.region}.")
+        if (zone in self.config.get("no_capacity_zones", [])
+                or self.region in self.config.get("no_capacity_regions", [])):
             raise Ec2Error("InsufficientInstanceCapacity",
                            f"We currently do not have sufficient {itype} capacity in the "
                            f"Availability Zone you requested ({zone}). Our system will be working "
                            f"on provisioning additional capacity. You can currently get {itype} "
                            f"capacity by not specifying an Availability Zone in your request or "
-                           f"choosing {', '.join(z for z in self.config['zones'] if z != zone)}.",
+                           f"choosing {', '.join(z for z in zones if z != zone)}.",
                            500)
         if len(self.free) < lo:
             raise Ec2Error("InstanceLimitExceeded",
@@ -430,7 +468,8 @@ class Ec2:
             with open(os.path.join(node_dir, "authorized_keys"), "w") as f:
                 f.write(self.keys[key]["material"] + "\n")
             iid = "i-" + uuid.uuid4().hex[:17]
-            self.instances[iid] = {"id": iid, "host": host, "state": "pending", "type": itype,
+            self.instances[iid] = {"id": iid, "region": self.region, "host": host,
+                                   "state": "pending", "type": itype,
                                    "image": image, "key": key, "zone": zone,
                                    "group": groups[0] if groups else "", "spot": spot,
                                    "tags": dict(tags)}
@@ -450,7 +489,8 @@ class Ec2:
         return "<return>true</return>"
 
     def do_DescribeInstances(self, p):
-        ids = self._known(_items(p, "InstanceId")) or sorted(self.instances)
+        ids = self._known(_items(p, "InstanceId")) or sorted(
+            i for i, v in self.instances.items() if v["region"] == self.region)
         found = []
         for iid in ids:
             i = self.instances[iid]
@@ -509,12 +549,21 @@ class Ec2:
             ids, lambda i: i["state"] if i["state"] in ("terminated", "shutting-down")
             else "shutting-down")
 
+    def preempt(self, iid):
+        with self.lock:
+            i = self.instances[iid]
+            if i["state"] not in ("terminated", "shutting-down"):
+                self._stop_host(i["host"])
+                i["state"] = "shutting-down"
+
     def snapshot(self):
         with self.lock:
+            home = self._store(self.config["region"])
             return {"instances": {k: {x: v[x] for x in ("state", "type", "zone", "tags", "spot",
-                                                        "key", "group")}
+                                                        "key", "group", "region")}
                                   for k, v in self.instances.items()},
-                    "groups": self.groups, "keys": self.keys, "calls": self.calls,
+                    "groups": home["groups"], "keys": home["keys"], "calls": self.calls,
+                    "regions": {r: self._store(r) for r in sorted(self.regions())},
                     "free_hosts": self.free}
 
 
@@ -548,16 +597,26 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         ec2 = self.server.ec2
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        if self.path == "/_fake/preempt":
+            ec2.preempt(json.loads(body)["id"])
+            return self._send(200, "{}", "application/json")
         if self.path == "/_fake/config":
             with ec2.lock:
                 ec2.config.update(json.loads(body))
             return self._send(200, "{}", "application/json")
         url = urllib.parse.urlsplit(self.path)
+        # The region the request is signed for, when the fake serves it; else the home region
+        # (verify then refuses the scope).
+        scoped = re.search(r"Credential=[^/,]*/[^/,]*/([^/,]*)/", self.headers.get("Authorization",
+                                                                                  ""))
+        with ec2.lock:
+            region = scoped.group(1) if scoped and scoped.group(1) in ec2.regions() \
+                else ec2.config["region"]
         try:
             verify("POST", url.path, url.query, list(self.headers.items()), body,
                    {k: (v["secret"], v.get("token", "")) for k, v in
                     ec2.config["credentials"].items()},
-                   ec2.config["region"], now=datetime.datetime.now(datetime.timezone.utc))
+                   region, now=datetime.datetime.now(datetime.timezone.utc))
         except AuthError as e:
             with ec2.lock:
                 ec2.calls.append("refused:" + e.code)
@@ -568,7 +627,7 @@ class Handler(BaseHTTPRequestHandler):
         action = params.pop("Action", "")
         params.pop("Version")
         try:
-            inner = ec2.call(action, params)
+            inner = ec2.call(action, params, region)
         except Ec2Error as e:
             return self._error(e.status, e.code, e.message)
         self._send(200, f"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<{action}Response "

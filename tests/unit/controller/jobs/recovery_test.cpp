@@ -312,6 +312,30 @@ TEST_CASE("the job table: create, update, cancel flag kept apart from the contro
   fs::remove_all(dir);
 }
 
+TEST_CASE("EAGER_NEXT_REGION avoids the last attempt's region, FAILOVER prefers it") {
+  task::JobRecovery eager;
+  eager.strategy = "EAGER_NEXT_REGION";
+  RegionPreference p = RecoveryPreference(eager, "aws/us-east-1/us-east-1b");
+  CHECK(p.avoid == std::vector<std::string>{"aws/us-east-1"});
+  CHECK(p.prefer.empty());
+  p = RecoveryPreference(eager, "aws/eu-west-1");
+  CHECK(p.avoid == std::vector<std::string>{"aws/eu-west-1"});
+
+  task::JobRecovery failover;  // the default strategy
+  p = RecoveryPreference(failover, "aws/us-west-2/us-west-2a");
+  CHECK(p.prefer == std::vector<std::string>{"aws/us-west-2"});
+  CHECK(p.avoid.empty());
+
+  task::JobRecovery none;
+  none.strategy = "NONE";
+  CHECK(RecoveryPreference(none, "aws/us-east-1").avoid.empty());
+  CHECK(RecoveryPreference(none, "aws/us-east-1").prefer.empty());
+  // Off AWS, or before a first attempt: no region to move from.
+  CHECK(RecoveryPreference(eager, "local").avoid.empty());
+  CHECK(RecoveryPreference(eager, "").avoid.empty());
+  CHECK(RecoveryPreference(eager, "aws").avoid.empty());
+}
+
 TEST_CASE("a job table written by a newer herd is refused, naming the file") {
   fs::path dir = fs::temp_directory_path() / ("mj-newer-" + std::to_string(::getpid()));
   fs::remove_all(dir);

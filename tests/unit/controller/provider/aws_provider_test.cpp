@@ -501,11 +501,10 @@ TEST_CASE("no capacity in any zone: every zone is tried and named, no instance i
   auto r = p->Provision(f.Request(2));
   REQUIRE(!r.ok());
   CHECK(r.status().code() == Code::kUnavailable);
-  CHECK(
-      r.status().message() ==
-      "no capacity for 2x g6.xlarge in us-east-1: tried us-east-1a (InsufficientInstanceCapacity), "
-      "us-east-1b (InsufficientInstanceCapacity); try another region (--infra aws/REGION) or "
-      "instance type");
+  CHECK(r.status().message() ==
+        "EC2 RunInstances in us-east-1: InsufficientInstanceCapacity: no zone has capacity for 2x "
+        "g6.xlarge: tried us-east-1a (InsufficientInstanceCapacity), us-east-1b "
+        "(InsufficientInstanceCapacity)");
   REQUIRE(f.notes.size() == 4);
   CHECK(f.notes[0] == "Launching 2x g6.xlarge in us-east-1a (1/2)");
   CHECK(f.notes[1] ==
