@@ -107,6 +107,10 @@ struct ClusterHealth {
   // The cluster's nodes that its head reports LOST or STOPPED, or does not know at all, in
   // cluster order, with the word for each ("lost", "stopped", "not registered").
   std::vector<std::pair<std::string, std::string>> down;
+  // A Slurm cluster's allocation as squeue shows it ("RUNNING", "TIMEOUT", "PREEMPTED", ...; ""
+  // for other providers). When it is not RUNNING the head is not asked and error says why.
+  std::string allocation{};
+  bool allocation_alive = true;
 };
 
 class ClusterOps {
