@@ -135,12 +135,16 @@ class Slurm:
         """Cancels every job first (a step's processes outlive slurmd), then stops every daemon
         (each in a session of its own) and munged."""
         if self.procs and self.procs[0].poll() is None:
-            self.run(["scancel", "--full", "--user=root"], timeout=30)
-            deadline = time.time() + 30
-            while time.time() < deadline:
-                if not self.run(["squeue", "-h", "-t", "PD,R,CG,CF,S"], timeout=30).stdout.strip():
-                    break
-                time.sleep(0.5)
+            try:
+                self.run(["scancel", "--user=root"], timeout=30)
+                deadline = time.time() + 30
+                while time.time() < deadline:
+                    if not self.run(["squeue", "-h", "-t", "PD,R,CG,CF,S"],
+                                    timeout=30).stdout.strip():
+                        break
+                    time.sleep(0.5)
+            except subprocess.TimeoutExpired:
+                pass  # the daemons are stopped below all the same
         for p in self.procs:
             try:
                 os.killpg(p.pid, signal.SIGTERM)

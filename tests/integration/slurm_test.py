@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import unittest
 
@@ -42,6 +43,7 @@ class SlurmTest(HerdEnvTestCase):
     @classmethod
     def prepare_env(cls):
         cls.slurm = None
+        cls.slurm_root = None
         cls.hosts_state = os.path.join(cls.h.dir, "hosts")
         cls.key = os.path.join(cls.h.dir, "login_key")
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", cls.key], check=True)
@@ -58,13 +60,16 @@ class SlurmTest(HerdEnvTestCase):
             with open(os.path.join(node_dir, name, "sshd.pid")) as f:
                 return f.read().strip()
 
-        # Slurm's commands on the login node find this cluster's slurm.conf (and munge socket).
-        slurm_dir = os.path.join(cls.h.dir, "slurm")
+        # Slurm's state lives outside the env's directory, which goes before Slurm is stopped
+        # (`herd down` of the clusters needs it). Slurm's commands on the login node find this
+        # cluster's slurm.conf (and munge socket).
+        cls.slurm_root = tempfile.mkdtemp(prefix="herd-slurmd-")
+        slurm_dir = os.path.join(cls.slurm_root, "slurm")
         with open(os.path.join(node_dir, names[0], "home", ".bashrc"), "w") as f:
             f.write(f"export SLURM_CONF={slurm_dir}/slurm.conf\n")
         cls.compute = [{"name": n, "ip": ip} for n, ip in zip(names[1:], cls.ips[1:])]
         cls.slurm = Slurm(
-            cls.h.dir, cls.compute, dict(os.environ),
+            cls.slurm_root, cls.compute, dict(os.environ),
             [["nsenter", "--target", sshd_pid(n["name"]), "--net", "--mount", "--uts"]
              for n in cls.compute],
             ctl_wrapper=["nsenter", f"--net=/run/netns/herd-{HOSTS_NAME}-0"], ctl_ip=cls.ips[0],
@@ -91,6 +96,8 @@ class SlurmTest(HerdEnvTestCase):
                     cls.slurm.stop()
             finally:
                 subprocess.run([HOSTS, "down", HOSTS_NAME, cls.hosts_state])
+                if cls.slurm_root:
+                    shutil.rmtree(cls.slurm_root, ignore_errors=True)
 
     @classmethod
     def check_nothing_left(cls):
@@ -193,13 +200,22 @@ class SlurmTest(HerdEnvTestCase):
         self.assertIn("partition gpu of Slurm cluster testcluster has no GPU H100 (its GRES: "
                       "gpu:L4:2)", line)
 
-        # sinfo cannot tell: sbatch refuses 2 nodes of a 1-node partition.
-        code, line = self.bad_launch("hslbad4", "--infra", "slurm/testcluster/small",
+        # sinfo cannot tell: sbatch refuses more memory per node than the nodes have ...
+        code, line = self.bad_launch("hslbad4", "--infra", "slurm/testcluster/gpu", "--memory",
+                                     "1000")
+        self.assertEqual(code, 2)
+        self.assertEqual(line, "herd: Slurm cluster testcluster refused the allocation (sbatch): "
+                               "Memory specification can not be satisfied; Batch job submission "
+                               "failed: Requested node configuration is not available")
+
+        # ... and takes 2 nodes of a 1-node partition, which can never start: cancelled at once.
+        code, line = self.bad_launch("hslbad5", "--infra", "slurm/testcluster/small",
                                      "--num-nodes", "2")
         self.assertEqual(code, 2)
-        self.assertIn("Slurm cluster testcluster refused the allocation (sbatch): ", line)
+        self.assertRegex(line, r"^herd: Slurm cluster testcluster cannot run the allocation: "
+                               r"job \d+ is PENDING \(PartitionConfig\)$")
 
-        code, line = self.bad_launch("hslbad5", "--infra", "slurm/nosuch")
+        code, line = self.bad_launch("hslbad6", "--infra", "slurm/nosuch")
         self.assertIn("no Slurm cluster nosuch", line)
 
 
