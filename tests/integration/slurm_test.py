@@ -14,7 +14,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -139,6 +138,14 @@ class SlurmTest(HerdEnvTestCase):
         self.assertIn(b"again 0\n", p.stdout)
         self.assertIn(b"again 1\n", p.stdout)
         self.assertEqual([j[0] for j in self.jobs()], [job])
+        # logs and cancel, as on any cluster.
+        p = self.h.herd("logs", CLUSTER, "2", "--no-follow")
+        self.assertIn(b"again 1\n", p.stdout)
+        p = self.h.herd("exec", CLUSTER, "-d", "--", "sleep", "300")
+        p = self.h.herd("cancel", CLUSTER, "3", "-y")
+        self.assertTrue(wait_for(  # 103: cancelled
+            lambda: self.h.herd("logs", CLUSTER, "3", "--status", check=False).returncode == 103,
+            timeout=30))
 
         # The allocation cancelled from outside: status says so.
         self.slurm.run(["scancel", job])
