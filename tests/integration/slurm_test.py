@@ -166,6 +166,12 @@ class SlurmTest(HerdEnvTestCase):
         self.assertNotEqual(running[0][0], job)
         self.assertEqual(self.status()[CLUSTER]["status"], "UP")
 
+        # An allocation cannot be stopped; the cluster stays UP.
+        p = self.h.herd("stop", CLUSTER, "-y", check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"is a Slurm allocation, which cannot be stopped", p.stderr)
+        self.assertEqual(self.status()[CLUSTER]["status"], "UP")
+
         # down: scancel, nothing left in squeue, on the login node or on the nodes.
         self.h.herd("down", CLUSTER, "-y")
         self.assertEqual(self.jobs("PD", "R", "CG", "CF", "S"), [])
