@@ -10,6 +10,7 @@ lacks, a GRES the partition lacks, an sbatch refused)."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -230,6 +231,21 @@ class SlurmTest(HerdEnvTestCase):
 
         code, line = self.bad_launch("hslbad6", "--infra", "slurm/nosuch")
         self.assertIn("no Slurm cluster nosuch", line)
+
+    def test_c_managed_job(self):
+        task = os.path.join(self.h.dir, "managed.yaml")
+        with open(task, "w") as f:
+            f.write("name: hslmj\nnum_nodes: 2\nresources:\n  infra: slurm/testcluster/gpu\n"
+                    "run: echo managed rank $SKYPILOT_NODE_RANK of $SKYPILOT_NUM_NODES\n")
+        p = self.h.herd("jobs", "launch", "-y", task, check=False, timeout=240)
+        self.assertEqual(p.returncode, 0, p.stderr.decode()[-2000:])
+        job_id = re.search(rb"Managed job ID: (\d+)", p.stdout).group(1).decode()
+        out = self.h.herd("jobs", "logs", job_id, check=False).stdout
+        self.assertIn(b"managed rank 0 of 2\n", out)
+        self.assertIn(b"managed rank 1 of 2\n", out)
+        # The job's cluster went with it: no allocation left.
+        self.assertTrue(wait_for(lambda: self.jobs("PD", "R", "CG", "CF") == [], timeout=60))
+        self.assertEqual([c for c in self.status() if c.startswith("hslmj")], [])
 
 
 if __name__ == "__main__":
