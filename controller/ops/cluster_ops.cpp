@@ -168,9 +168,13 @@ Status ClusterOps::WaitAgents(const ClusterRecord& c, const ProgressFn& progress
           if (!up.count(n.name))
             missing += (missing.empty() ? "" : ", ") + n.name + " (" + n.ip + ")";
         }
-        last = Unavailable(std::to_string(alive) + " of " + std::to_string(total) +
-                           " agents registered; not registered: " + missing +
-                           " (its log: ~/.herd/agent/herdlet.log on the node)");
+        last =
+            Unavailable(std::to_string(alive) + " of " + std::to_string(total) +
+                        " agents registered; not registered: " + missing +
+                        (c.provider == "slurm"
+                             ? " (its log: herdlet.log in /tmp/herd-" + c.name +
+                                   "-<Slurm job>/<node>/ on the node)"
+                             : std::string(" (its log: ~/.herd/agent/herdlet.log on the node)")));
       } else {
         last = nodes.status();
       }
