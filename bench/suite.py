@@ -38,7 +38,10 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "tests", "integration"))
 import svgplot  # noqa: E402
+from slurm_cluster import Slurm  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CLUSTER_NODES = 8
@@ -160,103 +163,6 @@ class Env:
     def down_all(self):
         for name in list(self.clusters):
             self.down(name)
-
-
-class Slurm:
-    """munged + slurmctld (this namespace) + one slurmd per node namespace (nsenter --net), on
-    private ports, state under workdir (ENVIRONMENT.md, "Slurm as a side-by-side baseline")."""
-
-    def __init__(self, env, nodes, namespaces):
-        self.env = env
-        self.dir = os.path.join(env.workdir, "slurm")
-        self.nodes = nodes
-        self.namespaces = namespaces
-        self.procs = []
-
-    def free_port(self):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
-        return port
-
-    def start(self):
-        d = self.dir
-        for sub in ("state", "spool", "log", "run"):
-            os.makedirs(os.path.join(d, sub), exist_ok=True)
-        munge = os.path.join(d, "munge")
-        os.makedirs(munge, mode=0o711)
-        os.chmod(munge, 0o711)
-        with open(os.path.join(munge, "munge.key"), "wb") as f:
-            f.write(os.urandom(1024))
-        os.chmod(os.path.join(munge, "munge.key"), 0o600)
-        open(os.path.join(munge, "seed"), "w").close()
-        self.sock = os.path.join(munge, "sock")
-        subprocess.run(["munged", "--force", f"--socket={self.sock}",
-                        f"--key-file={munge}/munge.key", f"--pid-file={munge}/munged.pid",
-                        f"--log-file={munge}/munged.log", f"--seed-file={munge}/seed"],
-                       check=True, timeout=30)
-        head_ip = self.nodes[0]["ip"]
-        route = subprocess.run(["ip", "-o", "route", "get", head_ip], capture_output=True,
-                               text=True).stdout.split()
-        ctl_ip = route[route.index("src") + 1]
-        ctl_port, node_port = self.free_port(), self.free_port()
-        self.conf = os.path.join(d, "slurm.conf")
-        lines = [
-            "ClusterName=herdbench", f"SlurmctldHost={socket.gethostname().split('.')[0]}({ctl_ip})",
-            f"SlurmctldPort={ctl_port}", f"SlurmdPort={node_port}", "AuthType=auth/munge",
-            f"AuthInfo=socket={self.sock}", "CredType=cred/munge", "SlurmUser=root",
-            "SlurmdUser=root", f"StateSaveLocation={d}/state", f"SlurmdSpoolDir={d}/spool/%n",
-            f"SlurmctldPidFile={d}/run/slurmctld.pid", f"SlurmdPidFile={d}/run/slurmd-%n.pid",
-            f"SlurmctldLogFile={d}/log/slurmctld.log", f"SlurmdLogFile={d}/log/slurmd-%n.log",
-            "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "MpiDefault=none",
-            "JobAcctGatherType=jobacct_gather/none",
-            "AccountingStorageType=accounting_storage/none", "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_Core", "SlurmdParameters=config_overrides",
-            "MailProg=/bin/true", "ReturnToService=2"]
-        for n in self.nodes:
-            lines.append(f"NodeName={n['name']} NodeAddr={n['ip']} CPUs=1 State=UNKNOWN")
-        lines.append("PartitionName=bench Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
-        with open(self.conf, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        self.env_vars = dict(self.env.env, SLURM_CONF=self.conf)
-        self.procs.append(subprocess.Popen(["slurmctld", "-D", "-i", "-f", self.conf],
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                           start_new_session=True))
-        for n, ns in zip(self.nodes, self.namespaces):
-            self.procs.append(subprocess.Popen(
-                ["nsenter", f"--net=/run/netns/{ns}", "slurmd", "-D", "-f", self.conf, "-N",
-                 n["name"]], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True))
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            out = subprocess.run(["sinfo", "-h", "-o", "%T %D"], capture_output=True, text=True,
-                                 env=self.env_vars).stdout.split()
-            if out[:2] == ["idle", str(len(self.nodes))]:
-                return
-            time.sleep(0.5)
-        raise BenchError(f"Slurm nodes not idle within 60 s (sinfo: {out}); logs in {d}/log")
-
-    def srun(self, names):
-        secs, _, _ = self.env.run(["srun", "-N", str(len(names)), "-w", ",".join(names), "true"],
-                                  env=self.env_vars)
-        return secs
-
-    def stop(self):
-        for p in self.procs:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in self.procs:
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-        if getattr(self, "sock", None):
-            subprocess.run(["munged", "--stop", f"--socket={self.sock}"], capture_output=True,
-                           timeout=30)
 
 
 class Ssh:
@@ -565,7 +471,8 @@ def main():
         results["relaunch"] = (rel, l0, load())
 
         # ---- exec latency vs N, all methods interleaved ----
-        slurm = Slurm(env, nodes, namespaces)
+        slurm = Slurm(env.workdir, nodes, env.env,
+                      [["nsenter", f"--net=/run/netns/{ns}"] for ns in namespaces])
         slurm.start()
         ssh = Ssh(env, cluster)
         bashrc_absent = ssh.bashrc_absent(ips)
@@ -574,7 +481,9 @@ def main():
             methods = {k: (lambda h=h, n=n: env.run([h, "exec", cluster, "--num-nodes", str(n),
                                                       "--", "true"])[0])
                        for k, h in herds.items()}
-            methods["srun"] = lambda: slurm.srun(gang_names)
+            methods["srun"] = lambda: env.run(["srun", "-N", str(len(gang_names)), "-w",
+                                               ",".join(gang_names), "true"],
+                                              env=slurm.env_vars)[0]
             methods["pdsh"] = lambda: ssh.pdsh(gang_ips)
             methods["ssh-CM"] = lambda: ssh.fan_out(gang_ips)
             for f in methods.values():

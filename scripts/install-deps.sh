@@ -9,7 +9,7 @@ PACKAGES=(
   libyaml-cpp-dev libssl-dev libprotobuf-dev protobuf-compiler libuv1-dev doctest-dev
   libsqlite3-dev libcli11-dev libcurl4-openssl-dev libpq-dev postgresql-15
   openssh-server openssh-client rsync iproute2 util-linux procps psmisc
-  python3 python3-torch pdsh systemd
+  python3 python3-torch pdsh systemd slurm-wlm munge
   clang-14 libfuzzer-14-dev
 )
 

@@ -79,7 +79,8 @@ class CheckCommand final : public Command {
     }
     ctx.out << "\n"
             << usable << " of " << env.All().size()
-            << " usable. Prices of local and ssh/<pool>: `prices:` in ~/.herd/config.yaml "
+            << " usable. Prices of local, ssh/<pool> and slurm/<cluster>: `prices:` in "
+               "~/.herd/config.yaml "
                "($0 when not listed).\n";
     return 0;
   }

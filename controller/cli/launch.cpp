@@ -32,7 +32,9 @@ class LaunchCommand final : public Command {
   CLI::App* Add(CLI::App& app) override {
     cmd_ = app.add_subcommand("launch", "provision a cluster (or reuse it) and run a task");
     cmd_->add_option("-c,--cluster", cluster_, "cluster name (default: a new name)");
-    cmd_->add_option("--infra", infra_, "local (default), ssh/<pool>, aws[/REGION[/ZONE]]");
+    cmd_->add_option(
+        "--infra", infra_,
+        "local (default), ssh/<pool>, aws[/REGION[/ZONE]], slurm[/CLUSTER[/PARTITION]]");
     AddTaskFlags(cmd_, flags_);
     cmd_->add_flag("-d,--detach-run", detach_, "do not stream the job's logs");
     cmd_->add_flag("-y,--yes", yes_, "do not ask");

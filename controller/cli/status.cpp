@@ -61,6 +61,7 @@ class StatusCommand final : public Command {
           for (const auto& [node, why] : h->second.down) lost.push_back(boost::json::string(node));
           o["head_answered"] = h->second.answered;
           if (!h->second.answered) o["head_error"] = h->second.error;
+          if (!h->second.allocation.empty()) o["allocation"] = h->second.allocation;
         }
         o["lost_nodes"] = std::move(lost);
         if (auto h = health.find(c.name); h != health.end() && !h->second.drained.empty()) {
@@ -95,6 +96,12 @@ class StatusCommand final : public Command {
     std::vector<std::string> hints;
     std::map<std::string, std::string> not_up;
     for (const auto& [name, h] : health) {
+      if (!h.allocation_alive) {
+        not_up[name] = "Slurm job " + h.allocation;
+        hints.push_back("Cluster " + name + ": " + h.error + "; `herd down " + name +
+                        "` removes it, `herd launch -c " + name + "` allocates it again.");
+        continue;
+      }
       if (!h.answered) {
         not_up[name] = "head not answering";
         hints.push_back("Cluster " + name + ": " + h.error + ".");

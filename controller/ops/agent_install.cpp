@@ -76,6 +76,28 @@ Result<BootstrapResult> BootstrapCluster(SshRunner& ssh, const ClusterRecord& c,
   return result;
 }
 
+Result<BootstrapResult> StartProviderAgents(Provider& provider, const ClusterRecord& c,
+                                            const ProgressFn& progress) {
+  HERD_ASSIGN_OR_RETURN(std::string herdlet, HerdletBinary());
+  std::vector<AgentFiles> files;
+  for (std::size_t i = 0; i < c.nodes.size(); ++i) {
+    const NodeRecord& n = c.nodes[i];
+    std::string dir = c.state_dir + "/nodes/" + n.name + "/certs";
+    // Always issued afresh: a new allocation may put the node on another machine and address.
+    HERD_RETURN_IF_ERROR(tls::IssueAgentCerts(c.certs_dir, n.name, {InternalIp(n)}, dir));
+    files.push_back({n.name, AgentConfigYaml(c, i), dir});
+  }
+  const int total = static_cast<int>(c.nodes.size());
+  Report(progress, "Starting agents in the allocation", 0, total);
+  HERD_RETURN_IF_ERROR(provider.StartAgents(c.name, c.state_dir + "/provider", herdlet, files));
+  Report(progress, "Starting agents in the allocation", total, total);
+  BootstrapResult result;
+  result.uploaded = total;
+  result.restarted = total;
+  result.agent_pids.assign(c.nodes.size(), 0);
+  return result;
+}
+
 Result<std::string> AgentStamp(const ClusterRecord& c) {
   HERD_ASSIGN_OR_RETURN(std::string herdlet, HerdletBinary());
   struct stat st {};

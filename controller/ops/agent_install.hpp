@@ -7,6 +7,7 @@
 
 #include "controller/bootstrap/agent_bootstrap.hpp"
 #include "controller/core/progress.hpp"
+#include "controller/provider/provider.hpp"
 #include "controller/ssh/ssh_runner.hpp"
 #include "controller/state/cluster_record.hpp"
 #include "shared/common/status.hpp"
@@ -20,6 +21,13 @@ std::string AgentConfigYaml(const controller::ClusterRecord& c, std::size_t i);
 Result<controller::BootstrapResult> BootstrapCluster(controller::SshRunner& ssh,
                                                      const controller::ClusterRecord& c,
                                                      const controller::ProgressFn& progress);
+
+// For a provider that starts the agents itself (Provider::StartsAgents: Slurm): issues missing
+// agent certificates as BootstrapCluster does and hands every node's config and certificates to
+// the provider. Every node counts as uploaded and restarted.
+Result<controller::BootstrapResult> StartProviderAgents(controller::Provider& provider,
+                                                        const controller::ClusterRecord& c,
+                                                        const controller::ProgressFn& progress);
 
 // What BootstrapCluster would install on c, as one hash: the local herdlet file's identity
 // (device, inode, size, modification time: a rebuilt or replaced binary changes it), the remote

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -60,6 +61,7 @@ Result<ClusterRecord> Lookup(ClusterStore& store, const std::string& name) {
 }
 
 bool IsAws(const std::string& infra) { return infra == "aws" || infra.rfind("aws/", 0) == 0; }
+bool IsSlurm(const std::string& infra) { return infra == "slurm" || infra.rfind("slurm/", 0) == 0; }
 
 // ControlPath sockets must fit sun_path: keep the directory short and per cluster.
 std::string ControlDirFor(const std::string& state_dir) {
@@ -166,9 +168,13 @@ Status ClusterOps::WaitAgents(const ClusterRecord& c, const ProgressFn& progress
           if (!up.count(n.name))
             missing += (missing.empty() ? "" : ", ") + n.name + " (" + n.ip + ")";
         }
-        last = Unavailable(std::to_string(alive) + " of " + std::to_string(total) +
-                           " agents registered; not registered: " + missing +
-                           " (its log: ~/.herd/agent/herdlet.log on the node)");
+        last =
+            Unavailable(std::to_string(alive) + " of " + std::to_string(total) +
+                        " agents registered; not registered: " + missing +
+                        (c.provider == "slurm"
+                             ? " (its log: herdlet.log in /tmp/herd-" + c.name +
+                                   "-<Slurm job>/<node>/ on the node)"
+                             : std::string(" (its log: ~/.herd/agent/herdlet.log on the node)")));
       } else {
         last = nodes.status();
       }
@@ -185,7 +191,15 @@ Status ClusterOps::WaitAgents(const ClusterRecord& c, const ProgressFn& progress
 Status ClusterOps::SyncFiles(const ClusterRecord& c, const Task& task, bool mounts,
                              const ProgressFn& progress) {
   SshRunner& ssh = *parts_.ssh;
-  auto targets = TargetsOf(c);
+  // Each machine once: a Slurm cluster's nodes are all reached through its login node.
+  std::vector<SshTarget> targets;
+  for (const auto& t : TargetsOf(c)) {
+    if (std::none_of(targets.begin(), targets.end(), [&](const SshTarget& u) {
+          return u.host == t.host && u.port == t.port && u.user == t.user;
+        })) {
+      targets.push_back(t);
+    }
+  }
   if (!task.workdir.empty()) {
     if (!fs::is_directory(task.workdir)) {
       return InvalidArgument("workdir: " + task.workdir + " is not a directory");
@@ -288,7 +302,10 @@ Result<LaunchResult> ClusterOps::Launch(const Task& task, const LaunchOptions& o
   } else {
     c.name = o.cluster;
     c.infra = infra.empty() ? "local" : infra;
-    c.provider = c.infra == "local" ? "local" : IsAws(c.infra) ? "aws" : "ssh";
+    c.provider = c.infra == "local" ? "local"
+                 : IsAws(c.infra)   ? "aws"
+                 : IsSlurm(c.infra) ? "slurm"
+                                    : "ssh";
     c.state_dir = ClusterDir(c.name);
     c.certs_dir = c.state_dir + "/certs";
     c.ssh_key_path = c.state_dir + "/ssh/id_ed25519";
@@ -307,8 +324,13 @@ Result<LaunchResult> ClusterOps::Launch(const Task& task, const LaunchOptions& o
   }
 
   bool ssh_ready = false;  // the provider just brought every node's sshd up and waited for it
-  if (fresh || c.status != ClusterStatus::kUp) {
-    HERD_ASSIGN_OR_RETURN(auto provider, parts_.providers(c.infra, &res));
+  std::unique_ptr<Provider> provider;
+  bool provisioned = false;
+  // Provisions (or starts) the nodes and records them.
+  auto provision = [&]() -> Status {
+    if (!provider) {
+      HERD_ASSIGN_OR_RETURN(provider, parts_.providers(c.infra, &res));
+    }
     ssh_ready = provider->SshReadyOnReturn();
     Report(o.progress, "Provisioning " + std::to_string(n) + " node(s) on " + c.infra, 0, n);
     std::vector<NodeHandle> handles;
@@ -320,7 +342,9 @@ Result<LaunchResult> ClusterOps::Launch(const Task& task, const LaunchOptions& o
         std::ifstream in(c.ssh_key_path + ".pub");
         std::getline(in, pub);
       }
-      ProvisionRequest req{c.name, n, c.state_dir + "/provider", pub};
+      // A Slurm cluster allocated again keeps as many nodes as it had.
+      const int want = c.provider == "slurm" ? std::max(n, static_cast<int>(c.nodes.size())) : n;
+      ProvisionRequest req{c.name, want, c.state_dir + "/provider", pub};
       HERD_ASSIGN_OR_RETURN(handles, provider->Provision(req));
     }
     c.nodes.clear();
@@ -339,7 +363,10 @@ Result<LaunchResult> ClusterOps::Launch(const Task& task, const LaunchOptions& o
     }
     HERD_RETURN_IF_ERROR(store->Put(c));
     Report(o.progress, "Provisioning " + std::to_string(n) + " node(s) on " + c.infra, n, n);
-  }
+    provisioned = true;
+    return Status::Ok();
+  };
+  if (fresh || c.status != ClusterStatus::kUp) HERD_RETURN_IF_ERROR(provision());
   HERD_RETURN_IF_ERROR(WriteSshConfig(c));
   LaunchResult result;
   // Relaunch of an UP cluster with nothing changed: its agents run what this launch would install
@@ -351,8 +378,17 @@ Result<LaunchResult> ClusterOps::Launch(const Task& task, const LaunchOptions& o
     if (stamp.ok() && *stamp == c.agents_stamp) head = ConnectIfAllAgentsAlive(c);
   }
   if (!head) {
-    if (!ssh_ready) HERD_RETURN_IF_ERROR(WaitSsh(c, o.progress));
-    HERD_ASSIGN_OR_RETURN(auto boot, BootstrapCluster(ssh, c, o.progress));
+    BootstrapResult boot;
+    if (c.provider == "slurm") {
+      // The agents run inside the allocation: one that ended (or an UP cluster whose agents are
+      // gone) is provisioned again (the provider keeps an allocation that still runs), then the
+      // provider starts the agents there.
+      if (!provisioned) HERD_RETURN_IF_ERROR(provision());
+      HERD_ASSIGN_OR_RETURN(boot, StartProviderAgents(*provider, c, o.progress));
+    } else {
+      if (!ssh_ready) HERD_RETURN_IF_ERROR(WaitSsh(c, o.progress));
+      HERD_ASSIGN_OR_RETURN(boot, BootstrapCluster(ssh, c, o.progress));
+    }
     c.status = ClusterStatus::kUp;  // ConnectHead needs it; only kept once the agents are up
     c.agent_version = "0.1.0";
     if (auto s = WaitAgents(c, o.progress); !s.ok()) {
@@ -547,16 +583,35 @@ Result<std::vector<ClusterRecord>> ClusterOps::List() {
 namespace {
 // The answer of a health question as its process writes it to the pipe: 'N' and a NodesReply, or
 // 'E' and why there is none.
+// A provider with a scheduler of its own (Slurm) is asked first: 'S', its state and a newline come
+// before the answer, and a cluster whose allocation ended is not asked further.
 std::string AskHead(ClusterOps& ops, const ClusterRecord& c) {
+  std::string prefix;
+  if (c.provider == "slurm") {
+    auto provider = ops.parts().providers(c.infra, nullptr);
+    if (!provider.ok()) return "E" + provider.status().message();
+    auto a = (*provider)->Allocation(c.name, c.state_dir + "/provider");
+    if (!a.ok()) return "E" + a.status().message();
+    if (a->known) {
+      prefix = "S" + a->state + "\n";
+      if (!a->alive) return prefix + "E" + a->detail;
+    }
+  }
   auto client = ops.ConnectHead(c);
-  if (!client.ok()) return "E" + client.status().message();
+  if (!client.ok()) return prefix + "E" + client.status().message();
   auto nodes = (*client)->Nodes();
-  if (!nodes.ok()) return "E" + nodes.status().message();
-  return "N" + nodes->SerializeAsString();
+  if (!nodes.ok()) return prefix + "E" + nodes.status().message();
+  return prefix + "N" + nodes->SerializeAsString();
 }
 
-ClusterHealth HealthFrom(const ClusterRecord& c, const std::string& answer) {
+ClusterHealth HealthFrom(const ClusterRecord& c, std::string answer) {
   ClusterHealth h;
+  if (!answer.empty() && answer[0] == 'S') {
+    std::size_t nl = answer.find('\n');
+    h.allocation = answer.substr(1, nl == std::string::npos ? std::string::npos : nl - 1);
+    h.allocation_alive = h.allocation == "RUNNING";
+    answer = nl == std::string::npos ? "" : answer.substr(nl + 1);
+  }
   herd::v1::NodesReply reply;
   if (answer.empty() || answer[0] != 'N' || !reply.ParseFromString(answer.substr(1))) {
     h.error = answer.size() > 1 && answer[0] == 'E' ? answer.substr(1) : "no answer";

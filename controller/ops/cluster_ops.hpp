@@ -113,6 +113,10 @@ struct ClusterHealth {
   std::vector<std::pair<std::string, std::string>> down;
   // Nodes drained (no new jobs; `herd nodes --undrain`), with the reason: the cluster stays UP.
   std::vector<std::pair<std::string, std::string>> drained;
+  // A Slurm cluster's allocation as squeue shows it ("RUNNING", "TIMEOUT", "PREEMPTED", ...; ""
+  // for other providers). When it is not RUNNING the head is not asked and error says why.
+  std::string allocation{};
+  bool allocation_alive = true;
 };
 
 class ClusterOps {

@@ -10,6 +10,7 @@
 #include "controller/ops/node_targets.hpp"
 #include "controller/provider/aws_provider.hpp"
 #include "controller/provider/local_provider.hpp"
+#include "controller/provider/slurm_provider.hpp"
 #include "controller/provider/ssh_pool_provider.hpp"
 #include "controller/ssh/kept_forward.hpp"
 #include "controller/state/cluster_lock.hpp"
@@ -75,9 +76,18 @@ Result<std::unique_ptr<Provider>> MakeSystemProvider(const std::string& infra,
     return std::unique_ptr<Provider>(
         new AwsProvider(std::move(spec), nullptr, SystemGetenv, "", note));
   }
+  if (IsSlurmInfra(infra)) {
+    SlurmDemand demand;
+    if (res != nullptr) {
+      demand = {res->accelerator, res->accelerator_count, res->cpus.value_or(0),
+                res->memory_gb.value_or(0)};
+    }
+    return std::unique_ptr<Provider>(
+        new SlurmProvider(infra, std::move(demand), std::make_shared<OpenSshRunner>()));
+  }
   return InvalidArgument("infra '" + infra +
-                         "' is not available: herd provides 'local', 'ssh/<pool>' and "
-                         "'aws[/REGION[/ZONE]]'");
+                         "' is not available: herd provides 'local', 'ssh/<pool>', "
+                         "'aws[/REGION[/ZONE]]' and 'slurm[/CLUSTER[/PARTITION]]'");
 }
 
 Result<std::unique_ptr<HeadApi>> SshHeadConnector::Connect(const ClusterRecord& c, bool start_mux) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "controller/provider/aws_provider.hpp"
+#include "controller/provider/slurm_config.hpp"
 #include "controller/provider/ssh_pool_provider.hpp"
 #include "shared/common/file_util.hpp"
 
@@ -48,6 +49,11 @@ std::vector<InfraState> Environment::All() const {
   std::vector<InfraState> out{local};
   out.insert(out.end(), ssh_pools.begin(), ssh_pools.end());
   out.push_back(aws);
+  if (slurm_clusters.empty()) {
+    out.push_back({"slurm", false, slurm_note});
+  } else {
+    out.insert(out.end(), slurm_clusters.begin(), slurm_clusters.end());
+  }
   return out;
 }
 
@@ -56,6 +62,13 @@ const InfraState* Environment::Find(const std::string& infra) const {
   if (infra == "aws" || infra.rfind("aws/", 0) == 0) return &aws;
   for (const auto& p : ssh_pools) {
     if (p.infra == infra) return &p;
+  }
+  if (controller::IsSlurmInfra(infra)) {
+    auto where = controller::ParseSlurmInfra(infra);
+    if (!where.ok()) return nullptr;
+    for (const auto& c : slurm_clusters) {
+      if (where->cluster.empty() || c.infra == "slurm/" + where->cluster) return &c;
+    }
   }
   return nullptr;
 }
@@ -82,11 +95,13 @@ Result<std::map<std::string, double>> LoadInfraPrices(const std::string& file) {
   }
   for (const auto& kv : prices) {
     std::string key = kv.first.Scalar();
-    bool known = key == "local" || (key.rfind("ssh/", 0) == 0 && key.size() > 4);
+    bool known = key == "local" || (key.rfind("ssh/", 0) == 0 && key.size() > 4) ||
+                 (key.rfind("slurm/", 0) == 0 && key.size() > 6);
     if (!known) {
-      return InvalidArgument(where(kv.first.Mark()) + "prices." + key +
-                             ": only local and ssh/<pool> are priced here (clouds are priced by "
-                             "their catalogs)");
+      return InvalidArgument(
+          where(kv.first.Mark()) + "prices." + key +
+          ": only local, ssh/<pool> and slurm/<cluster> are priced here (clouds are priced by "
+          "their catalogs)");
     }
     double v = -1;
     try {
@@ -132,6 +147,20 @@ Result<Environment> ProbeEnvironment(const controller::GetenvFn& getenv,
       }
       if (pools->empty()) env.ssh_pools_note = "no SSH node pools in " + pools_file;
     }
+  }
+
+  const std::string slurm_file = controller::DefaultSlurmConfigFile();
+  auto slurm = controller::LoadSlurmConfig(slurm_file);
+  if (!slurm.ok()) {
+    env.slurm_note = slurm.status().message();
+  } else {
+    for (const auto& c : *slurm) {
+      env.slurm_clusters.push_back({"slurm/" + c.name, true,
+                                    "login node " + (c.user.empty() ? "" : c.user + "@") +
+                                        c.hostname + ":" + std::to_string(c.port) + " in " +
+                                        slurm_file});
+    }
+    if (slurm->empty()) env.slurm_note = "no Slurm clusters (no Host line) in " + slurm_file;
   }
 
   env.aws.infra = "aws";

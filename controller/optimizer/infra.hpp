@@ -1,6 +1,7 @@
 // Which infra herd can use on this machine, and why not (`herd check` with no task, and the
 // optimizer's candidate list): local (the embedded provider: sshd, plus root and `ip netns` for
-// namespace nodes), each SSH node pool of ~/.herd/ssh_node_pools.yaml, and AWS (credentials found
+// namespace nodes), each SSH node pool of ~/.herd/ssh_node_pools.yaml, each Slurm cluster of
+// ~/.slurm/config (controller/provider/slurm_config.hpp), and AWS (credentials found
 // by the standard chain; nothing is sent to AWS). Also the per-node prices of infra that the
 // user prices themselves, from the `prices:` section of ~/.herd/config.yaml:
 //
@@ -32,12 +33,17 @@ struct Environment {
   std::vector<InfraState> ssh_pools;  // in the pools file's order; empty without a file
   std::string ssh_pools_note;         // why there are none ("no file ~/.herd/ssh_node_pools.yaml")
   InfraState aws;
+  // Each cluster of ~/.slurm/config ("slurm/<cluster>"), in the file's order; usable when listed
+  // (whether its login node answers is found at launch: nothing is sent here).
+  std::vector<InfraState> slurm_clusters;
+  std::string slurm_note;  // why there are none ("no file ~/.slurm/config")
   std::string aws_region;  // the configured region ("" = none): preferred among equal prices
   std::map<std::string, double> prices;  // infra -> USD per node per hour (prices:)
 
   // Every infra in the order `herd check` lists them.
   std::vector<InfraState> All() const;
-  // The state of "local", "ssh/<pool>" or "aws..." (nullptr for an infra herd does not know).
+  // The state of "local", "ssh/<pool>", "aws..." or "slurm[/<cluster>[/<partition>]]" (nullptr for
+  // an infra herd does not know).
   const InfraState* Find(const std::string& infra) const;
 };
 

@@ -11,6 +11,7 @@
 
 #include "controller/core/table.hpp"
 #include "controller/provider/aws_provider.hpp"
+#include "controller/provider/slurm_config.hpp"
 #include "controller/task/resource_values.hpp"
 #include "shared/common/limits.hpp"
 
@@ -249,10 +250,21 @@ Result<Plan> PlanTask(const task::Task& task, const Environment& env, const Cata
       }
     } else if (IsAwsInfra(infra)) {
       HERD_RETURN_IF_ERROR(e.Aws(r, alt, infra, true));
+    } else if (controller::IsSlurmInfra(infra)) {
+      // A Slurm cluster of ~/.slurm/config (the first for plain `slurm`), its partition kept;
+      // sinfo at launch says whether the partition has the GPUs.
+      HERD_ASSIGN_OR_RETURN(auto where, controller::ParseSlurmInfra(infra));
+      const InfraState* s = env.Find(infra);
+      InfraState named = s ? *s : InfraState{infra, false, env.slurm_note};
+      if (s == nullptr && !where.cluster.empty() && !env.slurm_clusters.empty()) {
+        named.reason = "no Slurm cluster " + where.cluster + " in ~/.slurm/config";
+      }
+      if (s != nullptr && !where.partition.empty()) named.infra += "/" + where.partition;
+      e.Existing(named, r, alt, true);
     } else {
       return InvalidArgument("infra '" + infra +
-                             "' is not available: herd provides 'local', 'ssh/<pool>' and "
-                             "'aws[/REGION[/ZONE]]'");
+                             "' is not available: herd provides 'local', 'ssh/<pool>', "
+                             "'aws[/REGION[/ZONE]]' and 'slurm[/CLUSTER[/PARTITION]]'");
     }
     for (const auto& w : why_not) {
       problems.push_back(plan.alternatives.size() > 1 ? Wants(r) + ": " + w : w);

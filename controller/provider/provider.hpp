@@ -32,6 +32,22 @@ struct ProvisionRequest {
   std::string ssh_public_key;  // the cluster key's .pub contents, the only key authorised
 };
 
+// What a provider that starts the agents itself (StartsAgents) installs for one node: the node's
+// herdlet.yaml and the directory with its ca.crt, agent.crt and agent.key.
+struct AgentFiles {
+  std::string node;  // the NodeHandle's name
+  std::string config_yaml;
+  std::string certs_dir;
+};
+
+// What a provider with a scheduler of its own (Slurm) says of the cluster's machines now.
+struct AllocationState {
+  bool known = false;  // false: the provider has no such view (every provider but slurm)
+  bool alive = true;   // the machines are still the cluster's
+  std::string state;   // the scheduler's word: "RUNNING", "TIMEOUT", "PREEMPTED", "ENDED", ...
+  std::string detail;  // one line for the user when not alive
+};
+
 class Provider {
  public:
   virtual ~Provider();
@@ -55,6 +71,16 @@ class Provider {
   // wait for SSH (an `ssh true` per node) and the bootstrap's first session opens the connection.
   // False by default: a cloud VM or a pool host may still be booting.
   virtual bool SshReadyOnReturn() const { return false; }
+  // True when the nodes cannot be reached by SSH one by one and the provider starts herdlet on
+  // them itself (StartAgents) instead of the controller's bootstrap over SSH. False by default.
+  virtual bool StartsAgents() const { return false; }
+  // Installs and starts herdlet on every node of the provisioned cluster (one AgentFiles per node,
+  // in Provision's order); returns once they were started, not once they registered.
+  virtual Status StartAgents(const std::string& cluster, const std::string& state_dir,
+                             const std::string& herdlet_path, const std::vector<AgentFiles>& files);
+  // What the provider's scheduler says of the cluster's machines; known = false by default.
+  virtual Result<AllocationState> Allocation(const std::string& cluster,
+                                             const std::string& state_dir);
 };
 
 }  // namespace herd::controller

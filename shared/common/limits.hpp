@@ -641,4 +641,28 @@ static_assert(kRetryUntilUpBackoffInitial * 4 <= kRetryUntilUpBackoffMax,
 static_assert(kManagedLaunchRetryWait <= kRetryUntilUpBackoffMax,
               "a managed job's retry waits no longer than a user's -r");
 
+// ---- Slurm as infra (controller/provider/slurm_*) -----------------------------------------------
+// Each command herd runs on a Slurm login node over SSH (sinfo, sbatch, squeue, sbcast, scancel):
+// the SSH connect (kSshConnectTimeout) plus the Slurm command itself.
+inline constexpr Duration kSlurmCommandTimeout = kSshConnectTimeout + 30s;
+// A submitted allocation must be RUNNING on every node within this; one still PENDING then is
+// cancelled (scancel) and the launch fails with squeue's reason.
+inline constexpr Duration kSlurmAllocationWait = 300s;
+// How often squeue is asked while waiting for the allocation to start, or to end after scancel.
+inline constexpr Duration kSlurmPoll = 1s;
+// The allocation's batch script waits this long on each node for the agent's files (sbcast by the
+// controller once the allocation runs) and otherwise ends, releasing the nodes: a controller that
+// died mid-launch leaves no allocation behind for longer.
+inline constexpr Duration kSlurmAgentFilesWait = 600s;
+// `herd down`: after scancel, the job must have left squeue within this.
+inline constexpr Duration kSlurmCancelWait = 120s;
+// `herd status`: the squeue of a Slurm cluster, leaving the rest of kStatusHeadTimeout to its head.
+inline constexpr Duration kSlurmStatusQueryTimeout = 2s;
+static_assert(kSlurmStatusQueryTimeout < kStatusHeadTimeout,
+              "status asks squeue and the head within the head's budget");
+static_assert(kSlurmAllocationWait < kSlurmAgentFilesWait,
+              "a batch script outlives the controller's wait for its start");
+static_assert(kSlurmPoll * 10 <= kSlurmCancelWait && kSlurmPoll * 10 <= kSlurmAllocationWait,
+              "several squeue polls fit in each wait");
+
 }  // namespace herd::limits

@@ -306,8 +306,22 @@ TEST_CASE("unknown accelerator and unusable infra are named clearly") {
   Plan named = MustPlan("resources:\n  accelerators: A100:8\n", Env(true, false), {"aws", 0});
   CHECK_FALSE(named.Chosen().usable);
   CHECK(PlanError("resources:\n  infra: k8s/ctx\n") ==
-        "infra 'k8s/ctx' is not available: herd provides 'local', 'ssh/<pool>' and "
-        "'aws[/REGION[/ZONE]]'");
+        "infra 'k8s/ctx' is not available: herd provides 'local', 'ssh/<pool>', "
+        "'aws[/REGION[/ZONE]]' and 'slurm[/CLUSTER[/PARTITION]]'");
+}
+
+TEST_CASE("slurm: a cluster of ~/.slurm/config, its partition kept; an unknown one named") {
+  Environment e = Env();
+  e.slurm_clusters = {{"slurm/lab", true, "login node"}, {"slurm/big", true, "login node"}};
+  Plan p = MustPlan("resources:\n  accelerators: L4:2\n", e, {"slurm/big/gpu", 0});
+  CHECK(p.Chosen().infra == "slurm/big/gpu");
+  CHECK(p.Chosen().usable);
+  CHECK(*p.Chosen().cost == 0);
+  CHECK(MustPlan("resources:\n  infra: slurm\n", e).Chosen().infra == "slurm/lab");
+  Plan unknown = MustPlan("resources:\n  infra: slurm/nope\n", e);
+  CHECK_FALSE(unknown.Chosen().usable);
+  CHECK(unknown.Chosen().why_unusable == "no Slurm cluster nope in ~/.slurm/config");
+  CHECK(e.Find("slurm/big/gpu") == &e.slurm_clusters[1]);
 }
 
 TEST_CASE("the Considered resources table: SkyPilot's columns, the chosen row marked") {
@@ -380,7 +394,8 @@ TEST_CASE("prices: section of config.yaml; mistakes named at file:line:col") {
   std::ofstream(file) << "prices:\n  aws: 1\n";
   CHECK(LoadInfraPrices(file).status().message() ==
         file +
-            ":2:3: prices.aws: only local and ssh/<pool> are priced here (clouds are priced "
+            ":2:3: prices.aws: only local, ssh/<pool> and slurm/<cluster> are priced here "
+            "(clouds are priced "
             "by their catalogs)");
   std::ofstream(file) << "prices:\n  local: cheap\n";
   CHECK(LoadInfraPrices(file).status().message() ==

@@ -1,0 +1,252 @@
+"""Slurm as infra (`infra: slurm/CLUSTER/PARTITION`) through the CLI against a real Slurm
+(slurm_cluster.py): three namespace hosts made by herd_test_hosts, the login node (its sshd, and
+slurmctld in its network namespace) and two compute nodes, each slurmd in its node's network,
+mount and UTS namespaces (its own hostname and home: no shared home with the login node, so the
+agent has to come by sbcast), each node with two L4 GPUs declared as GRES. ~/.slurm/config names
+the login node. Covers: a 2-node launch (SKYPILOT_* variables, GPUs), exec reusing the allocation,
+status following squeue, scancel from outside, a relaunch that allocates again, down leaving
+nothing, and the bad input of issue 23 (a login node that does not answer, a partition the cluster
+lacks, a GRES the partition lacks, an sbatch refused)."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from herd_env import HerdEnvTestCase, netns_available, pids_by_cmdline, wait_for  # noqa: E402
+from slurm_cluster import Slurm  # noqa: E402
+
+HOSTS = os.environ.get("TEST_HOSTS", "herd_test_hosts")
+HOSTS_NAME = "hslurm"
+CLUSTER = "hsl"
+
+
+def herdlets():
+    """herdlets started by an allocation of the test's clusters (/tmp/herd-<cluster>-<job>)."""
+    return pids_by_cmdline(lambda argv: argv[0].startswith(f"/tmp/herd-{CLUSTER}".encode()))
+
+
+def slurm_available():
+    return all(shutil.which(t) for t in ("slurmctld", "slurmd", "munged", "sbatch", "nsenter"))
+
+
+@unittest.skipUnless(netns_available(), "needs root and ip netns")
+@unittest.skipUnless(slurm_available(), "needs slurm-wlm and munge (scripts/install-deps.sh)")
+class SlurmTest(HerdEnvTestCase):
+    ENV_PREFIX = "slurm"
+
+    @classmethod
+    def prepare_env(cls):
+        cls.slurm = None
+        cls.slurm_root = None
+        cls.hosts_state = os.path.join(cls.h.dir, "hosts")
+        cls.key = os.path.join(cls.h.dir, "login_key")
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", cls.key], check=True)
+        p = subprocess.run([HOSTS, "up", HOSTS_NAME, "3", cls.hosts_state, cls.key + ".pub"],
+                           capture_output=True, text=True)
+        cls.hosts_up = True
+        if p.returncode != 0:
+            raise AssertionError(p.stderr)
+        cls.ips = p.stdout.split()
+        names = [f"{HOSTS_NAME}-head", f"{HOSTS_NAME}-worker1", f"{HOSTS_NAME}-worker2"]
+        node_dir = os.path.join(cls.hosts_state, "nodes")
+
+        def sshd_pid(name):
+            with open(os.path.join(node_dir, name, "sshd.pid")) as f:
+                return f.read().strip()
+
+        # Slurm's state lives outside the env's directory, which goes before Slurm is stopped
+        # (`herd down` of the clusters needs it). Slurm's commands on the login node find this
+        # cluster's slurm.conf (and munge socket).
+        cls.slurm_root = tempfile.mkdtemp(prefix="herd-slurmd-")
+        slurm_dir = os.path.join(cls.slurm_root, "slurm")
+        with open(os.path.join(node_dir, names[0], "home", ".bashrc"), "w") as f:
+            f.write(f"export SLURM_CONF={slurm_dir}/slurm.conf\n")
+        cls.compute = [{"name": n, "ip": ip} for n, ip in zip(names[1:], cls.ips[1:])]
+        cls.slurm = Slurm(
+            cls.slurm_root, cls.compute, dict(os.environ),
+            [["nsenter", "--target", sshd_pid(n["name"]), "--net", "--mount", "--uts"]
+             for n in cls.compute],
+            ctl_wrapper=["nsenter", f"--net=/run/netns/herd-{HOSTS_NAME}-0"], ctl_ip=cls.ips[0],
+            gres={"type": "L4", "count": 2},
+            partitions={"gpu": [n["name"] for n in cls.compute],
+                        "small": [cls.compute[0]["name"]]},
+            cluster_name="herdtest", cpus_per_node=2)
+        cls.slurm.start()
+        os.makedirs(os.path.join(cls.h.home, ".slurm"))
+        with open(os.path.join(cls.h.home, ".slurm", "config"), "w") as f:
+            f.write(f"Host testcluster\n  HostName {cls.ips[0]}\n  User root\n"
+                    f"  IdentityFile {cls.key}\n"
+                    # A login node that does not answer: nothing listens on that port.
+                    f"Host deadcluster\n  HostName {cls.ips[0]}\n  Port 9\n  User root\n"
+                    f"  IdentityFile {cls.key}\n")
+
+    @classmethod
+    def close_env(cls):
+        try:
+            super().close_env()
+        finally:
+            try:
+                if cls.slurm is not None:
+                    cls.slurm.stop()
+            finally:
+                subprocess.run([HOSTS, "down", HOSTS_NAME, cls.hosts_state])
+                if cls.slurm_root:
+                    shutil.rmtree(cls.slurm_root, ignore_errors=True)
+
+    @classmethod
+    def check_nothing_left(cls):
+        assert herdlets() == [], "herdlet left running"
+
+    def jobs(self, *states):
+        """(id, name, state) of this Slurm's jobs; only those in `states` when given."""
+        argv = ["squeue", "-h", "-o", "%i|%j|%T"]
+        if states:
+            argv += ["-t", ",".join(states)]
+        out = self.slurm.run(argv).stdout
+        return [tuple(line.split("|")) for line in out.split("\n") if line.strip()]
+
+    def status(self):
+        return {c["name"]: c for c in json.loads(self.h.herd("status", "-o", "json").stdout)}
+
+    def test_a_launch_exec_status_scancel_relaunch_down(self):
+        p = self.h.herd("launch", "-c", CLUSTER, "--infra", "slurm/testcluster/gpu",
+                        "--num-nodes", "2", "--gpus", "L4:1", "-y", "--",
+                        "echo", "rank", "$SKYPILOT_NODE_RANK", "of", "$SKYPILOT_NUM_NODES",
+                        "on", "$(hostname)", "ips", "$(echo $SKYPILOT_NODE_IPS)", "gpus",
+                        "$CUDA_VISIBLE_DEVICES", timeout=240)
+        out = p.stdout.decode()
+        ips = " ".join(sorted(self.ips[1:], key=lambda a: tuple(int(x) for x in a.split("."))))
+        self.assertIn(f"rank 0 of 2 on {HOSTS_NAME}-worker1 ips {ips} gpus 0\n", out)
+        self.assertIn(f"rank 1 of 2 on {HOSTS_NAME}-worker2 ips {ips} gpus 0\n", out)
+        running = self.jobs("R")
+        self.assertEqual(len(running), 1, running)
+        job, name, _ = running[0]
+        self.assertEqual(name, f"herd-{CLUSTER}")
+        c = self.status()[CLUSTER]
+        self.assertEqual(c["status"], "UP")
+        self.assertEqual(c["infra"], "slurm/testcluster/gpu")
+        self.assertEqual(c.get("allocation"), "RUNNING")
+
+        # exec reuses the allocation: no new job.
+        p = self.h.herd("exec", CLUSTER, "--num-nodes", "2", "--", "echo", "again",
+                        "$SKYPILOT_NODE_RANK")
+        self.assertIn(b"again 0\n", p.stdout)
+        self.assertIn(b"again 1\n", p.stdout)
+        self.assertEqual([j[0] for j in self.jobs()], [job])
+        # logs and cancel, as on any cluster.
+        p = self.h.herd("logs", CLUSTER, "2", "--no-follow")
+        self.assertIn(b"again 1\n", p.stdout)
+        p = self.h.herd("exec", CLUSTER, "-d", "--", "sleep", "300")
+        p = self.h.herd("cancel", CLUSTER, "3", "-y")
+        self.assertTrue(wait_for(  # 103: cancelled
+            lambda: self.h.herd("logs", CLUSTER, "3", "--status", check=False).returncode == 103,
+            timeout=30))
+
+        # The allocation cancelled from outside: status says so.
+        self.slurm.run(["scancel", job])
+        self.assertTrue(wait_for(lambda: not self.jobs("R", "CG"), timeout=60))
+        c = self.status()[CLUSTER]
+        self.assertNotEqual(c["status"], "UP")
+        self.assertEqual(c.get("allocation"), "CANCELLED")
+        text = self.h.herd("status").stdout.decode()
+        self.assertIn("Slurm job CANCELLED", text)
+        self.assertIn("it was cancelled (scancel)", text)
+
+        # Launching again allocates again.
+        p = self.h.herd("launch", "-c", CLUSTER, "--num-nodes", "2", "-y", "--", "echo", "back",
+                        "on", "$SKYPILOT_NUM_NODES", timeout=240)
+        self.assertEqual(p.stdout.count(b"back on 2\n"), 2)
+        running = self.jobs("R")
+        self.assertEqual(len(running), 1, running)
+        self.assertNotEqual(running[0][0], job)
+        self.assertEqual(self.status()[CLUSTER]["status"], "UP")
+
+        # An allocation cannot be stopped; the cluster stays UP.
+        p = self.h.herd("stop", CLUSTER, "-y", check=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn(b"is a Slurm allocation, which cannot be stopped", p.stderr)
+        self.assertEqual(self.status()[CLUSTER]["status"], "UP")
+
+        # down: scancel, nothing left in squeue, on the login node or on the nodes.
+        self.h.herd("down", CLUSTER, "-y")
+        self.assertEqual(self.jobs("PD", "R", "CG", "CF", "S"), [])
+        self.assertNotIn(CLUSTER, self.status())
+        login_files = os.path.join(self.hosts_state, "nodes", f"{HOSTS_NAME}-head", "home",
+                                   ".herd", "slurm")
+        self.assertEqual(os.listdir(login_files) if os.path.isdir(login_files) else [], [])
+        self.assertTrue(wait_for(lambda: herdlets() == [], timeout=30))
+        self.assertEqual([f for f in os.listdir("/tmp") if f.startswith(f"herd-{CLUSTER}-")], [])
+
+    def bad_launch(self, name, *args):
+        p = self.h.herd("launch", "-c", name, *args, "-y", "--", "true", check=False,
+                        timeout=120)
+        err = p.stderr.decode().strip()
+        self.assertNotEqual(p.returncode, 0)
+        # Nothing allocated, and the failed cluster goes with `down`.
+        self.assertEqual(self.jobs("PD", "R", "CG", "CF"), [])
+        self.h.herd("down", name, "-y", check=False)
+        return p.returncode, err.splitlines()[-1] if err else ""
+
+    def test_b_bad_input(self):
+        out = self.h.herd("check").stdout.decode()
+        self.assertRegex(out, rf"\nslurm/testcluster +yes +login node root@{self.ips[0]}:22 in ")
+        self.assertRegex(out, r"\nslurm/deadcluster +yes +")
+
+        code, line = self.bad_launch("hslbad1", "--infra", "slurm/deadcluster")
+        self.assertEqual(code, 1)
+        self.assertIn("slurm cluster deadcluster login node", line)
+        self.assertIn("does not answer", line)
+
+        code, line = self.bad_launch("hslbad2", "--infra", "slurm/testcluster/nope")
+        self.assertEqual(code, 2)
+        self.assertIn("Slurm cluster testcluster has no partition nope (partitions: gpu, small)",
+                      line)
+
+        code, line = self.bad_launch("hslbad3", "--infra", "slurm/testcluster/gpu", "--gpus",
+                                     "H100:1")
+        self.assertEqual(code, 2)
+        self.assertIn("partition gpu of Slurm cluster testcluster has no GPU H100 (its GRES: "
+                      "gpu:L4:2)", line)
+
+        # sinfo cannot tell: sbatch refuses more memory per node than the nodes have ...
+        code, line = self.bad_launch("hslbad4", "--infra", "slurm/testcluster/gpu", "--memory",
+                                     "1000")
+        self.assertEqual(code, 2)
+        self.assertEqual(line, "herd: Slurm cluster testcluster refused the allocation (sbatch): "
+                               "Memory specification can not be satisfied; Batch job submission "
+                               "failed: Requested node configuration is not available")
+
+        # ... and takes 2 nodes of a 1-node partition, which can never start: cancelled at once.
+        code, line = self.bad_launch("hslbad5", "--infra", "slurm/testcluster/small",
+                                     "--num-nodes", "2")
+        self.assertEqual(code, 2)
+        self.assertRegex(line, r"^herd: Slurm cluster testcluster cannot run the allocation: "
+                               r"job \d+ is PENDING \(PartitionConfig\)$")
+
+        code, line = self.bad_launch("hslbad6", "--infra", "slurm/nosuch")
+        self.assertIn("no Slurm cluster nosuch", line)
+
+    def test_c_managed_job(self):
+        task = os.path.join(self.h.dir, "managed.yaml")
+        with open(task, "w") as f:
+            f.write("name: hslmj\nnum_nodes: 2\nresources:\n  infra: slurm/testcluster/gpu\n"
+                    "run: echo managed rank $SKYPILOT_NODE_RANK of $SKYPILOT_NUM_NODES\n")
+        p = self.h.herd("jobs", "launch", "-y", task, check=False, timeout=240)
+        self.assertEqual(p.returncode, 0, p.stderr.decode()[-2000:])
+        job_id = re.search(rb"Managed job ID: (\d+)", p.stdout).group(1).decode()
+        out = self.h.herd("jobs", "logs", job_id, check=False).stdout
+        self.assertIn(b"managed rank 0 of 2\n", out)
+        self.assertIn(b"managed rank 1 of 2\n", out)
+        # The job's cluster went with it: no allocation left.
+        self.assertTrue(wait_for(lambda: self.jobs("PD", "R", "CG", "CF") == [], timeout=60))
+        self.assertEqual([c for c in self.status() if c.startswith("hslmj")], [])
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
