@@ -285,6 +285,34 @@ void AddTaskFlags(CLI::App* cmd, TaskFlags& f) {
   cmd->add_option("--cpus", f.cpus, "CPUs per node, e.g. 8 or 8+");
   cmd->add_option("--memory", f.memory, "memory per node in GB, e.g. 32+");
   cmd->add_option("-n,--name", f.name, "job name");
+  cmd->add_option("--workdir", f.workdir,
+                  "a local directory synced to ~/sky_workdir (overrides the task's)");
+}
+
+void AddLaunchFlags(CLI::App* cmd, TaskFlags& f) {
+  cmd->add_flag("--use-spot", f.use_spot, "spot instances (overrides the task)");
+  cmd->add_option("--instance-type", f.instance_type, "an instance type, e.g. p5.48xlarge");
+  cmd->add_option("--disk-size", f.disk_size, "disk size per node: GB (256) or with a unit (1TB)");
+  cmd->add_option("--ports", f.ports, "a port or range to open (8080, 10000-10100); repeatable")
+      ->allow_extra_args(false);
+  cmd->add_option("--region", f.region, "AWS region (infra aws/REGION)");
+  cmd->add_option("--zone", f.zone, "AWS zone (infra aws/REGION/ZONE)");
+}
+
+Status ApplyTaskFlags(const TaskFlags& f, task::Task& t) {
+  if (f.num_nodes > 0) t.num_nodes = f.num_nodes;
+  if (!f.gpus.empty()) HERD_RETURN_IF_ERROR(task::ApplyAcceleratorFlag(f.gpus, t.resources));
+  if (!f.cpus.empty()) HERD_RETURN_IF_ERROR(task::ApplyCpusFlag(f.cpus, t.resources));
+  if (!f.memory.empty()) HERD_RETURN_IF_ERROR(task::ApplyMemoryFlag(f.memory, t.resources));
+  if (!f.name.empty()) HERD_RETURN_IF_ERROR(task::ApplyNameFlag(f.name, t));
+  if (!f.workdir.empty()) HERD_RETURN_IF_ERROR(task::ApplyWorkdirFlag(f.workdir, t));
+  if (f.use_spot) task::ApplyUseSpotFlag(t.resources);
+  if (!f.instance_type.empty()) {
+    HERD_RETURN_IF_ERROR(task::ApplyInstanceTypeFlag(f.instance_type, t.resources));
+  }
+  if (!f.disk_size.empty()) HERD_RETURN_IF_ERROR(task::ApplyDiskSizeFlag(f.disk_size, t.resources));
+  if (!f.ports.empty()) HERD_RETURN_IF_ERROR(task::ApplyPortsFlag(f.ports, t.resources));
+  return task::ApplyRegionZoneFlags(f.region, f.zone, t.resources);
 }
 
 // The positional arguments are a task YAML or a command (SkyPilot's rule).
@@ -317,11 +345,7 @@ Result<task::Pipeline> BuildTasks(const std::vector<std::string>& args, const Ta
     p.tasks.push_back(std::move(t));
   }
   for (task::Task& t : p.tasks) {
-    if (f.num_nodes > 0) t.num_nodes = f.num_nodes;
-    if (!f.gpus.empty()) HERD_RETURN_IF_ERROR(task::ApplyAcceleratorFlag(f.gpus, t.resources));
-    if (!f.cpus.empty()) HERD_RETURN_IF_ERROR(task::ApplyCpusFlag(f.cpus, t.resources));
-    if (!f.memory.empty()) HERD_RETURN_IF_ERROR(task::ApplyMemoryFlag(f.memory, t.resources));
-    if (!f.name.empty()) HERD_RETURN_IF_ERROR(task::ApplyNameFlag(f.name, t));
+    HERD_RETURN_IF_ERROR(ApplyTaskFlags(f, t));
     // The file's own spec was measured by the parser; a command or flags change it.
     HERD_RETURN_IF_ERROR(task::CheckSpecSize(t, yaml ? first : "<command>"));
   }

@@ -95,9 +95,17 @@ int FollowJob(CliContext& ctx, controller::HeadApi& client, const std::string& c
 struct TaskFlags {
   std::vector<std::string> envs, env_files, secrets;
   int num_nodes = 0;
-  std::string gpus, cpus, memory, name;
+  std::string gpus, cpus, memory, name, workdir;
+  // Where and on what the task's cluster is made (AddLaunchFlags: launch and jobs launch).
+  bool use_spot = false;
+  std::string instance_type, disk_size, region, zone;
+  std::vector<std::string> ports;
 };
 void AddTaskFlags(CLI::App* cmd, TaskFlags& f);
+// --use-spot, --instance-type, --disk-size, --ports, --region, --zone (SkyPilot's launch flags).
+void AddLaunchFlags(CLI::App* cmd, TaskFlags& f);
+// What the flags say, applied to a task built without BuildTask (launch with no task).
+Status ApplyTaskFlags(const TaskFlags& f, task::Task& t);
 // The positional arguments are a task YAML or a command (SkyPilot's rule). A file of several
 // tasks (a pipeline) is refused: only `herd launch` runs those (BuildPipeline).
 Result<task::Task> BuildTask(const std::vector<std::string>& args, const TaskFlags& f);

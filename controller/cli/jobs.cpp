@@ -22,6 +22,7 @@ class JobsCommand final : public Command {
     launch_ = cmd_->add_subcommand("launch", "start a managed job");
     launch_->add_option("--infra", infra_, "local (default), ssh/<pool>, aws[/REGION[/ZONE]]");
     AddTaskFlags(launch_, flags_);
+    AddLaunchFlags(launch_, flags_);
     launch_->add_flag("-d,--detach-run", detach_, "do not stream the job's logs");
     launch_->add_flag("-y,--yes", yes_, "do not ask");
     launch_->add_option("args", launch_args_, "TASK.yaml, or a command after --");

@@ -36,6 +36,7 @@ class LaunchCommand final : public Command {
         "--infra", infra_,
         "local (default), ssh/<pool>, aws[/REGION[/ZONE]], slurm[/CLUSTER[/PARTITION]]");
     AddTaskFlags(cmd_, flags_);
+    AddLaunchFlags(cmd_, flags_);
     cmd_->add_flag("-d,--detach-run", detach_, "do not stream the job's logs");
     cmd_->add_flag("-y,--yes", yes_, "do not ask");
     cmd_->add_flag("--dryrun", dryrun_,
@@ -258,8 +259,10 @@ class LaunchCommand final : public Command {
 
   Result<task::Task> Task() {
     if (!task_json_.empty()) return LoadTaskJson(task_json_);
-    auto t = args_.empty() ? task::ParseTaskYaml("{}", "<none>", {}) : BuildTask(args_, flags_);
-    if (t.ok() && args_.empty() && flags_.num_nodes > 0) t->num_nodes = flags_.num_nodes;
+    if (!args_.empty()) return BuildTask(args_, flags_);
+    // No task: a cluster of the flags' shape (SkyPilot's `sky launch -c NAME --gpus ...`).
+    HERD_ASSIGN_OR_RETURN(task::Task t, task::ParseTaskYaml("{}", "<none>", {}));
+    HERD_RETURN_IF_ERROR(ApplyTaskFlags(flags_, t));
     return t;
   }
 

@@ -67,6 +67,7 @@ Result<std::unique_ptr<Provider>> MakeSystemProvider(const std::string& infra,
       spec.instance_type = res->instance_type;
       spec.use_spot = res->use_spot;
       spec.disk_size_gb = res->disk_size;
+      spec.ports = res->ports;
     }
     // Each zone tried is printed on its own line, also over a live progress line.
     auto note = [](const std::string& line) {

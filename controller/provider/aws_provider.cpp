@@ -420,6 +420,15 @@ Result<std::vector<NodeHandle>> AwsProvider::Provision(const ProvisionRequest& r
                                   {"IpPermissions.1.IpRanges.1.CidrIp", cidr}}));
   HERD_RETURN_IF_ERROR(authorize(
       {{"IpPermissions.1.IpProtocol", "-1"}, {"IpPermissions.1.Groups.1.GroupId", r.group_id}}));
+  for (const std::string& port : spec_.ports) {
+    const auto dash = port.find('-');
+    const std::string from = port.substr(0, dash);
+    const std::string to = dash == std::string::npos ? from : port.substr(dash + 1);
+    HERD_RETURN_IF_ERROR(authorize({{"IpPermissions.1.IpProtocol", "tcp"},
+                                    {"IpPermissions.1.FromPort", from},
+                                    {"IpPermissions.1.ToPort", to},
+                                    {"IpPermissions.1.IpRanges.1.CidrIp", "0.0.0.0/0"}}));
+  }
 
   // Instances: one RunInstances per zone until one has capacity (SkyPilot's failover).
   std::vector<std::string> zones;

@@ -43,6 +43,9 @@ struct AwsLaunchSpec {
   std::string instance_type;  // "" = chosen from the catalog
   bool use_spot = false;
   std::optional<int> disk_size_gb;
+  // The task's ports ("8080", "10000-10100"): opened to everyone in the cluster's security group,
+  // as SkyPilot opens resources.ports.
+  std::vector<std::string> ports;
 };
 
 // "aws", "aws/REGION", "aws/REGION/ZONE" ("*" as REGION = any) -> region and zone.

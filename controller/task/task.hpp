@@ -125,6 +125,16 @@ Status ApplyCpusFlag(std::string_view value, Resources& r);
 Status ApplyMemoryFlag(std::string_view value, Resources& r);
 // -n/--name NAME: the job's name instead of the task's; a name over the limit names the flag.
 Status ApplyNameFlag(std::string_view value, Task& task);
+// SkyPilot's launch flags, each overriding the task (and every candidate):
+// --use-spot; --instance-type TYPE; --disk-size 256 | 1TB; --ports 8080 (repeatable, replaces
+// the task's ports); --region R / --zone Z (AWS: infra becomes aws/R[/Z]; a zone alone names its
+// region; a task on another infra is refused); --workdir DIR (an existing local directory).
+void ApplyUseSpotFlag(Resources& r);
+Status ApplyInstanceTypeFlag(std::string_view value, Resources& r);
+Status ApplyDiskSizeFlag(std::string_view value, Resources& r);
+Status ApplyPortsFlag(const std::vector<std::string>& values, Resources& r);
+Status ApplyRegionZoneFlags(std::string_view region, std::string_view zone, Resources& r);
+Status ApplyWorkdirFlag(std::string_view value, Task& task);
 
 // The resources herd schedules with: the first ordered/any_of candidate if there are any, else
 // the top-level resources.

@@ -279,15 +279,31 @@ class AwsTest(HerdEnvTestCase):
         self.assert_nothing_left("haws4")
 
     def test_6_spot_instance_type_as_is_cannot_be_stopped(self):
+        # What the task says of its resources, given as SkyPilot's launch flags instead.
         task = os.path.join(self.h.dir, "spot.yaml")
         with open(task, "w") as f:
-            f.write("resources:\n  infra: aws/us-east-1/us-east-1c\n  use_spot: true\n"
-                    "  instance_type: c6i.large\nrun: echo spot on $(hostname)\n")
-        p = self.herd("launch", "-c", "haws6", "-y", task)
+            f.write("resources:\n  infra: aws\nrun: echo spot on $(hostname)\n")
+        p = self.herd("launch", "-c", "haws6", "-y", "--zone", "us-east-1c", "--use-spot",
+                      "--instance-type", "c6i.large", "--disk-size", "64",
+                      "--ports", "8080", "--ports", "9000-9010", task)
         self.assertIn("spot on haws0-", p.stdout.decode())
         (inst,) = self.live().values()
         self.assertEqual((inst["type"], inst["zone"], inst["spot"]),
                          ("c6i.large", "us-east-1c", True))
+        # --ports: open to everyone in the cluster's security group, next to SSH.
+        rules = [tuple(r) for g in self.state()["groups"].values() for r in g["rules"]
+                 if r[3] == "cidr" and r[4] == "0.0.0.0/0"]
+        self.assertIn(("tcp", "8080", "8080", "cidr", "0.0.0.0/0"), rules)
+        self.assertIn(("tcp", "9000", "9010", "cidr", "0.0.0.0/0"), rules)
+        for bad, want in ((["--zone", "us-east-1c", "--region", "us-west-2"],
+                           "--zone us-east-1c is not in --region us-west-2"),
+                          (["--instance-type", "P5 large"], "--instance-type 'P5 large'"),
+                          (["--disk-size", "1TB+"], "a disk has one size"),
+                          (["--ports", "70000"], "--ports '70000'")):
+            p = self.herd("launch", "-c", "hawsbad", "-y", *bad, task, check=False)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(want, p.stderr.decode())
+        self.assertNotIn("hawsbad", self.h.clusters())
         p = self.herd("stop", "haws6", "-y", check=False)
         self.assertEqual(p.returncode, 1)
         self.assertIn("herd: aws cluster haws6 runs on spot instances, which EC2 cannot stop; use "

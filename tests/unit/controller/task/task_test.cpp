@@ -748,6 +748,49 @@ TEST_CASE("CLI resource flags override the task and every candidate") {
   CHECK(r.accelerator == "A100");  // a failed flag changes nothing
 }
 
+TEST_CASE("SkyPilot's launch flags: spot, instance type, disk, ports, region and zone, workdir") {
+  Task t = Parse("resources:\n  ordered: [{accelerators: L4:1}, {accelerators: A100:1}]\n");
+  ApplyUseSpotFlag(t.resources);
+  REQUIRE(ApplyInstanceTypeFlag("g6.xlarge", t.resources).ok());
+  REQUIRE(ApplyDiskSizeFlag("1TB", t.resources).ok());
+  REQUIRE(ApplyPortsFlag({"8080", "10000-10100"}, t.resources).ok());
+  REQUIRE(ApplyRegionZoneFlags("", "us-west-2b", t.resources).ok());
+  for (const Resources* r : {&t.resources, &t.resources.ordered[0], &t.resources.ordered[1]}) {
+    CHECK(r->use_spot);
+    CHECK(r->instance_type == "g6.xlarge");
+    CHECK(r->disk_size == 1024);
+    CHECK(r->ports == std::vector<std::string>{"8080", "10000-10100"});
+    CHECK(r->infra == "aws/us-west-2/us-west-2b");
+  }
+  Resources r;
+  REQUIRE(ApplyRegionZoneFlags("eu-west-1", "", r).ok());
+  CHECK(r.infra == "aws/eu-west-1");
+  CHECK(ApplyRegionZoneFlags("us-east-1", "us-west-2a", r).message() ==
+        "--zone us-west-2a is not in --region us-east-1");
+  CHECK(ApplyRegionZoneFlags("US East", "", r).message() ==
+        "--region 'US East': expected a region such as us-east-1");
+  CHECK(ApplyRegionZoneFlags("", "us-east-1", r).message() ==
+        "--zone 'us-east-1': expected a zone such as us-east-1a");
+  Resources pool;
+  pool.infra = "ssh/gpus";
+  CHECK(ApplyRegionZoneFlags("us-east-1", "", pool).message() ==
+        "--region: only aws has regions and zones; the task's infra is ssh/gpus");
+  CHECK(ApplyInstanceTypeFlag("P5 large", r).message() ==
+        "--instance-type 'P5 large': expected an instance type such as p5.48xlarge");
+  CHECK(ApplyDiskSizeFlag("256+", r).message() ==
+        "--disk-size '256+': a disk has one size: remove the '+'");
+  CHECK(ApplyDiskSizeFlag("0.5", r).message().find("expected from 1 GB to") != std::string::npos);
+  CHECK(ApplyPortsFlag({"8080", "http"}, r).message().rfind("--ports 'http': ", 0) == 0);
+  CHECK(r.ports.empty());  // a failed flag changes nothing
+
+  herd::testing::TempDir dir;
+  Task w = Parse("run: x\n");
+  REQUIRE(ApplyWorkdirFlag(dir.path(), w).ok());
+  CHECK(w.workdir == std::filesystem::path(dir.path()).lexically_normal().string());
+  CHECK(ApplyWorkdirFlag(dir.path() + "/missing", w).message() ==
+        "--workdir '" + dir.path() + "/missing': not a directory");
+}
+
 TEST_CASE("RunCheck prints a summary, JSON or the error, and returns 0 or 2") {
   std::ostringstream out, err;
   CHECK(RunCheck(kTestdata + "/train-multinode.yaml", WithEnv(), false, out, err) == 0);
