@@ -498,16 +498,7 @@ void Head::NodeLost(const std::string& node_id) {
   HERD_LOG(kError) << "node " << node_id << " lost: no message for "
                    << limits::kNodeLostAfter.count() << " ms";
   nodes_.MarkLost(node_id);
-  std::vector<int64_t> failed;
-  for (auto& [job_id, run] : jobs_) {
-    for (auto& [name, proc] : run.procs) {
-      if (proc.node_id == node_id && !proc.exited()) {
-        failed.push_back(job_id);
-        break;
-      }
-    }
-  }
-  for (int64_t id : failed) {
+  for (int64_t id : JobsRunningOn(node_id)) {
     auto& run = jobs_.at(id);
     if (run.stop == JobStop::kCancelling) {
       // Cancelled before its node was lost: it ends CANCELLED, as the user asked.
@@ -546,6 +537,19 @@ void Head::NodeLost(const std::string& node_id) {
   Schedule();
 }
 
+std::vector<int64_t> Head::JobsRunningOn(const std::string& node_id) const {
+  std::vector<int64_t> ids;
+  for (const auto& [job_id, run] : jobs_) {
+    for (const auto& [name, proc] : run.procs) {
+      if (proc.node_id == node_id && !proc.exited()) {
+        ids.push_back(job_id);
+        break;
+      }
+    }
+  }
+  return ids;
+}
+
 void Head::Drain(const std::string& node_id, const std::string& reason, bool end_jobs) {
   NodeEntry* node = nodes_.SetDrain(node_id, reason, NowUnixMs());
   if (!node) return;
@@ -557,17 +561,8 @@ void Head::Drain(const std::string& node_id, const std::string& reason, bool end
   if (auto s = store_->UpsertNode(node->info, node->incarnation); !s.ok()) {
     HERD_LOG(kError) << s.message();
   }
-  std::vector<int64_t> ended;
-  if (end_jobs && !reason.empty()) {
-    for (auto& [job_id, run] : jobs_) {
-      for (auto& [name, proc] : run.procs) {
-        if (proc.node_id == node_id && !proc.exited()) {
-          ended.push_back(job_id);
-          break;
-        }
-      }
-    }
-  }
+  const std::vector<int64_t> ended =
+      end_jobs && !reason.empty() ? JobsRunningOn(node_id) : std::vector<int64_t>{};
   for (int64_t id : ended) {
     JobRun& run = jobs_.at(id);
     if (run.rec.info.first_failed_node().empty()) run.rec.info.set_first_failed_node(node_id);

@@ -153,6 +153,8 @@ class Head {
   // Drains node_id for `reason` (kept in jobs.db; empty: undrains it). end_jobs: the jobs with a
   // process on it end FAILED_DRIVER now (its agent reported it unhealthy), else they finish.
   void Drain(const std::string& node_id, const std::string& reason, bool end_jobs);
+  // The active jobs with a process on node_id that has not exited, by id.
+  std::vector<int64_t> JobsRunningOn(const std::string& node_id) const;
   // "`herd start CLUSTER`": what starts the agents of this cluster that are not running.
   std::string RestartCommand() const;
 
