@@ -139,6 +139,11 @@ boost::json::object JobJson(const JobInfo& j) {
   o["message"] = j.message();
   o["attempt"] = j.attempt();
   o["task_id"] = j.task_id();
+  // Why herd ended the job itself: "time_limit", "hung", or "" (it ended by itself or was
+  // cancelled).
+  o["end_reason"] = j.end_reason() == herd::v1::JOB_END_REASON_TIME_LIMIT ? "time_limit"
+                    : j.end_reason() == herd::v1::JOB_END_REASON_HUNG     ? "hung"
+                                                                          : "";
   return o;
 }
 
@@ -225,7 +230,52 @@ void AddTaskFlags(CLI::App* cmd, TaskFlags& f) {
   cmd->add_option("--cpus", f.cpus, "CPUs per node, e.g. 8 or 8+");
   cmd->add_option("--memory", f.memory, "memory per node in GB, e.g. 32+");
   cmd->add_option("-n,--name", f.name, "job name");
+  cmd->add_option("--time-limit", f.time_limit,
+                  "end the job this long after it starts: 90m, 2h, Slurm's MINUTES or "
+                  "D-HH:MM:SS (SIGTERM, then SIGKILL after --grace)");
+  cmd->add_option("--signal", f.signal,
+                  "SIG[@SECONDS]: send SIG to every process of the job SECONDS (default 60) "
+                  "before --time-limit, e.g. USR1@300");
+  cmd->add_option("--grace", f.grace,
+                  "seconds between SIGTERM and SIGKILL when the job is stopped (time limit, hang, "
+                  "recovery; default 30)");
+  cmd->add_option("--hang-timeout", f.hang_timeout,
+                  "declare a rank hung after this long without output or CPU time (e.g. 10m): "
+                  "its stacks go to the log and the job ends");
 }
+
+namespace {
+
+// --time-limit, --signal, --grace, --hang-timeout over the task's config.herd.
+Status ApplyRunLimitFlags(const TaskFlags& f, task::RunLimits& l) {
+  auto named = [](const char* flag, const Status& s) {
+    return InvalidArgument(std::string(flag) + ": " + s.message());
+  };
+  if (!f.time_limit.empty()) {
+    auto d = task::ParseTimeLimit(f.time_limit);
+    if (!d.ok()) return named("--time-limit", d.status());
+    l.time_limit = *d;
+  }
+  if (!f.signal.empty()) {
+    auto s = task::ParseSignalSpec(f.signal);
+    if (!s.ok()) return s.status();
+    l.limit_signal = s->signal;
+    l.limit_signal_before = s->before;
+  }
+  if (!f.grace.empty()) {
+    auto d = task::ParseGrace(f.grace);
+    if (!d.ok()) return named("--grace", d.status());
+    l.grace = *d;
+  }
+  if (!f.hang_timeout.empty()) {
+    auto d = task::ParseHangTimeout(f.hang_timeout);
+    if (!d.ok()) return named("--hang-timeout", d.status());
+    l.hang_timeout = *d;
+  }
+  return task::CheckRunLimits(l);
+}
+
+}  // namespace
 
 // The positional arguments are a task YAML or a command (SkyPilot's rule).
 namespace {
@@ -262,6 +312,7 @@ Result<task::Pipeline> BuildTasks(const std::vector<std::string>& args, const Ta
     if (!f.cpus.empty()) HERD_RETURN_IF_ERROR(task::ApplyCpusFlag(f.cpus, t.resources));
     if (!f.memory.empty()) HERD_RETURN_IF_ERROR(task::ApplyMemoryFlag(f.memory, t.resources));
     if (!f.name.empty()) HERD_RETURN_IF_ERROR(task::ApplyNameFlag(f.name, t));
+    HERD_RETURN_IF_ERROR(ApplyRunLimitFlags(f, t.run_limits));
     // The file's own spec was measured by the parser; a command or flags change it.
     HERD_RETURN_IF_ERROR(task::CheckSpecSize(t, yaml ? first : "<command>"));
   }

@@ -67,6 +67,8 @@ struct TaskFlags {
   std::vector<std::string> envs, env_files, secrets;
   int num_nodes = 0;
   std::string gpus, cpus, memory, name;
+  // Run limits (task/run_limits.hpp); empty: the task's config.herd or none.
+  std::string time_limit, signal, grace, hang_timeout;
 };
 void AddTaskFlags(CLI::App* cmd, TaskFlags& f);
 // The positional arguments are a task YAML or a command (SkyPilot's rule). A file of several

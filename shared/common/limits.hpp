@@ -613,6 +613,10 @@ inline constexpr Duration kMaxTimeLimit = std::chrono::hours(24 * 365);
 // A rank with no output and no CPU time for its hang timeout is hung; each agent samples its
 // ranks' progress (CPU time of the rank's processes, output bytes) every this.
 inline constexpr Duration kHangSampleInterval = 1s;
+// A sample counts as progress when the rank used at least this share of one CPU (in percent) over
+// it: a launcher that wakes now and then to poll its workers (torchrun's agent, every 5 s, for a
+// few ms) is not progress; a rank computing is.
+inline constexpr int kHangBusyCpuPercent = 2;
 // A capture of stacks (a hang, `herd stack`) waits this long per process for Python's
 // faulthandler to write its dump after SIGUSR2 ...
 inline constexpr Duration kPythonStackDumpWait = 2s;
