@@ -81,7 +81,8 @@ void Head::HandleHung(const ProcessHung& hung) {
         "ERROR: Job " + std::to_string(id) + " failed: " + who +
         " hung (no output and no CPU time for " + idle + ")" +
         (cmp.differing.empty() ? ""
-                               : "; ranks that differ from the rest: " + RankList(cmp.differing));
+                               : "; ranks that differ from the rest: " + RankList(cmp.differing)) +
+        " (" + DescribeComparison(cmp) + ")";
     r.end_reason = JOB_END_REASON_HUNG;
     KillJobProcesses(r, StopGrace(r.rec.spec));
   });
