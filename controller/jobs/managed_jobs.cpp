@@ -235,7 +235,7 @@ class Controller {
     job_.state = ManagedState::kRecovering;
     job_.message = rec.reason;
     Save();
-    StopGracefully(cluster, outcome);
+    StopGracefully(outcome);
     TearDown(cluster);
     if (d.action == jobs::NextAction::kRetryLaunch) Wait(limits::kManagedLaunchRetryWait);
     return std::nullopt;
@@ -348,23 +348,15 @@ class Controller {
     Log("the jobs on " + cluster + " did not end within their grace period");
   }
 
-  // Before a recovery tears the attempt's cluster down: what still runs there gets SIGTERM and
-  // the job's grace to save a checkpoint (a cancel through the head), and the teardown waits for
-  // it. After a node loss the head has already stopped the surviving ranks with that grace; a task
-  // that set its grace explicitly gets that long before its nodes go.
-  void StopGracefully(const std::string& cluster, AttemptOutcome outcome) {
-    if (cluster.empty() || !ops_.Get(cluster).ok()) return;
-    auto cancelled = ops_.Cancel(cluster, {}, true);
-    if (!cancelled.ok()) return;  // the head is gone: nothing to ask of it
-    if (!cancelled->empty()) {
-      Log("stopping what still runs on " + cluster + " (SIGTERM, SIGKILL after " +
-          std::to_string(Grace().count() / 1000) + " s)");
-      WaitJobsEnded(cluster);
-    } else if (outcome == AttemptOutcome::kNodeLost && task_.run_limits.grace) {
-      Log("giving the surviving ranks " + std::to_string(Grace().count() / 1000) +
-          " s to save before their nodes go");
-      Wait(Grace());
-    }
+  // Before a recovery tears the attempt's cluster down. Nothing of the attempt's job runs any
+  // more (the cluster job ended, or its head is gone); after a node loss the head stopped the
+  // surviving ranks itself, with SIGTERM and the job's grace (a hung job likewise). A task that set
+  // its grace (--grace, config.herd.grace) gets that long for them to save before their nodes go.
+  void StopGracefully(AttemptOutcome outcome) {
+    if (outcome != AttemptOutcome::kNodeLost || !task_.run_limits.grace) return;
+    Log("giving the surviving ranks " + std::to_string(Grace().count() / 1000) +
+        " s to save before their nodes go");
+    Wait(Grace());
   }
 
   void TearDown(const std::string& cluster) {
