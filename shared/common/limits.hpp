@@ -599,7 +599,7 @@ static_assert(
     kManagedResumeRetry * 5 < kManagedResumeHeadWait && kNodeLostAfter < kManagedResumeHeadWait,
     "a resumed controller asks the head several times, and longer than a node loss takes");
 
-// ---- Graceful stops and hung ranks (agent/head/job_clock, agent/job/hang_watch, stacks) ----------
+// ---- Graceful stops and hung ranks (agent/head/job_limits, agent/job/hang_watch) ---------------
 // `herd cancel` (and a managed job's recovery, a --time-limit's end) sends SIGTERM to every
 // process of the job and SIGKILL to what is left after this grace period (`--grace`), as Slurm's
 // KillWait (30 s). Fail fast between ranks keeps kKillGracePeriod: a failed gang needs no save.
@@ -631,7 +631,8 @@ static_assert(kDefaultStopGrace <= kMaxStopGrace, "the default grace is one a us
 static_assert(kDefaultLimitSignalBefore < kMaxTimeLimit, "the default signal time is a valid one");
 static_assert(kPythonStackDumpWait + kNativeStackTimeout < kStackCaptureTimeout,
               "an agent's report (dump wait, then one native tool) reaches the head in time");
-static_assert(kMaxStackReportBytes + 4096 <= kMaxFrameBytes, "one rank's stacks fit a report frame");
+static_assert(kMaxStackReportBytes + 4096 <= kMaxFrameBytes,
+              "one rank's stacks fit a report frame");
 static_assert(kHangSampleInterval * 10 <= 10s, "a hang is seen within a second of its timeout");
 
 }  // namespace herd::limits

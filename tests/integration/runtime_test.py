@@ -184,7 +184,8 @@ run: timeout -k 5 300 /usr/bin/python3 {script}
 
     def test_1_a_rank_sleeping_in_the_collective_is_named_and_the_job_ends(self):
         hang_timeout = 8
-        path = self.task("hang.yaml", 29581, 1, f"config: {{herd: {{hang_timeout: {hang_timeout}s}}}}")
+        path = self.task("hang.yaml", 29581, 1,
+                         f"config: {{herd: {{hang_timeout: {hang_timeout}s}}}}")
         p = run(self.exec_args(path))
         job = int(p.stderr.decode().split("ID: ")[1].split()[0])
         out = self.wait_log(job, "rank 0: first all_reduce done", timeout=120)
