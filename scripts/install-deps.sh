@@ -10,6 +10,7 @@ PACKAGES=(
   libsqlite3-dev libcli11-dev libcurl4-openssl-dev libpq-dev postgresql-15
   openssh-server openssh-client rsync iproute2 util-linux procps psmisc
   python3 python3-torch pdsh systemd slurm-wlm munge
+  elfutils gdb
   clang-14 libfuzzer-14-dev
 )
 

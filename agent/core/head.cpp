@@ -66,10 +66,12 @@ void FitRecord(JobInfo& info) {
 }
 
 // Tells a node to stop what it runs of this attempt of the job (its supervisors and their groups).
-HeadToAgent KillJobMessage(int64_t job_id, int32_t attempt) {
+HeadToAgent KillJobMessage(int64_t job_id, int32_t attempt,
+                           std::chrono::milliseconds grace = limits::kKillGracePeriod) {
   HeadToAgent msg;
   msg.mutable_kill()->set_job_id(job_id);
   msg.mutable_kill()->set_attempt(attempt);
+  msg.mutable_kill()->set_grace_ms(grace.count());
   return msg;
 }
 
@@ -263,6 +265,12 @@ void Head::HandleAgent(const ConnPtr& conn, const AgentToHead& msg) {
                         << node->info.drain_reason() << ") until `herd nodes --undrain`";
       }
       break;
+    case AgentToHead::kHung:
+      if (RunsOn(node_id, msg.hung().key())) HandleHung(msg.hung());
+      break;
+    case AgentToHead::kStacks:
+      HandleStackReport(node_id, msg.stacks());
+      break;
     default:
       HERD_LOG(kWarn) << "ignoring unknown agent message";
   }
@@ -374,7 +382,7 @@ void Head::HandleRegister(const ConnPtr& conn, const Register& reg) {
       conn->Send(proto::Encode(m));
     }
     if (run.stop != JobStop::kNone) {
-      conn->Send(proto::Encode(KillJobMessage(job_id, run.rec.info.attempt())));
+      conn->Send(proto::Encode(KillJobMessage(job_id, run.rec.info.attempt(), run.kill_grace)));
     }
   }
   // Processes the agent still runs of jobs that are over here (failed while its node was lost,
@@ -487,6 +495,7 @@ void Head::CheckNodes() {
   const std::vector<std::string> lost = nodes_.CheckLiveness();
   for (const auto& id : lost) NodeLost(id);
   autostop_.Check(!jobs_.empty());
+  CheckRunLimits();
   check_timer_.expires_after(limits::kNodeCheckInterval);
   auto alive = alive_;
   check_timer_.async_wait([this, alive](boost::system::error_code ec) {
@@ -526,9 +535,10 @@ void Head::NodeLost(const std::string& node_id) {
       }
     }
     if (run.rec.info.first_failed_node().empty()) run.rec.info.set_first_failed_node(node_id);
-    // The other nodes' processes die now; the lost node's, if it comes back, when it registers
-    // again (HandleRegister kills what it still runs of jobs that are over).
-    KillJobProcesses(run);
+    // The other nodes' processes are stopped now, with the job's grace to save a checkpoint (a
+    // managed job is recovered next); the lost node's, if it comes back, when it registers again
+    // (HandleRegister kills what it still runs of jobs that are over).
+    KillJobProcesses(run, StopGrace(run.rec.spec));
     Finalize(id, LostNodeState(run.phase),
              "ERROR: Job " + std::to_string(id) + " failed: node " + node_id + " (" + ranks +
                  ") was lost: no message from it for " +
@@ -668,6 +678,9 @@ void Head::HandleClient(const ConnPtr& conn, const ClientToHead& msg) {
       Nodes(conn, msg.request_id());
       break;
     }
+    case ClientToHead::kStack:
+      RequestStacks(conn, msg.request_id(), msg.stack());
+      break;
     default:
       ReplyError(conn, msg.request_id(), InvalidArgument("unknown request"));
   }
@@ -677,6 +690,7 @@ void Head::Submit(const ConnPtr& conn, uint64_t request_id, const SubmitJob& sub
   const TaskSpec& spec = submit.task();
   auto records = SubmitRecords(submit, NowUnixMs());
   if (!records.ok()) return ReplyError(conn, request_id, records.status());
+  if (auto why = WhyBadLimits(spec)) return ReplyError(conn, request_id, InvalidArgument(*why));
   if (auto why = WhyNeverFits(spec)) {
     return ReplyError(conn, request_id,
                       FailedPrecondition("the task cannot run on this cluster: " + *why));
@@ -817,7 +831,9 @@ void Head::Cancel(const ConnPtr& conn, uint64_t request_id, const CancelRequest&
       continue;
     }
     run.stop = JobStop::kCancelling;
-    KillJobProcesses(run);
+    KillJobProcesses(
+        run, CancelGrace(req.has_grace_ms() ? std::optional<int64_t>(req.grace_ms()) : std::nullopt,
+                         run.rec.spec));
     // A cancel is the user's decision: a rank whose agent is away does not hold the job open.
     // It counts as killed now; the job is over by the time its agent returns, and the agent is
     // then told to kill what it still runs of it (HandleRegister).
@@ -876,6 +892,10 @@ void Head::Recover() {
       Finalize(id, JOB_STATE_FAILED_DRIVER,
                "ERROR: Job " + std::to_string(id) + " failed: the head restarted while it ran");
     } else if (rec.info.state() != JOB_STATE_PENDING) {
+      // Its time limit counts from its start, before this head's.
+      const auto ran = std::chrono::milliseconds(
+          std::max<int64_t>(0, clock_.UnixMs() - rec.info.started_unix_ms()));
+      deadlines_.Start(id, clock_.Now() - ran, rec.spec);
       ResumeRestored(run);
     }
   }
@@ -1178,6 +1198,7 @@ void Head::StartJob(JobRun& run, const Placement& placement) {
   }
   HERD_LOG(kInfo) << "job " << run.rec.info.job_id() << " placed on " << gang.size() << " node(s)"
                   << gpus;
+  deadlines_.Start(run.rec.info.job_id(), clock_.Now(), run.rec.spec);
   StartPhase(run, run.rec.spec.setup().empty() ? JobPhase::kRun : JobPhase::kSetup);
 }
 
@@ -1243,6 +1264,8 @@ void Head::StartPhase(JobRun& run, JobPhase phase) {
     sp->mutable_env()->insert(env.begin(), env.end());
     if (setup) {
       for (const auto& u : SetupUnsetEnv()) sp->add_unset_env(u);
+    } else {
+      sp->set_hang_timeout_ms(run.rec.spec.hang_timeout_ms());
     }
     sp->set_cwd(run.rec.spec.workdir());
     sp->set_log_name(dir + (setup ? "/setup-" + node_id + ".log"
@@ -1311,6 +1334,7 @@ void Head::MaybeAdvance(JobRun& run) {
   check.phase = run.phase;
   check.stop = run.stop;
   check.driver_error = run.driver_error;
+  check.stop_error = run.stop_error;
   check.first_failed_rank = run.rec.info.first_failed_rank();
   check.first_failed_node = run.rec.info.first_failed_node();
   const bool in_setup = run.phase == JobPhase::kSetup;
@@ -1331,12 +1355,13 @@ void Head::MaybeAdvance(JobRun& run) {
   }
 }
 
-void Head::KillJobProcesses(JobRun& run) {
+void Head::KillJobProcesses(JobRun& run, std::chrono::milliseconds grace) {
   run.stop = Killed(run.stop);
+  run.kill_grace = grace;
   std::set<std::string> nodes;
   for (const auto& [name, proc] : run.procs) nodes.insert(proc.node_id);
   for (const auto& n : nodes) {
-    SendToAgent(n, KillJobMessage(run.rec.info.job_id(), run.rec.info.attempt()));
+    SendToAgent(n, KillJobMessage(run.rec.info.job_id(), run.rec.info.attempt(), grace));
   }
 }
 
@@ -1361,6 +1386,8 @@ void Head::Finalize(int64_t job_id, JobState state, const std::string& error_lin
     e->set_pid(proc->pid);
   }
   if (!error_line.empty()) run.rec.info.set_message(error_line);
+  run.rec.info.set_end_reason(run.end_reason);
+  deadlines_.Forget(job_id);
   // Leftovers of a finished job (daemons it started, children that escaped) are swept too.
   if (!run.procs.empty() && run.stop == JobStop::kNone) KillJobProcesses(run);
   HERD_LOG(kInfo) << "job " << job_id << " " << proto::JobStateName(state);
@@ -1370,6 +1397,7 @@ void Head::Finalize(int64_t job_id, JobState state, const std::string& error_lin
     HERD_LOG(kWarn) << "job " << job_id << ": " << s.message();
   }
   jobs_.erase(it);
+  stacks_.FinishJob(job_id);  // a capture still waiting answers with what it has
   // Freed resources may let the next job start; defer to keep this call's callers simple.
   auto alive = alive_;
   boost::asio::post(io_, [this, alive] {

@@ -28,10 +28,12 @@
 
 #include "agent/head/autostop.hpp"
 #include "agent/head/job_admission.hpp"
+#include "agent/head/job_limits.hpp"
 #include "agent/head/job_phase.hpp"
 #include "agent/head/log_fanout.hpp"
 #include "agent/head/node_registry.hpp"
 #include "agent/head/run_journal.hpp"
+#include "agent/head/stack_collector.hpp"
 #include "agent/logs/log_merger.hpp"
 #include "agent/sched/scheduler.hpp"
 #include "agent/store/job_store.hpp"
@@ -117,7 +119,14 @@ class Head {
     // Set when output could not be stored (a node-local log or run.log on a full disk): the job
     // is stopped and ends FAILED_DRIVER with this message.
     std::string driver_error;
-    RunLog log;  // run.log and its followers
+    // Set when herd stops the job itself (its time limit, a hung rank): it ends FAILED with this
+    // message and reason, whatever its ranks' exit codes.
+    std::string stop_error;
+    herd::v1::JobEndReason end_reason = herd::v1::JOB_END_REASON_UNSPECIFIED;
+    // The grace of the KillJob sent last (sent again to an agent that re-registers).
+    std::chrono::milliseconds kill_grace = limits::kKillGracePeriod;
+    bool hang_seen = false;  // a ProcessHung came: its stacks are being captured, then it ends
+    RunLog log;              // run.log and its followers
     // run.journal next to run.log: what a restarted head needs to carry on with the job (its
     // processes, their pids and exits, and how many output bytes of each are in run.log).
     RunJournal journal;
@@ -180,7 +189,8 @@ class Head {
   void StartPhase(JobRun& run, JobPhase phase);
   void ProcessExit(JobRun& run, ProcEntry& proc);
   void MaybeAdvance(JobRun& run);
-  void KillJobProcesses(JobRun& run);
+  // SIGTERM to every process of the job, SIGKILL after grace.
+  void KillJobProcesses(JobRun& run, std::chrono::milliseconds grace = limits::kKillGracePeriod);
   void Finalize(int64_t job_id, herd::v1::JobState state, const std::string& error_line);
   // output: a record written with run.log's new size (its log_size) once the bytes are in.
   void AppendLog(JobRun& run, std::string_view bytes, const JournalOutput* output = nullptr);
@@ -202,6 +212,23 @@ class Head {
   void NoteWaitingForLostNodes();
   int FindJobOfProcess(const herd::v1::ProcessKey& key, JobRun** run, ProcEntry** proc);
 
+  // Run limits and stacks (head_limits.cpp, over JobDeadlines and StackCollector).
+  // From CheckNodes: a --signal or --time-limit that fell due, captures past their deadline.
+  void CheckRunLimits();
+  void OnDeadline(const JobDeadlines::Event& event);
+  // A rank without progress for its hang timeout: stacks of every rank into run.log, then the
+  // job is stopped (FAILED, JOB_END_REASON_HUNG).
+  void HandleHung(const herd::v1::ProcessHung& hung);
+  void HandleStackReport(const std::string& node_id, const herd::v1::StackReport& report);
+  // `herd stack`: the stacks of a running job, into run.log and the reply; the job goes on.
+  void RequestStacks(const ConnPtr& conn, uint64_t request_id, const herd::v1::StackRequest& req);
+  // Asks every node of the job for its run ranks' stacks; done gets them (or what came by
+  // limits::kStackCaptureTimeout).
+  void CaptureStacks(JobRun& run, StackCollector::Done done);
+  // Appends a capture to the job's run.log (each rank's under its prefix, then the comparison)
+  // when the job is still active; returns the text either way.
+  std::string WriteStacks(const StackCollector::Result& result, const std::string& headline);
+
   boost::asio::io_context& io_;
   Options options_;
   std::unique_ptr<Clock> own_clock_;  // when HeadParts gave none
@@ -218,6 +245,8 @@ class Head {
   Autostop autostop_;
   // Other jobs' states for the dependency gate (made in Start, over store_ and jobs_).
   std::unique_ptr<JobFactsCache> facts_;
+  JobDeadlines deadlines_;
+  StackCollector stacks_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -34,6 +34,7 @@ Worker::Worker(boost::asio::io_context& io, AgentConfig config, ProcessLauncher&
       redial_timer_(io),
       leave_timer_(io),
       backoff_(limits::kReconnectBackoffInitial),
+      hang_timer_(io),
       table_(config_.state_dir) {}
 
 Worker::~Worker() {
@@ -49,6 +50,7 @@ Status Worker::Start() {
                   << node_.cpus() << " cpus, " << node_.gpu_count() << " gpus ("
                   << node_.gpu_source() << ")";
   started_at_ = std::chrono::steady_clock::now();
+  StartRankWatch();
   Dial();
   return Status::Ok();
 }
@@ -57,6 +59,7 @@ void Worker::Stop() {
   state_ = State::kTerminating;
   heartbeat_timer_.cancel();
   redial_timer_.cancel();
+  hang_timer_.cancel();
   if (conn_) {
     auto c = std::move(conn_);
     SetConn(nullptr);
@@ -233,6 +236,12 @@ void Worker::OnMessage(const std::shared_ptr<transport::Connection>& conn, std::
     case HeadToAgent::kResend:
       HandleResend(msg.resend());
       break;
+    case HeadToAgent::kSignal:
+      HandleSignal(msg.signal());
+      break;
+    case HeadToAgent::kCaptureStacks:
+      HandleCapture(msg.capture_stacks());
+      break;
     default:
       HERD_LOG(kWarn) << "ignoring unknown message from head";
   }
@@ -310,6 +319,7 @@ void Worker::HandleStart(const herd::v1::StartProcess& start) {
   std::error_code ec;
   fs::create_directories(req.cwd, ec);  // ~/sky_workdir may not exist before the first sync
   req.log_path = p.log_path;
+  if (start.key().kind() == herd::v1::PROCESS_KIND_RUN) PrepareRun(start, req);
   // In the table before the spawn: an agent that dies during it leaves an entry the next one
   // resolves (AdoptProcesses), never a process nobody knows.
   p.starting = true;
@@ -361,6 +371,7 @@ ProcessCallbacks Worker::CallbacksFor(const std::string& name) {
     auto pit = procs_.find(name);
     if (pit == procs_.end()) return;
     pit->second.output_bytes = offset + data.size();
+    hang_.Output(name, std::chrono::steady_clock::now());
     SendOutput(pit->second.key, offset, data);
   };
   cb.on_exit = [this, alive, name](int exit_code, int term_signal, uint64_t end,
@@ -370,6 +381,7 @@ ProcessCallbacks Worker::CallbacksFor(const std::string& name) {
     if (pit == procs_.end() || pit->second.exited) return;
     Proc& proc = pit->second;
     proc.exited = true;
+    RunEnded(name);
     proc.output_bytes = end;
     *proc.exit.mutable_key() = proc.key;
     proc.exit.set_exit_code(exit_code);
@@ -506,11 +518,11 @@ void Worker::AdoptProcesses() {
 
 void Worker::HandleKill(const herd::v1::KillJob& kill) {
   std::string group = JobGroupName(kill.job_id(), kill.attempt());
-  HERD_LOG(kInfo) << "killing " << group;
+  const std::chrono::milliseconds grace =
+      kill.grace_ms() > 0 ? std::chrono::milliseconds(kill.grace_ms()) : limits::kKillGracePeriod;
+  HERD_LOG(kInfo) << "killing " << group << " (SIGKILL after " << grace.count() << " ms)";
   // KillGroup blocks through the grace period; keep the event loop free meanwhile.
-  std::thread([&launcher = launcher_, group] {
-    launcher.KillGroup(group, limits::kKillGracePeriod);
-  }).detach();
+  std::thread([&launcher = launcher_, group, grace] { launcher.KillGroup(group, grace); }).detach();
 }
 
 void Worker::SendOutput(const herd::v1::ProcessKey& key, uint64_t offset, std::string_view data) {

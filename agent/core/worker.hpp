@@ -21,6 +21,8 @@
 #include "agent/core/process_key.hpp"
 #include "agent/core/process_table.hpp"
 #include "agent/gpu/gpu_probe.hpp"
+#include "agent/job/hang_watch.hpp"
+#include "agent/job/stack_capture.hpp"
 #include "agent/process/process_launcher.hpp"
 #include "herd/v1/agent.pb.h"
 #include "shared/transport/transport.hpp"
@@ -79,6 +81,22 @@ class Worker {
   // The end of HandleStart's spawn: records and reports the process (or its spawn error).
   void Spawned(const std::string& name, Result<ProcessHandle> handle);
   void HandleKill(const herd::v1::KillJob& kill);
+
+  // Hung ranks and stacks (worker_ranks.cpp). At Start: the Python hook (stack_capture.hpp), the
+  // stack tools and the hang sampling timer.
+  void StartRankWatch();
+  // A run process's additions before its spawn: the hook on its PYTHONPATH, its dump directory,
+  // and its hang timeout watched.
+  void PrepareRun(const herd::v1::StartProcess& start, SpawnRequest& req);
+  // Every limits::kHangSampleInterval: the CPU time of each watched rank; ProcessHung for one
+  // without progress for its timeout.
+  void SampleHangs();
+  void HandleSignal(const herd::v1::SignalJob& signal);
+  // StackReport per run rank of the job on this node, captured on a thread of its own.
+  void HandleCapture(const herd::v1::CaptureStacks& capture);
+  std::string StacksDir(const std::string& group) const;
+  // A process exited: no longer watched; its group's dump directory goes with its last process.
+  void RunEnded(const std::string& name);
   void HandleResend(const herd::v1::ResendOutput& resend);
   void SendOutput(const herd::v1::ProcessKey& key, uint64_t offset, std::string_view data);
   ProcessCallbacks CallbacksFor(const std::string& name);
@@ -113,6 +131,11 @@ class Worker {
   bool ever_registered_ = false;
   std::optional<herd::v1::NodeHealthReport> health_;  // SetHealth's latest
   std::map<std::string, Proc> procs_;                 // by ProcessKeyString
+  std::map<std::string, Proc> procs_;                 // by ProcessKeyString
+  HangWatch hang_;
+  boost::asio::steady_timer hang_timer_;
+  StackTools stack_tools_;
+  std::string python_hook_dir_;  // "" when the hook could not be installed
   ProcessTableFile table_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

@@ -66,6 +66,9 @@ PhaseStep DecidePhaseEnd(const PhaseCheck& check) {
   } else if (!check.driver_error.empty()) {
     step.state = JOB_STATE_FAILED_DRIVER;
     step.error_line = check.driver_error;
+  } else if (!check.stop_error.empty()) {
+    step.state = JOB_STATE_FAILED;
+    step.error_line = check.stop_error;
   } else if (check.phase == JobPhase::kSetup) {
     if (all_ok) {
       step.next = PhaseStep::Next::kStartRun;

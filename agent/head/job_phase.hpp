@@ -74,6 +74,9 @@ struct PhaseCheck {
   JobPhase phase = JobPhase::kPending;
   JobStop stop = JobStop::kNone;
   std::string driver_error;  // set when output could not be stored: FAILED_DRIVER with it
+  // Set when herd stopped the job itself (its time limit, a hung rank): FAILED with it, whatever
+  // the ranks' exit codes (a rank that saves on SIGTERM exits 0).
+  std::string stop_error;
   int first_failed_rank = -1;
   std::string first_failed_node;
   std::vector<PhaseProcess> processes;  // of the current phase, any order

@@ -75,6 +75,9 @@ class ProcessLauncher {
   // SIGTERM to every process of the group, including descendants that called setsid, then SIGKILL
   // to whatever is left after grace; repeated sweeps until nothing of the group is left.
   virtual void KillGroup(const std::string& group, std::chrono::milliseconds grace) = 0;
+  // One signal to every process of the group (the same ones KillGroup finds), once; the
+  // processes go on unless it ends them (a time limit's --signal).
+  virtual void SignalGroup(const std::string& group, int signal) = 0;
 };
 
 }  // namespace herd::agent

@@ -961,6 +961,12 @@ Result<ProcessHandle> UvProcessLauncher::FindStarted(const std::string& group,
                           " ms; it and its group were killed");
 }
 
+void UvProcessLauncher::SignalGroup(const std::string& group, int signal) {
+  impl_->RunOnLoop([impl = impl_.get(), group, signal] {
+    for (int pid : impl->GroupPids(group)) ::kill(pid, signal);
+  });
+}
+
 void UvProcessLauncher::KillGroup(const std::string& group, std::chrono::milliseconds grace) {
   impl_->RunOnLoop([impl = impl_.get(), group, grace] { impl->StartKill(group, grace); });
 }

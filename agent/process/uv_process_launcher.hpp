@@ -51,6 +51,7 @@ class UvProcessLauncher : public ProcessLauncher {
   // Thread-safe, returns at once; the kill runs on the loop thread: SIGTERM now, SIGKILL after
   // grace, then sweeps every limits::kKillSweepInterval for up to limits::kKillSweepTimeout.
   void KillGroup(const std::string& group, std::chrono::milliseconds grace) override;
+  void SignalGroup(const std::string& group, int signal) override;
 
   // How this machine isolates process groups, e.g. "cgroup2 at /sys/fs/cgroup/unified +
   // HERD_PROCESS_GROUP environment sweep" or "HERD_PROCESS_GROUP environment sweep only".

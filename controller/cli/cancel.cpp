@@ -1,4 +1,6 @@
 // herd cancel CLUSTER JOB... | -a: cancel jobs of a cluster.
+#include <chrono>
+#include <optional>
 #include <ostream>
 
 #include "controller/cli/common.hpp"
@@ -14,6 +16,8 @@ class CancelCommand final : public Command {
     cmd_->add_option("args", args_, "CLUSTER JOB...");
     cmd_->add_flag("-a,--all", all_, "every unfinished job");
     cmd_->add_flag("-y,--yes", yes_, "do not ask");
+    cmd_->add_option("--grace", grace_,
+                     "seconds between SIGTERM and SIGKILL (default: the job's --grace, else 30)");
     return cmd_;
   }
   bool Chosen() const override { return cmd_->parsed(); }
@@ -24,9 +28,15 @@ class CancelCommand final : public Command {
     auto ids = ParseJobIds(rest);
     if (!ids.ok()) return Fail(ctx, ids.status(), 2);
     if (ids->empty() && !all_) return Fail(ctx, InvalidArgument("give job ids or -a/--all"), 2);
+    std::optional<std::chrono::milliseconds> grace;
+    if (!grace_.empty()) {
+      auto g = task::ParseGrace(grace_);
+      if (!g.ok()) return Fail(ctx, InvalidArgument("--grace: " + g.status().message()), 2);
+      grace = *g;
+    }
     auto client = ConnectTarget(ctx, cluster, target_);
     if (!client.ok()) return FailForStatus(ctx, client.status());
-    auto done = (*client)->Cancel(*ids, all_);
+    auto done = (*client)->Cancel(*ids, all_, grace);
     if (!done.ok()) return FailForStatus(ctx, done.status());
     if (done->empty()) {
       ctx.out << "No job to cancel.\n";
@@ -43,6 +53,7 @@ class CancelCommand final : public Command {
   TargetFlags target_;
   std::vector<std::string> args_;
   bool all_ = false, yes_ = false;
+  std::string grace_;
 };
 
 }  // namespace

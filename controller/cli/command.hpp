@@ -68,6 +68,7 @@ std::unique_ptr<Command> MakeStatusCommand();
 std::unique_ptr<Command> MakeQueueCommand();
 std::unique_ptr<Command> MakeLogsCommand();
 std::unique_ptr<Command> MakeCancelCommand();
+std::unique_ptr<Command> MakeStackCommand();
 std::unique_ptr<Command> MakeStopCommand();
 std::unique_ptr<Command> MakeStartCommand();
 std::unique_ptr<Command> MakeDownCommand();

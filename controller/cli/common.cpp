@@ -199,6 +199,11 @@ boost::json::object JobJson(const JobInfo& j) {
   if (j.after_ok_size() > 0) {
     o["after_ok"] = boost::json::array(j.after_ok().begin(), j.after_ok().end());
   }
+  // Why herd ended the job itself: "time_limit", "hung", or "" (it ended by itself or was
+  // cancelled).
+  o["end_reason"] = j.end_reason() == herd::v1::JOB_END_REASON_TIME_LIMIT ? "time_limit"
+                    : j.end_reason() == herd::v1::JOB_END_REASON_HUNG     ? "hung"
+                                                                          : "";
   return o;
 }
 
@@ -287,6 +292,18 @@ void AddTaskFlags(CLI::App* cmd, TaskFlags& f) {
   cmd->add_option("-n,--name", f.name, "job name");
   cmd->add_option("--workdir", f.workdir,
                   "a local directory synced to ~/sky_workdir (overrides the task's)");
+  cmd->add_option("--time-limit", f.time_limit,
+                  "end the job this long after it starts: 90m, 2h, Slurm's MINUTES or "
+                  "D-HH:MM:SS (SIGTERM, then SIGKILL after --grace)");
+  cmd->add_option("--signal", f.signal,
+                  "SIG[@SECONDS]: send SIG to every process of the job SECONDS (default 60) "
+                  "before --time-limit, e.g. USR1@300");
+  cmd->add_option("--grace", f.grace,
+                  "seconds between SIGTERM and SIGKILL when the job is stopped (time limit, hang, "
+                  "recovery; default 30)");
+  cmd->add_option("--hang-timeout", f.hang_timeout,
+                  "declare a rank hung after this long without output or CPU time (e.g. 10m): "
+                  "its stacks go to the log and the job ends");
 }
 
 void AddLaunchFlags(CLI::App* cmd, TaskFlags& f) {
@@ -298,6 +315,10 @@ void AddLaunchFlags(CLI::App* cmd, TaskFlags& f) {
   cmd->add_option("--region", f.region, "AWS region (infra aws/REGION)");
   cmd->add_option("--zone", f.zone, "AWS zone (infra aws/REGION/ZONE)");
 }
+
+namespace {
+Status ApplyRunLimitFlags(const TaskFlags& f, task::RunLimits& l);
+}  // namespace
 
 Status ApplyTaskFlags(const TaskFlags& f, task::Task& t) {
   if (f.num_nodes > 0) t.num_nodes = f.num_nodes;
@@ -312,8 +333,42 @@ Status ApplyTaskFlags(const TaskFlags& f, task::Task& t) {
   }
   if (!f.disk_size.empty()) HERD_RETURN_IF_ERROR(task::ApplyDiskSizeFlag(f.disk_size, t.resources));
   if (!f.ports.empty()) HERD_RETURN_IF_ERROR(task::ApplyPortsFlag(f.ports, t.resources));
+  HERD_RETURN_IF_ERROR(ApplyRunLimitFlags(f, t.run_limits));
   return task::ApplyRegionZoneFlags(f.region, f.zone, t.resources);
 }
+
+namespace {
+
+// --time-limit, --signal, --grace, --hang-timeout over the task's config.herd.
+Status ApplyRunLimitFlags(const TaskFlags& f, task::RunLimits& l) {
+  auto named = [](const char* flag, const Status& s) {
+    return InvalidArgument(std::string(flag) + ": " + s.message());
+  };
+  if (!f.time_limit.empty()) {
+    auto d = task::ParseTimeLimit(f.time_limit);
+    if (!d.ok()) return named("--time-limit", d.status());
+    l.time_limit = *d;
+  }
+  if (!f.signal.empty()) {
+    auto s = task::ParseSignalSpec(f.signal);
+    if (!s.ok()) return s.status();
+    l.limit_signal = s->signal;
+    l.limit_signal_before = s->before;
+  }
+  if (!f.grace.empty()) {
+    auto d = task::ParseGrace(f.grace);
+    if (!d.ok()) return named("--grace", d.status());
+    l.grace = *d;
+  }
+  if (!f.hang_timeout.empty()) {
+    auto d = task::ParseHangTimeout(f.hang_timeout);
+    if (!d.ok()) return named("--hang-timeout", d.status());
+    l.hang_timeout = *d;
+  }
+  return task::CheckRunLimits(l);
+}
+
+}  // namespace
 
 // The positional arguments are a task YAML or a command (SkyPilot's rule).
 namespace {

@@ -100,6 +100,9 @@ struct TaskFlags {
   bool use_spot = false;
   std::string instance_type, disk_size, region, zone;
   std::vector<std::string> ports;
+  std::string gpus, cpus, memory, name;
+  // Run limits (task/run_limits.hpp); empty: the task's config.herd or none.
+  std::string time_limit, signal, grace, hang_timeout;
 };
 void AddTaskFlags(CLI::App* cmd, TaskFlags& f);
 // --use-spot, --instance-type, --disk-size, --ports, --region, --zone (SkyPilot's launch flags).

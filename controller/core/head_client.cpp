@@ -185,13 +185,22 @@ Result<std::vector<JobInfo>> HeadClient::Queue(bool skip_finished, int64_t* olde
   return std::vector<JobInfo>(reply.queue_reply().jobs().begin(), reply.queue_reply().jobs().end());
 }
 
-Result<std::vector<int64_t>> HeadClient::Cancel(const std::vector<int64_t>& job_ids, bool all) {
+Result<std::vector<int64_t>> HeadClient::Cancel(const std::vector<int64_t>& job_ids, bool all,
+                                                std::optional<std::chrono::milliseconds> grace) {
   ClientToHead req;
   for (auto id : job_ids) req.mutable_cancel()->add_job_ids(id);
   req.mutable_cancel()->set_all(all);
+  if (grace) req.mutable_cancel()->set_grace_ms(grace->count());
   HERD_ASSIGN_OR_RETURN(HeadToClient reply, RoundTrip(std::move(req)));
   return std::vector<int64_t>(reply.cancel_reply().cancelled().begin(),
                               reply.cancel_reply().cancelled().end());
+}
+
+Result<herd::v1::StackReply> HeadClient::Stacks(int64_t job_id) {
+  ClientToHead req;
+  req.mutable_stack()->set_job_id(job_id);
+  HERD_ASSIGN_OR_RETURN(HeadToClient reply, RoundTrip(std::move(req)));
+  return reply.stack_reply();
 }
 
 Result<NodesReply> HeadClient::Nodes() {

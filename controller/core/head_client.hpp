@@ -4,9 +4,11 @@
 
 #include <atomic>
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,7 +53,13 @@ class HeadApi {
   // Newest first; older_left_out (optional) gets how many older jobs the reply left out.
   virtual Result<std::vector<herd::v1::JobInfo>> Queue(bool skip_finished,
                                                        int64_t* older_left_out = nullptr) = 0;
-  virtual Result<std::vector<int64_t>> Cancel(const std::vector<int64_t>& job_ids, bool all) = 0;
+  // grace: SIGTERM, then SIGKILL after it; unset: the job's own grace (TaskSpec.grace_ms), else
+  // limits::kDefaultStopGrace.
+  virtual Result<std::vector<int64_t>> Cancel(
+      const std::vector<int64_t>& job_ids, bool all,
+      std::optional<std::chrono::milliseconds> grace = std::nullopt) = 0;
+  // Every rank's stacks of a running job (0: the latest), captured without stopping it.
+  virtual Result<herd::v1::StackReply> Stacks(int64_t job_id) = 0;
   virtual Result<herd::v1::NodesReply> Nodes() = 0;
   // Drains node_id for `reason` (drain) or undrains it; the nodes after. This default refuses (a
   // connection that cannot send the request).
@@ -76,7 +84,10 @@ class HeadClient final : public HeadApi {
   Result<herd::v1::SubmitReply> SubmitRequest(const herd::v1::SubmitJob& request) override;
   Result<std::vector<herd::v1::JobInfo>> Queue(bool skip_finished,
                                                int64_t* older_left_out = nullptr) override;
-  Result<std::vector<int64_t>> Cancel(const std::vector<int64_t>& job_ids, bool all) override;
+  Result<std::vector<int64_t>> Cancel(
+      const std::vector<int64_t>& job_ids, bool all,
+      std::optional<std::chrono::milliseconds> grace = std::nullopt) override;
+  Result<herd::v1::StackReply> Stacks(int64_t job_id) override;
   Result<herd::v1::NodesReply> Nodes() override;
   Result<herd::v1::NodesReply> Drain(const std::string& node_id, bool drain,
                                      const std::string& reason) override;

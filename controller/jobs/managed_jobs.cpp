@@ -238,6 +238,7 @@ class Controller {
     job_.state = ManagedState::kRecovering;
     job_.message = rec.reason;
     Save();
+    StopGracefully(outcome);
     TearDown(cluster);
     if (d.action == jobs::NextAction::kRetryLaunch) Wait(limits::kManagedLaunchRetryWait);
     return std::nullopt;
@@ -332,6 +333,36 @@ class Controller {
     }
   }
 
+  // The job's grace: --grace / config.herd.grace, else limits::kDefaultStopGrace.
+  std::chrono::milliseconds Grace() const {
+    return task_.run_limits.grace.value_or(
+        std::chrono::duration_cast<std::chrono::milliseconds>(limits::kDefaultStopGrace));
+  }
+
+  // Until the cluster's head lists no unfinished job (the stopped ones' processes exited: SIGTERM,
+  // then SIGKILL after the grace), at most the grace and the kill sweeps; at once when the head
+  // does not answer.
+  void WaitJobsEnded(const std::string& cluster) {
+    const auto deadline = std::chrono::steady_clock::now() + Grace() + limits::kKillSweepTimeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      auto active = ops_.Queue(cluster, /*skip_finished=*/true);
+      if (!active.ok() || active->empty()) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    Log("the jobs on " + cluster + " did not end within their grace period");
+  }
+
+  // Before a recovery tears the attempt's cluster down. Nothing of the attempt's job runs any
+  // more (the cluster job ended, or its head is gone); after a node loss the head stopped the
+  // surviving ranks itself, with SIGTERM and the job's grace (a hung job likewise). A task that set
+  // its grace (--grace, config.herd.grace) gets that long for them to save before their nodes go.
+  void StopGracefully(AttemptOutcome outcome) {
+    if (outcome != AttemptOutcome::kNodeLost || !task_.run_limits.grace) return;
+    Log("giving the surviving ranks " + std::to_string(Grace().count() / 1000) +
+        " s to save before their nodes go");
+    Wait(Grace());
+  }
+
   void TearDown(const std::string& cluster) {
     if (cluster.empty()) return;
     auto exists = ops_.Get(cluster);
@@ -349,7 +380,9 @@ class Controller {
       job_.message = "cancelling";
       Save();
       if (!cluster.empty() && job_.attempts.back().cluster_job_id > 0 && ops_.Get(cluster).ok()) {
-        (void)ops_.Cancel(cluster, {job_.attempts.back().cluster_job_id}, false);
+        // SIGTERM and the job's grace (--grace) to save before the teardown.
+        auto cancelled = ops_.Cancel(cluster, {job_.attempts.back().cluster_job_id}, false);
+        if (cancelled.ok() && !cancelled->empty()) WaitJobsEnded(cluster);
       }
       auto& rec = job_.attempts.empty() ? dummy_ : job_.attempts.back();
       if (rec.end_unix_ms == 0) {
@@ -486,6 +519,9 @@ class Controller {
         return AttemptOutcome::kNodeLost;
     }
     why = j.message().empty() ? std::string(proto::JobStateName(j.state())) : j.message();
+    // A hung rank is no fault of the task's code that a rerun repeats for sure (a stuck
+    // collective, a bad link): recovered on new nodes, as a lost node is.
+    if (j.end_reason() == herd::v1::JOB_END_REASON_HUNG) return AttemptOutcome::kNodeLost;
     auto nodes = ops_.Nodes(cluster);
     if (!nodes.ok()) {
       why += "; the cluster does not answer: " + nodes.status().message();

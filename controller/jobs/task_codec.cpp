@@ -95,6 +95,13 @@ std::string EncodeTask(const task::Task& t) {
   o["file_mounts"] = StringMap(t.file_mounts);
   o["setup"] = t.setup;
   o["run"] = t.run;
+  const task::RunLimits& l = t.run_limits;
+  json::object limits{{"time_limit_ms", l.time_limit.count()},
+                      {"limit_signal", l.limit_signal},
+                      {"limit_signal_before_ms", l.limit_signal_before.count()},
+                      {"hang_timeout_ms", l.hang_timeout.count()}};
+  if (l.grace) limits["grace_ms"] = l.grace->count();
+  o["run_limits"] = std::move(limits);
   return json::serialize(o);
 }
 
@@ -114,6 +121,19 @@ Result<task::Task> DecodeTask(const std::string& text) {
     t.file_mounts = ToStringMap(o.at("file_mounts"));
     t.setup = std::string(o.at("setup").as_string());
     t.run = std::string(o.at("run").as_string());
+    // Absent in the records of jobs launched before run limits existed.
+    if (auto* v = o.if_contains("run_limits")) {
+      const json::object& l = v->as_object();
+      using std::chrono::milliseconds;
+      t.run_limits.time_limit = milliseconds(l.at("time_limit_ms").to_number<int64_t>());
+      t.run_limits.limit_signal = l.at("limit_signal").to_number<int>();
+      t.run_limits.limit_signal_before =
+          milliseconds(l.at("limit_signal_before_ms").to_number<int64_t>());
+      t.run_limits.hang_timeout = milliseconds(l.at("hang_timeout_ms").to_number<int64_t>());
+      if (auto* g = l.if_contains("grace_ms")) {
+        t.run_limits.grace = milliseconds(g->to_number<int64_t>());
+      }
+    }
     return t;
   } catch (const std::exception& e) {
     return InvalidArgument(std::string("damaged task record: ") + e.what());

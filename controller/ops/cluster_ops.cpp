@@ -456,10 +456,11 @@ Result<std::vector<JobInfo>> ClusterOps::Queue(const std::string& cluster, bool 
 }
 
 Result<std::vector<int64_t>> ClusterOps::Cancel(const std::string& cluster,
-                                                const std::vector<int64_t>& jobs, bool all) {
+                                                const std::vector<int64_t>& jobs, bool all,
+                                                std::optional<std::chrono::milliseconds> grace) {
   HERD_ASSIGN_OR_RETURN(ClusterRecord c, Get(cluster));
   HERD_ASSIGN_OR_RETURN(auto client, ConnectHead(c));
-  return client->Cancel(jobs, all);
+  return client->Cancel(jobs, all, grace);
 }
 
 Result<herd::v1::NodesReply> ClusterOps::Nodes(const std::string& cluster) {
@@ -476,7 +477,8 @@ Status ClusterOps::Stop(const std::string& cluster, const ProgressFn& progress) 
   if (c.status == ClusterStatus::kStopped) return Status::Ok();
   HERD_ASSIGN_OR_RETURN(auto provider, parts_.providers(c.infra, nullptr));
   HERD_RETURN_IF_ERROR(provider->CheckStoppable(c.name, c.state_dir + "/provider"));
-  if (auto client = ConnectHead(c, false); client.ok()) (void)(*client)->Cancel({}, true);
+  if (auto client = ConnectHead(c, false); client.ok())
+    (void)(*client)->Cancel({}, true, std::chrono::milliseconds(0));
   StopMux(MuxSocketPath(c.state_dir));
   SshRunner& ssh = *parts_.ssh;
   Report(progress, "Stopping " + std::to_string(c.nodes.size()) + " node(s)", 0,
@@ -511,7 +513,8 @@ Status ClusterOps::Down(const std::string& cluster, const ProgressFn& progress) 
   if (c.status == ClusterStatus::kUp && c.provider == "ssh") {
     // Machines that are not ours: cancel the jobs, stop the agents, remove what herd installed.
     // (Local nodes and cloud instances are removed as a whole.)
-    if (auto client = ConnectHead(c, false); client.ok()) (void)(*client)->Cancel({}, true);
+    if (auto client = ConnectHead(c, false); client.ok())
+      (void)(*client)->Cancel({}, true, std::chrono::milliseconds(0));
     BootstrapOptions bo;
     HERD_RETURN_IF_ERROR(StopAgents(ssh, TargetsOf(c), bo));
     // The agent's cgroups go too (it records where, kCgroupScopeFile): an agent stopped while a

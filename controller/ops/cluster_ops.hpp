@@ -11,9 +11,11 @@
 // and each cluster's own changes are serialised by its lock file (controller/state/cluster_lock).
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -135,8 +137,10 @@ class ClusterOps {
   // Newest first; older_left_out (optional) gets how many older jobs the head left out.
   Result<std::vector<herd::v1::JobInfo>> Queue(const std::string& cluster, bool skip_finished,
                                                int64_t* older_left_out = nullptr);
-  Result<std::vector<int64_t>> Cancel(const std::string& cluster, const std::vector<int64_t>& jobs,
-                                      bool all);
+  // grace: as HeadApi::Cancel (unset: the job's own, else limits::kDefaultStopGrace).
+  Result<std::vector<int64_t>> Cancel(
+      const std::string& cluster, const std::vector<int64_t>& jobs, bool all,
+      std::optional<std::chrono::milliseconds> grace = std::nullopt);
   Result<herd::v1::NodesReply> Nodes(const std::string& cluster);
 
   Status Stop(const std::string& cluster, const ProgressFn& progress = {});

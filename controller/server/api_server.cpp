@@ -94,7 +94,7 @@ const std::map<std::string, bool>& Verbs() {
       {"launch", true},      {"exec", true},       {"status", false},     {"queue", false},
       {"logs", false},       {"cancel", true},     {"stop", true},        {"start", true},
       {"down", true},        {"autostop", true},   {"nodes", false},      {"jobs.launch", true},
-      {"jobs.queue", false}, {"jobs.logs", false}, {"jobs.cancel", true},
+      {"jobs.queue", false}, {"jobs.logs", false}, {"jobs.cancel", true}, {"stack", false},
   };
   return verbs;
 }

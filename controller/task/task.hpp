@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "controller/task/run_limits.hpp"
 #include "herd/v1/common.pb.h"
 #include "shared/common/status.hpp"
 
@@ -71,6 +72,9 @@ struct Task {
   // remote -> local, after ${VAR} substitution and ~ expansion
   std::map<std::string, std::string> file_mounts;
   std::string setup, run;  // lists joined with "\n"
+  // config.herd (hang_timeout, time_limit, signal, grace), then --hang-timeout, --time-limit,
+  // --signal, --grace.
+  RunLimits run_limits;
   // Fields accepted for SkyPilot compatibility that herd does not act on, and choices herd made
   // for the user (e.g. the first of several accelerators), each "file:line:col: path: note".
   std::vector<std::string> notes;

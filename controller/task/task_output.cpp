@@ -194,6 +194,7 @@ herd::v1::TaskSpec ToSpec(const Task& task) {
   spec.set_setup(task.setup);
   spec.set_run(task.run);
   spec.set_workdir(task.workdir.empty() ? "" : std::string(kRemoteWorkdir));
+  SetSpecLimits(task.run_limits, spec);
   return spec;
 }
 

@@ -94,8 +94,11 @@ constexpr std::string_view kTaskFields[] = {
     "name", "workdir", "num_nodes", "resources", "envs", "secrets", "file_mounts", "setup", "run"};
 // SkyPilot task fields that do not change what runs on the nodes of an existing cluster: herd
 // accepts them (so the same YAML works with both) and notes that it ignores them.
-constexpr std::string_view kIgnoredTaskFields[] = {"config", "volumes", "event_callback", "inputs",
+constexpr std::string_view kIgnoredTaskFields[] = {"volumes", "event_callback", "inputs",
                                                    "outputs"};
+// config: SkyPilot's per-task configuration overrides. herd acts on its own section, config.herd
+// (run_limits.hpp); the other sections are accepted and noted.
+constexpr std::string_view kHerdConfigFields[] = {"hang_timeout", "time_limit", "signal", "grace"};
 // The fields of a pipeline's header document (SkyPilot's pipeline name, a job group's placement
 // and execution).
 constexpr std::string_view kHeaderFields[] = {"name", "placement", "execution"};
@@ -717,6 +720,66 @@ class TaskParser {
     return Error(e.key_node, path, what);
   }
 
+  // config: {herd: {hang_timeout: 10m, time_limit: 2h, signal: USR1@300, grace: 60}}. Returns
+  // whether config holds anything else (SkyPilot's sections: accepted, not acted on).
+  Result<bool> ParseConfig(const YAML::Node& config, Task& task) {
+    if (!config.IsMap() || config.size() == 0) return true;
+    HERD_ASSIGN_OR_RETURN(std::vector<Entry> sections, Entries(config, "config"));
+    bool other_sections = false;
+    for (const Entry& section : sections) {
+      if (section.key != "herd") {
+        other_sections = true;
+        continue;
+      }
+      if (section.value.IsNull()) continue;
+      if (!section.value.IsMap()) {
+        return Error(section.value, "config.herd",
+                     "expected a mapping (hang_timeout, time_limit, signal, grace), got " +
+                         Describe(section.value));
+      }
+      HERD_ASSIGN_OR_RETURN(std::vector<Entry> fields, Entries(section.value, "config.herd"));
+      RunLimits& l = task.run_limits;
+      for (const Entry& f : fields) {
+        const std::string path = "config.herd." + f.key;
+        if (!Contains(kHerdConfigFields, f.key)) {
+          return UnknownField(f, "config.herd",
+                              std::vector<std::string_view>(std::begin(kHerdConfigFields),
+                                                            std::end(kHerdConfigFields)));
+        }
+        if (!f.value.IsScalar()) {
+          return Error(f.value, path, "expected a value such as 10m, got " + Describe(f.value));
+        }
+        const std::string& text = f.value.Scalar();
+        Status bad = Status::Ok();
+        if (f.key == "hang_timeout") {
+          auto d = ParseHangTimeout(text);
+          if (d.ok()) l.hang_timeout = *d;
+          bad = d.status();
+        } else if (f.key == "time_limit") {
+          auto d = ParseTimeLimit(text);
+          if (d.ok()) l.time_limit = *d;
+          bad = d.status();
+        } else if (f.key == "grace") {
+          auto d = ParseGrace(text);
+          if (d.ok()) l.grace = *d;
+          bad = d.status();
+        } else {
+          auto s = ParseSignalSpec(text);
+          if (s.ok()) {
+            l.limit_signal = s->signal;
+            l.limit_signal_before = s->before;
+          }
+          bad = s.status();
+        }
+        if (!bad.ok()) return Error(f.value, path, bad.message());
+      }
+      if (Status s = CheckRunLimits(l); !s.ok()) {
+        return Error(section.value, "config.herd", s.message());
+      }
+    }
+    return other_sections;
+  }
+
   Status ParseTask(const YAML::Node& root, Task& task) {
     if (!root.IsMap()) {
       return Error(root, "",
@@ -742,6 +805,14 @@ class TaskParser {
                "accepted; herd does not give the task a team server endpoint or token "
                "(SKYPILOT_API_SERVER_ENDPOINT is not set): a task that calls the server must be "
                "given its own credentials");
+        }
+        continue;
+      }
+      if (e.key == "config") {
+        HERD_ASSIGN_OR_RETURN(bool other_sections, ParseConfig(e.value, task));
+        if (other_sections) {
+          Note(task.notes, e.key_node, e.key,
+               "accepted for SkyPilot compatibility; herd does not act on it");
         }
         continue;
       }

@@ -665,4 +665,40 @@ static_assert(kSlurmAllocationWait < kSlurmAgentFilesWait,
 static_assert(kSlurmPoll * 10 <= kSlurmCancelWait && kSlurmPoll * 10 <= kSlurmAllocationWait,
               "several squeue polls fit in each wait");
 
+// ---- Graceful stops and hung ranks (agent/head/job_limits, agent/job/hang_watch) ---------------
+// `herd cancel` (and a managed job's recovery, a --time-limit's end) sends SIGTERM to every
+// process of the job and SIGKILL to what is left after this grace period (`--grace`), as Slurm's
+// KillWait (30 s). Fail fast between ranks keeps kKillGracePeriod: a failed gang needs no save.
+inline constexpr Duration kDefaultStopGrace = 30s;
+// The longest grace a command may ask for; more is refused at submit / cancel.
+inline constexpr Duration kMaxStopGrace = 1h;
+// `--signal SIG@SECONDS` without @SECONDS sends SIG this long before the time limit (Slurm's 60).
+inline constexpr Duration kDefaultLimitSignalBefore = 60s;
+// The longest --time-limit (and hang timeout) a task may set: 365 days.
+inline constexpr Duration kMaxTimeLimit = std::chrono::hours(24 * 365);
+// A rank with no output and no CPU time for its hang timeout is hung; each agent samples its
+// ranks' progress (CPU time of the rank's processes, output bytes) every this.
+inline constexpr Duration kHangSampleInterval = 1s;
+// A sample counts as progress when the rank used at least this share of one CPU (in percent) over
+// it: a launcher that wakes now and then to poll its workers (torchrun's agent, every 5 s, for a
+// few ms) is not progress; a rank computing is.
+inline constexpr int kHangBusyCpuPercent = 2;
+// A capture of stacks (a hang, `herd stack`) waits this long per process for Python's
+// faulthandler to write its dump after SIGUSR2 ...
+inline constexpr Duration kPythonStackDumpWait = 2s;
+// ... and for a native stack tool (eu-stack, gdb) on one process at most this long ...
+inline constexpr Duration kNativeStackTimeout = 10s;
+// ... and the head waits this long for every node's report before it writes what it has.
+inline constexpr Duration kStackCaptureTimeout = 30s;
+// At most this many bytes of stacks per rank (all its processes) go to the head in one report (a
+// dump of thousands of threads is cut, with a line saying so).
+inline constexpr std::size_t kMaxStackReportBytes = 1u << 20;
+static_assert(kDefaultStopGrace <= kMaxStopGrace, "the default grace is one a user may ask for");
+static_assert(kDefaultLimitSignalBefore < kMaxTimeLimit, "the default signal time is a valid one");
+static_assert(kPythonStackDumpWait + kNativeStackTimeout < kStackCaptureTimeout,
+              "an agent's report (dump wait, then one native tool) reaches the head in time");
+static_assert(kMaxStackReportBytes + 4096 <= kMaxFrameBytes,
+              "one rank's stacks fit a report frame");
+static_assert(kHangSampleInterval * 10 <= 10s, "a hang is seen within a second of its timeout");
+
 }  // namespace herd::limits

@@ -3,9 +3,11 @@
 // many connections to one real head share it).
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,7 +24,8 @@ struct FakeHeadState {
   std::vector<herd::v1::TaskSpec> submitted;
   std::vector<std::string> submitted_by;
   std::vector<std::vector<int64_t>> cancelled;  // ids per Cancel call; {} for --all
-  int autostop_minutes = -2;                    // -2: never set
+  std::vector<std::optional<std::chrono::milliseconds>> cancel_graces;  // per Cancel call
+  int autostop_minutes = -2;                                            // -2: never set
   std::string autostop_command;
   int connections = 0;
   Status refuse = Status::Ok();  // non-ok: every call fails with it
@@ -52,11 +55,21 @@ class FakeHead final : public controller::HeadApi {
     if (older_left_out) *older_left_out = 0;
     return std::vector<herd::v1::JobInfo>(s_->jobs.rbegin(), s_->jobs.rend());
   }
-  Result<std::vector<int64_t>> Cancel(const std::vector<int64_t>& ids, bool all) override {
+  Result<std::vector<int64_t>> Cancel(
+      const std::vector<int64_t>& ids, bool all,
+      std::optional<std::chrono::milliseconds> grace = std::nullopt) override {
     std::lock_guard<std::mutex> l(s_->mu);
     HERD_RETURN_IF_ERROR(s_->refuse);
     s_->cancelled.push_back(all ? std::vector<int64_t>{} : ids);
+    s_->cancel_graces.push_back(grace);
     return ids;
+  }
+  Result<herd::v1::StackReply> Stacks(int64_t job_id) override {
+    std::lock_guard<std::mutex> l(s_->mu);
+    HERD_RETURN_IF_ERROR(s_->refuse);
+    herd::v1::StackReply r;
+    r.set_job_id(job_id);
+    return r;
   }
   Result<herd::v1::NodesReply> Nodes() override {
     std::lock_guard<std::mutex> l(s_->mu);

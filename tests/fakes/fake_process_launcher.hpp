@@ -13,6 +13,7 @@
 #include <fstream>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "agent/process/process_launcher.hpp"
@@ -69,6 +70,10 @@ class FakeLauncher : public agent::ProcessLauncher {
     }
     return NotFound("no supervisor was started for " + log);
   }
+  void SignalGroup(const std::string& group, int signal) override {
+    std::lock_guard lock(mu_);
+    signals_.emplace_back(group, signal);
+  }
   void KillGroup(const std::string& group, std::chrono::milliseconds) override {
     std::lock_guard lock(mu_);
     kills_.push_back(group);
@@ -111,6 +116,10 @@ class FakeLauncher : public agent::ProcessLauncher {
     std::lock_guard lock(mu_);
     return kills_;
   }
+  std::vector<std::pair<std::string, int>> signals() {
+    std::lock_guard lock(mu_);
+    return signals_;
+  }
   // Process i writes data: appended to its log (as the supervisor would: the node-local log
   // first), then reported through on_output.
   void Print(std::size_t i, std::string data) {
@@ -149,6 +158,7 @@ class FakeLauncher : public agent::ProcessLauncher {
   std::condition_variable cv_;
   std::vector<Proc> procs_;
   std::vector<std::string> kills_;
+  std::vector<std::pair<std::string, int>> signals_;  // SignalGroup calls: group, signal
 };
 
 }  // namespace herd::testing

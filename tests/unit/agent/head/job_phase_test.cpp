@@ -80,6 +80,18 @@ TEST_CASE("a cancel ends CANCELLED whatever the codes; a driver error ends FAILE
   CHECK(DecidePhaseEnd(c).state == herd::v1::JOB_STATE_FAILED_DRIVER);
 }
 
+TEST_CASE("a stop herd decided (time limit, hang) ends FAILED with its line, even if all saved") {
+  auto c = Check(JobPhase::kRun, {{0, true, 0}, {1, true, 0}});
+  c.stop = JobStop::kKilling;
+  c.stop_error = "ERROR: Job 7 failed: it reached its time limit of 5m";
+  PhaseStep step = DecidePhaseEnd(c);
+  CHECK(step.next == Next::kFinalize);
+  CHECK(step.state == herd::v1::JOB_STATE_FAILED);
+  CHECK(step.error_line == c.stop_error);
+  c.stop = JobStop::kCancelling;  // the user's cancel meanwhile wins
+  CHECK(DecidePhaseEnd(c).state == herd::v1::JOB_STATE_CANCELLED);
+}
+
 TEST_CASE("fail fast: the first non-zero exit kills the rest, whose exits then count as killed") {
   RankExitStep step = OnRankExit(0, JobStop::kNone);
   CHECK(step.exit_code == 0);
