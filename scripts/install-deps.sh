@@ -11,6 +11,7 @@ PACKAGES=(
   openssh-server openssh-client rsync iproute2 util-linux procps psmisc
   python3 python3-torch pdsh systemd
   clang-14 libfuzzer-14-dev
+  chromium
 )
 
 missing=()

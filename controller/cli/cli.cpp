@@ -36,7 +36,7 @@ int RunCliArgs(std::vector<std::string> args, std::ostream& out, std::ostream& e
         cli::MakeStatusCommand, cli::MakeQueueCommand, cli::MakeLogsCommand, cli::MakeCancelCommand,
         cli::MakeStopCommand, cli::MakeStartCommand, cli::MakeDownCommand, cli::MakeAutostopCommand,
         cli::MakeJobsCommand, cli::MakeNodesCommand, cli::MakeMuxCommand, cli::MakeServeCommand,
-        cli::MakeApiCommand, cli::MakeGpusCommand}) {
+        cli::MakeApiCommand, cli::MakeGpusCommand, cli::MakeDashboardCommand}) {
     commands.push_back(make());
     commands.back()->Add(app);
   }
