@@ -4,6 +4,7 @@ each Page is a tab in a browser context of its own (its own cookies), so two use
 never mix. Used by the dashboard's browser test."""
 
 import base64
+import fcntl
 import json
 import os
 import shutil
@@ -23,6 +24,8 @@ class Browser:
         self.profile = tempfile.mkdtemp(prefix="herd-chromium-")
         to_child_r, self._to_child = os.pipe()
         self._from_child, from_child_w = os.pipe()
+        # The child's ends move above 4, so that making them fds 3 and 4 never closes one.
+        to_child_r, from_child_w = (self._above_4(to_child_r), self._above_4(from_child_w))
         # The debugging pipe is fds 3 (commands in) and 4 (replies out) of the browser.
         argv = [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu",
                 "--remote-debugging-pipe", f"--user-data-dir={self.profile}",
@@ -41,6 +44,12 @@ class Browser:
         self._buf = b""
         self._next_id = 0
         self._events = []
+
+    @staticmethod
+    def _above_4(fd):
+        high = fcntl.fcntl(fd, fcntl.F_DUPFD, 10)
+        os.close(fd)
+        return high
 
     # ---- the protocol
 

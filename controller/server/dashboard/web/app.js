@@ -155,6 +155,15 @@ function stopPage() {
   cleanups = [];
 }
 
+// Whether `data` differs from what the page shows: a refresh that brings nothing new leaves the
+// page (and the keyboard focus in it) alone.
+function changed(page, data) {
+  const sig = JSON.stringify(data);
+  if (page.sig === sig) return false;
+  page.sig = sig;
+  return true;
+}
+
 function every(ms, fn) {
   const t = setInterval(fn, ms);
   cleanups.push(() => clearInterval(t));
@@ -163,8 +172,10 @@ function every(ms, fn) {
 // ---- pages
 
 async function clustersPage() {
+  const seen = {};
   const render = async () => {
     const data = await api("/clusters");
+    if (!changed(seen, data)) return;
     const admin = me.role === "admin";
     const headers = ["Name"].concat(admin ? ["User"] : [],
       ["Infra", "Nodes", "Resources", "Status", "Autostop", "Launched"]);
@@ -233,6 +244,7 @@ function jobRows(cluster, jobs, withCluster, refresh) {
 
 async function clusterPage(name) {
   const q = encodeURIComponent(name);
+  const seen = {};
   const render = async () => {
     const [list, jobs] = await Promise.all([api("/clusters"), api(`/clusters/${q}/jobs`)]);
     const c = list.clusters.find(x => x.name === name);
@@ -243,6 +255,7 @@ async function clusterPage(name) {
       if (e instanceof Unauthenticated) throw e;
       nodesError = e.message;
     }
+    if (!changed(seen, [c, jobs, nodes, nodesError])) return;
     const live = new Map(nodes.map(n => [n.node_id, n]));
     const nodeRows = (c.nodes || []).map(n => {
       const l = live.get(n.name) || {};
@@ -279,6 +292,7 @@ async function clusterPage(name) {
 }
 
 async function jobsPage() {
+  const seen = {};
   const render = async () => {
     const list = await api("/clusters");
     const perCluster = await Promise.all(list.clusters.map(c =>
@@ -289,6 +303,7 @@ async function jobsPage() {
     try { managed = await api("/managed"); } catch (e) {
       if (e instanceof Unauthenticated) throw e;
     }
+    if (!changed(seen, [jobs, managed])) return;
     const refresh = () => render().catch(showError);
     main.replaceChildren(
       h("h1", {}, "Jobs"),
@@ -406,10 +421,12 @@ async function jobPage(cluster, id) {
   const details = h("div", {});
   const log = logView(cluster, id);
   let job = null;
+  const seen = {};
   const render = async () => {
     const jobs = await api(`/clusters/${q}/jobs`);
     job = jobs.find(j => String(j.id) === String(id));
     if (!job) throw new Error(`job ${id} of cluster ${cluster} does not exist`);
+    if (!changed(seen, job)) return;
     const ranks = (job.nodes || []).map((n, rank) => [String(rank), h("td", {class: "wrap"}, n),
       job.exit_codes && rank < job.exit_codes.length ? String(job.exit_codes[rank]) : "-"]);
     const failed = job.first_failed_node ?
