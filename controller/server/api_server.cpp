@@ -150,7 +150,8 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
         [weak](const User& user, HttpRequest req, std::shared_ptr<Responder> res) {
           if (auto self = weak.lock()) return self->Run(user, req, res);
           res->Respond(HttpError(Unavailable("the server is stopping")));
-        }});
+        },
+        /*now_ms=*/{}});
     ho.handler = [weak](HttpRequest req, std::shared_ptr<Responder> res) {
       auto self = weak.lock();
       if (!self) return res->Respond(HttpError(Unavailable("the server is stopping")));

@@ -83,7 +83,7 @@ class Browser:
                 if "error" in m:
                     raise RuntimeError(f"{method}: {m['error']}")
                 return m.get("result", {})
-            if "method" in m:
+            if m.get("method", "").startswith("Page."):
                 self._events.append(m)
 
     def wait_event(self, method, session=None, timeout=30):
@@ -92,7 +92,13 @@ class Browser:
             for i, m in enumerate(self._events):
                 if m["method"] == method and (session is None or m.get("sessionId") == session):
                     return self._events.pop(i)
-            self._events.append(self._read_message(deadline))
+            m = self._read_message(deadline)
+            if m.get("method", "").startswith("Page."):
+                self._events.append(m)
+
+    def drop_events(self, method, session):
+        self._events = [m for m in self._events
+                        if not (m["method"] == method and m.get("sessionId") == session)]
 
     def page(self):
         ctx = self.send("Target.createBrowserContext")["browserContextId"]
@@ -126,7 +132,6 @@ class Page:
         self.session = session
         self.context = context
         self.send("Page.enable")
-        self.send("Runtime.enable")
         self.set_width(1280)
 
     def send(self, method, params=None, timeout=30):
@@ -138,6 +143,14 @@ class Page:
                    "mobile": width < 600})
 
     def goto(self, url):
+        """Loads `url`; one that differs from the page's only after '#' is a same-document
+        navigation (no load event): it is set as location.href and waited for by its hash."""
+        current = self.eval("location.href")
+        if "#" in url and current.split("#")[0] == url.split("#")[0]:
+            self.eval(f"location.href = {json.dumps(url)}")
+            self.wait_for(f"location.href === {json.dumps(url)}")
+            return
+        self.b.drop_events("Page.loadEventFired", self.session)
         self.send("Page.navigate", {"url": url})
         self.b.wait_event("Page.loadEventFired", self.session)
 
@@ -149,19 +162,22 @@ class Page:
         return r["result"].get("value")
 
     def wait_for(self, expression, timeout=30, what=None):
-        """Polls a JavaScript expression until it is truthy; returns its value."""
+        """Polls a JavaScript expression until it is truthy."""
         deadline = time.monotonic() + timeout
-        last = None
+        last = error = None
         while time.monotonic() < deadline:
             try:
-                last = self.eval(expression)
-            except RuntimeError as e:
-                last = str(e)
+                last = self.eval(f"!!({expression})")
+            except RuntimeError as e:  # not there yet (an element missing): not true
+                last = None
+                error = str(e)
             if last:
                 return last
             time.sleep(0.2)
-        text = self.eval("document.body ? document.body.innerText : ''")
-        raise AssertionError(f"timed out waiting for {what or expression} (last: {last!r});"
+        text = self.eval("document.body ? document.body.innerText + '\\n---- DOM:\\n' + "
+                         "document.querySelector('main').outerHTML.slice(-2500) : ''")
+        raise AssertionError(f"timed out waiting for {what or expression} (last: {last!r}, "
+                             f"error: {error});"
                              f" the page says:\n{text[:3000]}")
 
     def text(self, selector="body"):

@@ -97,7 +97,9 @@ std::string JsonString(std::string_view bytes) {
 
 class Dashboard::Impl : public std::enable_shared_from_this<Dashboard::Impl> {
  public:
-  explicit Impl(DashboardHost host) : host_(std::move(host)) {}
+  explicit Impl(DashboardHost host) : host_(std::move(host)) {
+    if (!host_.now_ms) host_.now_ms = [] { return NowUnixMs(); };
+  }
 
   SessionTable sessions;
 
@@ -165,7 +167,7 @@ class Dashboard::Impl : public std::enable_shared_from_this<Dashboard::Impl> {
       return InvalidArgument("session_ttl_s: 0 (the default) or 1 to " +
                              std::to_string(Ms(limits::kDashboardSessionMaxTtl) / 1000));
     }
-    HERD_ASSIGN_OR_RETURN(auto code, sessions.IssueCode(user.name, ttl_s * 1000, NowUnixMs()));
+    HERD_ASSIGN_OR_RETURN(auto code, sessions.IssueCode(user.name, ttl_s * 1000, host_.now_ms()));
     Audit(user.name, "dashboard.code", "", "ok");
     return boost::json::value(boost::json::object{{"code", code.code},
                                                   {"path", "/dashboard/login?code=" + code.code},
@@ -181,7 +183,7 @@ class Dashboard::Impl : public std::enable_shared_from_this<Dashboard::Impl> {
 
   void Audit(const std::string& user, const std::string& verb, const std::string& target,
              const std::string& result) {
-    if (auto s = host_.store->RecordAudit(user, verb, target, result, NowUnixMs()); !s.ok()) {
+    if (auto s = host_.store->RecordAudit(user, verb, target, result, host_.now_ms()); !s.ok()) {
       HERD_LOG(kWarn) << "audit: " << s.message();
     }
   }
@@ -193,7 +195,7 @@ class Dashboard::Impl : public std::enable_shared_from_this<Dashboard::Impl> {
     if (!id || id->empty()) {
       return api_http::Unauthenticated("no dashboard session: run `herd dashboard` to log in");
     }
-    auto session = sessions.Find(*id, NowUnixMs());
+    auto session = sessions.Find(*id, host_.now_ms());
     if (!session.ok()) {
       return api_http::Unauthenticated(session.status().message() +
                                        ": run `herd dashboard` to log in again");
@@ -208,7 +210,7 @@ class Dashboard::Impl : public std::enable_shared_from_this<Dashboard::Impl> {
 
   void Login(const HttpRequest&, const Target& t, const Res& res) {
     const std::string code = std::string(t.Query("code").value_or(""));
-    auto s = sessions.Redeem(code, NowUnixMs());
+    auto s = sessions.Redeem(code, host_.now_ms());
     if (!s.ok()) return res->Respond(PlainPage(401, "herd dashboard: " + s.status().message()));
     Audit(s->session.user, "dashboard.login", "", "ok");
     HttpResponse r = PlainPage(303, "Logged in; the dashboard is at /dashboard/");

@@ -34,6 +34,7 @@
 // An admin acting on another user's cluster runs the command as its owner; the audit names both.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -55,6 +56,8 @@ struct DashboardHost {
   std::function<void(const User& user, api_http::HttpRequest request,
                      std::shared_ptr<api_http::Responder> responder)>
       run;
+  // The time in Unix ms (sessions' and codes' expiry); empty: the system's clock.
+  std::function<std::int64_t()> now_ms;
 };
 
 class Dashboard {

@@ -72,10 +72,8 @@ Result<Session> SessionTable::Find(const std::string& id, int64_t now_ms) {
   std::lock_guard<std::mutex> l(mu_);
   auto it = sessions_.find(Key(id));
   if (it == sessions_.end()) return PermissionDenied("no session (logged out, or never in)");
-  if (it->second.expires_at_ms <= now_ms) {
-    sessions_.erase(it);
-    return PermissionDenied("the session expired");
-  }
+  // Kept until the tables are pruned, so that each later use of it says why it is refused.
+  if (it->second.expires_at_ms <= now_ms) return PermissionDenied("the session expired");
   return it->second;
 }
 

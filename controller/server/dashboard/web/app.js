@@ -20,6 +20,7 @@ const STATE_COLORS = {
 const main = document.getElementById("main");
 let me = null;
 let cleanups = [];  // what the current page must stop when the user leaves it
+let generation = 0;  // counts page changes: a page's late answer must not draw over the next page
 
 // ---- small helpers
 
@@ -100,9 +101,19 @@ async function api(path, options) {
   return body;
 }
 
+// Replaces an element's content; null, false and nested lists are fine.
+function fill(e, ...children) {
+  e.replaceChildren(...children.flat(Infinity).filter(c => c !== null && c !== undefined &&
+                                                          c !== false));
+}
+
+function show(...children) {
+  fill(main, ...children);
+}
+
 function showError(e) {
   if (e instanceof Unauthenticated) return loggedOut(e.message);
-  main.replaceChildren(h("p", {class: "error", role: "alert"}, String(e.message || e)));
+  show(h("p", {class: "error", role: "alert"}, String(e.message || e)));
 }
 
 function loggedOut(message) {
@@ -110,7 +121,7 @@ function loggedOut(message) {
   me = null;
   document.getElementById("who").textContent = "";
   document.getElementById("logout").hidden = true;
-  main.replaceChildren(
+  show(
     h("h1", {}, "Not logged in"),
     h("p", {role: "alert", id: "login-needed"}, message),
     h("p", {}, "Run ", h("code", {}, "herd dashboard"),
@@ -155,24 +166,39 @@ function stopPage() {
   cleanups = [];
 }
 
-// Whether `data` differs from what the page shows: a refresh that brings nothing new leaves the
-// page (and the keyboard focus in it) alone.
+// The state of one page's drawing: what it last drew, and for which visit.
+function pageState() {
+  return {gen: generation, sig: null};
+}
+
+// Whether to draw `data`: the user is still on this visit of the page, and the data differs from
+// what it shows (a refresh that brings nothing new leaves the page, and the focus in it, alone).
 function changed(page, data) {
+  if (page.gen !== generation) return false;
   const sig = JSON.stringify(data);
   if (page.sig === sig) return false;
   page.sig = sig;
   return true;
 }
 
-function every(ms, fn) {
-  const t = setInterval(fn, ms);
-  cleanups.push(() => clearInterval(t));
+// Runs a page's refresh every `ms`. A refresh that fails leaves the page as it is and says why
+// above it (a lost session shows the login help instead).
+function every(ms, refresh) {
+  const banner = document.getElementById("banner");
+  const gen = generation;
+  const t = setInterval(() => refresh().then(() => { banner.hidden = true; }, e => {
+    if (gen !== generation) return;
+    if (e instanceof Unauthenticated) return loggedOut(e.message);
+    banner.textContent = "Could not refresh: " + (e.message || e);
+    banner.hidden = false;
+  }), ms);
+  cleanups.push(() => { clearInterval(t); banner.hidden = true; });
 }
 
 // ---- pages
 
 async function clustersPage() {
-  const seen = {};
+  const seen = pageState();
   const render = async () => {
     const data = await api("/clusters");
     if (!changed(seen, data)) return;
@@ -186,10 +212,10 @@ async function clustersPage() {
     if (rows.length) out.push(table(headers, rows, admin ? [2, 4, 6] : [1, 3, 5]));
     else out.push(h("p", {class: "muted"}, "No clusters. Launch one with herd launch."));
     for (const e of data.errors || []) out.push(h("p", {class: "error"}, e));
-    main.replaceChildren(...out);
+    show(...out);
   };
   await render();
-  every(REFRESH_MS, () => render().catch(showError));
+  every(REFRESH_MS, render);
 }
 
 function timeline(jobs) {
@@ -244,7 +270,7 @@ function jobRows(cluster, jobs, withCluster, refresh) {
 
 async function clusterPage(name) {
   const q = encodeURIComponent(name);
-  const seen = {};
+  const seen = pageState();
   const render = async () => {
     const [list, jobs] = await Promise.all([api("/clusters"), api(`/clusters/${q}/jobs`)]);
     const c = list.clusters.find(x => x.name === name);
@@ -263,7 +289,7 @@ async function clusterPage(name) {
               l.gpus === undefined ? "-" : l.gpus, stateCell(l.status || (l.alive ? "UP" : "-"))];
     });
     const refresh = () => render().catch(showError);
-    main.replaceChildren(
+    show(
       h("h1", {}, "Cluster ", name),
       h("dl", {class: "kv"},
         h("dt", {}, "Status"), h("dd", {}, c.status),
@@ -288,11 +314,11 @@ async function clusterPage(name) {
                   : h("p", {class: "muted"}, "No jobs yet."));
   };
   await render();
-  every(REFRESH_MS, () => render().catch(showError));
+  every(REFRESH_MS, render);
 }
 
 async function jobsPage() {
-  const seen = {};
+  const seen = pageState();
   const render = async () => {
     const list = await api("/clusters");
     const perCluster = await Promise.all(list.clusters.map(c =>
@@ -305,7 +331,7 @@ async function jobsPage() {
     }
     if (!changed(seen, [jobs, managed])) return;
     const refresh = () => render().catch(showError);
-    main.replaceChildren(
+    show(
       h("h1", {}, "Jobs"),
       jobs.length ? table(["Cluster", "ID", "Name", "User", "Status", "Nodes", "Submitted",
                            "Duration", ""], jobRows("", jobs, true, refresh), [3, 5, 6])
@@ -320,12 +346,14 @@ async function jobsPage() {
         : h("p", {class: "muted"}, "No managed jobs."));
   };
   await render();
-  every(REFRESH_MS, () => render().catch(showError));
+  every(REFRESH_MS, render);
 }
 
 async function usersPage() {
+  const gen = generation;
   const users = await api("/users");
-  main.replaceChildren(h("h1", {}, "Users"),
+  if (gen !== generation) return;
+  show(h("h1", {}, "Users"),
     table(["Name", "Role", "Clusters", "Added"],
           users.map(u => [u.name, u.role, u.clusters, ago(u.created_at_ms)])));
 }
@@ -421,7 +449,7 @@ async function jobPage(cluster, id) {
   const details = h("div", {});
   const log = logView(cluster, id);
   let job = null;
-  const seen = {};
+  const seen = pageState();
   const render = async () => {
     const jobs = await api(`/clusters/${q}/jobs`);
     job = jobs.find(j => String(j.id) === String(id));
@@ -431,7 +459,7 @@ async function jobPage(cluster, id) {
       job.exit_codes && rank < job.exit_codes.length ? String(job.exit_codes[rank]) : "-"]);
     const failed = job.first_failed_node ?
       `rank ${job.first_failed_rank} on ${job.first_failed_node}` : null;
-    details.replaceChildren(
+    fill(details,
       h("dl", {class: "kv"},
         h("dt", {}, "Name"), h("dd", {id: "job-name"}, job.name || "-"),
         h("dt", {}, "Status"), h("dd", {id: "job-status", class: "state state-" + job.status},
@@ -448,12 +476,14 @@ async function jobPage(cluster, id) {
       h("h2", {}, "Ranks"),
       table(["Rank", "Node", "Exit code"], ranks));
   };
+  const gen = generation;
   await render();
-  main.replaceChildren(h("h1", {}, "Job ", String(id), " on ", clusterLink(cluster)), details,
+  if (gen !== generation) return;
+  show(h("h1", {}, "Job ", String(id), " on ", clusterLink(cluster)), details,
                        h("h2", {}, "Log"), log.element);
   await log.start(!TERMINAL.has(job.status));
-  every(REFRESH_MS / 2, () => {
-    if (job && !TERMINAL.has(job.status)) render().catch(showError);
+  every(REFRESH_MS / 2, async () => {
+    if (job && !TERMINAL.has(job.status)) await render();
   });
 }
 
@@ -461,6 +491,7 @@ async function jobPage(cluster, id) {
 
 async function route() {
   stopPage();
+  generation++;
   const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
   for (const a of document.querySelectorAll("nav a")) {
     a.toggleAttribute("aria-current", a.getAttribute("href") === "#/" + parts[0]);
