@@ -12,6 +12,7 @@ PACKAGES=(
   python3 python3-torch pdsh systemd slurm-wlm munge
   elfutils gdb
   clang-14 libfuzzer-14-dev
+  chromium
 )
 
 missing=()

@@ -79,5 +79,6 @@ std::unique_ptr<Command> MakeMuxCommand();
 std::unique_ptr<Command> MakeServeCommand();
 std::unique_ptr<Command> MakeApiCommand();
 std::unique_ptr<Command> MakeGpusCommand();
+std::unique_ptr<Command> MakeDashboardCommand();
 
 }  // namespace herd::cli

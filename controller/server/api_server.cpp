@@ -18,6 +18,7 @@
 #include "controller/bootstrap/sha256.hpp"
 #include "controller/jobs/managed_job_store.hpp"
 #include "controller/server/command_runner.hpp"
+#include "controller/server/dashboard/dashboard.hpp"
 #include "controller/server/http/http_server.hpp"
 #include "controller/server/http/request_codec.hpp"
 #include "controller/server/job_keeper.hpp"
@@ -144,6 +145,13 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
     ho.key_file = options_.key_file;
     ho.max_body_bytes = limits::kApiMaxUploadBytes;
     std::weak_ptr<ServerImpl> weak = shared_from_this();
+    dashboard_ = std::make_unique<dashboard::Dashboard>(dashboard::DashboardHost{
+        store_.get(), !options_.plain_http,
+        [weak](const User& user, HttpRequest req, std::shared_ptr<Responder> res) {
+          if (auto self = weak.lock()) return self->Run(user, req, res);
+          res->Respond(HttpError(Unavailable("the server is stopping")));
+        },
+        /*now_ms=*/{}});
     ho.handler = [weak](HttpRequest req, std::shared_ptr<Responder> res) {
       auto self = weak.lock();
       if (!self) return res->Respond(HttpError(Unavailable("the server is stopping")));
@@ -237,6 +245,8 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
       return res->Respond(Json(boost::json::object{
           {"status", "ok"}, {"version", options_.version}, {"server", holder_}}));
     }
+    // The web dashboard authenticates by its session cookie (dashboard/dashboard.hpp).
+    if (dashboard::Dashboard::Owns(t)) return dashboard_->Handle(std::move(req), res);
     auto user = Authenticate(req);
     if (!user.ok()) return res->Respond(HttpError(user.status()));
     std::vector<std::string> cap;
@@ -274,6 +284,9 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
       return res->Respond(Answer(RevokeToken(*user, cap[0])));
     }
     if (t.Match({"api", "v1", "audit"}) && m == "GET") return res->Respond(Answer(Audit(*user, t)));
+    if (t.Match({"api", "v1", "dashboard", "login-code"}) && m == "POST") {
+      return res->Respond(Answer(dashboard_->IssueLoginCode(*user, req.body)));
+    }
     res->Respond(HttpError(NotFound("no route " + m + " " + req.target)));
   }
 
@@ -880,6 +893,7 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
   WarmWorkers warm_;
   std::unique_ptr<api_http::HttpServer> http_;
   std::unique_ptr<ServerKeeper> keeper_;
+  std::unique_ptr<dashboard::Dashboard> dashboard_;
   std::string holder_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<RunningCommand>> running_;

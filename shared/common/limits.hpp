@@ -701,4 +701,28 @@ static_assert(kMaxStackReportBytes + 4096 <= kMaxFrameBytes,
               "one rank's stacks fit a report frame");
 static_assert(kHangSampleInterval * 10 <= 10s, "a hang is seen within a second of its timeout");
 
+// ---- the web dashboard (controller/server/dashboard)
+// A one-time login code from `herd dashboard` is for the browser opened right after: short, so a
+// code left in a terminal's scroll-back or a browser's history is worthless soon.
+inline constexpr Duration kDashboardLoginCodeTtl = 120s;
+// A browser session (its HttpOnly cookie) lasts this long unless `herd dashboard --session`
+// asks for less; never longer than the tokens the server hands out.
+inline constexpr Duration kDashboardSessionTtl = std::chrono::hours(12);
+inline constexpr Duration kDashboardSessionMaxTtl = std::chrono::hours(24 * 7);
+// Sessions and unredeemed codes kept in memory (the oldest go first): a bound, not a quota.
+inline constexpr std::size_t kDashboardMaxSessions = 10000;
+inline constexpr std::size_t kDashboardMaxLoginCodes = 1000;
+// One window of a job's log the page asks for: a 100 MB log is read a window at a time.
+inline constexpr std::size_t kDashboardLogWindowBytes = 256u << 10;
+// A live log stream (server-sent events) says it is alive this often when the job prints
+// nothing, so proxies and the browser keep it open.
+inline constexpr Duration kDashboardSsePing = 15s;
+static_assert(kDashboardLoginCodeTtl < kDashboardSessionTtl,
+              "a code is shorter-lived than its session");
+static_assert(kDashboardSessionTtl <= kDashboardSessionMaxTtl, "the default session fits the cap");
+static_assert(kDashboardSessionMaxTtl <= kApiTokenMaxLifetime,
+              "a session never outlives what a token may");
+static_assert(kDashboardLogWindowBytes <= kApiMaxFrameBytes * 4,
+              "a window is a few of the frames the server streams a log in");
+
 }  // namespace herd::limits

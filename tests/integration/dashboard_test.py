@@ -1,0 +1,285 @@
+"""The team server's web dashboard in a real browser (headless Chromium over the DevTools
+protocol, browser.py): a server on 127.0.191.1 with its users (api_server_test's setup), alice's
+2-node local cluster launched through it, and each user in a browser context of their own,
+logged in with the one-time link of `herd dashboard`. Checked: the session cookie's attributes,
+a spent link, the clusters, cluster and job pages, log lines arriving live, a cancel from the page
+(CANCELLED, and in `herd api audit`), bob not seeing alice's cluster, an expired session acting on
+nothing, a cross-origin POST refused, script in a job name and a log line shown as text, the
+keyboard alone, and logout. Screenshots of each page at 1280 and 390 pixels go to
+$HERD_TEST_ARTIFACTS. Needs root, ip netns, herd-api and chromium; skipped otherwise."""
+
+import http.client
+import json
+import os
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import api_server_test  # noqa: E402  (its server-and-users setup and cleanup)
+from browser import Browser, chromium_available  # noqa: E402
+from herd_env import netns_available  # noqa: E402
+
+HOST = "127.0.191.1"
+ARTIFACTS = os.environ.get("HERD_TEST_ARTIFACTS") or tempfile.mkdtemp(prefix="herd-dash-art-")
+XSS_NAME = '<script>window.__xss=1</script>"><img src=x onerror="window.__xss=2">'
+XSS_LINE = '"><img src=x onerror="window.__xss=3"><script>window.__xss=4</script>'
+NO_XSS = ("window.__xss === undefined && document.querySelectorAll('img').length === 0 && "
+          "document.querySelectorAll('main script').length === 0")
+
+
+@unittest.skipUnless(os.geteuid() == 0 and netns_available() and api_server_test.HERD_API and
+                     chromium_available(),
+                     "needs root, ip netns, HERD_API (herd-api) and chromium")
+class DashboardTest(unittest.TestCase):
+    CLUSTER = "hdash1"
+    DB = None
+
+    @classmethod
+    def start_server(cls):
+        cls.admin.herd("api", "start", "--home", cls.home, "--host", HOST, "--port",
+                       str(cls.port), timeout=60)
+
+    @classmethod
+    def setUpClass(cls):
+        api_server_test.ApiServerTest.setUpClass.__func__(cls)
+        cls.browser = None
+        try:
+            cls.endpoint = cls.info["endpoint"]
+            assert cls.endpoint == f"https://{HOST}:{cls.port}", cls.endpoint
+            task = os.path.join(cls.alice.dir, "task.yaml")
+            with open(task, "w") as f:
+                f.write("name: " + json.dumps(XSS_NAME) + "\nnum_nodes: 2\nrun: |\n"
+                        "  echo " + json.dumps(XSS_LINE).replace("$", "\\$") + "\n"
+                        "  for i in $(seq 1 900); do echo \"rank $SKYPILOT_NODE_RANK line $i\";"
+                        " sleep 0.3; done\n")
+            cls.alice.herd("launch", "-c", cls.CLUSTER, "-y", "-d", task, timeout=300)
+            cls.browser = Browser()
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            if getattr(cls, "browser", None):
+                cls.browser.close()
+        finally:
+            api_server_test.ApiServerTest.tearDownClass.__func__(cls)
+
+    # ---- helpers
+
+    def login(self, client, *extra):
+        url = json.loads(client.out("dashboard", "--no-open", "-o", "json", *extra))["url"]
+        self.assertTrue(url.startswith(self.endpoint + "/dashboard/login?code="), url)
+        self.assertNotIn(client.token, url)
+        page = self.browser.page()
+        page.goto(url)
+        return page, url
+
+    def shoot(self, page, name):
+        for width in (1280, 390):
+            page.set_width(width)
+            time.sleep(0.3)
+            page.screenshot(os.path.join(ARTIFACTS, f"{name}-{width}.png"))
+            # Nothing wider than the screen but the tables, which scroll in their own box.
+            overflow = page.eval("document.documentElement.scrollWidth - window.innerWidth")
+            self.assertLessEqual(overflow, 1, f"{name} at {width}px scrolls sideways")
+        page.set_width(1280)
+
+    def job_id(self):
+        jobs = json.loads(self.alice.out("queue", self.CLUSTER, "-o", "json"))
+        return min(j["id"] for j in jobs)
+
+    # ---- the tests, in order
+
+    def test_10_the_one_time_link_sets_a_strict_httponly_secure_cookie(self):
+        page, url = self.login(self.alice)
+        page.wait_for("document.getElementById('who').textContent === 'alice'", what="alice")
+        self.assertEqual(page.eval("location.pathname"), "/dashboard/")
+        cookies = {c["name"]: c for c in page.cookies()}
+        c = cookies["herd_session"]
+        self.assertTrue(c["httpOnly"])
+        self.assertTrue(c["secure"])
+        self.assertEqual(c["sameSite"], "Strict")
+        self.assertEqual(c["path"], "/dashboard")
+        self.assertFalse(page.eval("document.cookie.includes('herd_session')"))
+        # The link is spent: another browser gets nothing from it.
+        other = self.browser.page()
+        other.goto(url)
+        self.assertIn("used or expired", other.text())
+        self.assertEqual(other.cookies(), [])
+        type(self).alice_page = page
+
+    def test_20_clusters_page_shows_the_launched_cluster(self):
+        page = self.alice_page
+        page.goto(self.endpoint + "/dashboard/#/clusters")
+        page.wait_for(f"[...document.querySelectorAll('main a')].some(a => a.textContent === "
+                      f"'{self.CLUSTER}')", what="the cluster's row")
+        page.wait_for("document.querySelector('main').innerText.includes('UP')", timeout=60)
+        self.shoot(page, "clusters")
+
+    def test_30_cluster_page_lists_nodes_and_the_job_with_its_name_as_text(self):
+        page = self.alice_page
+        page.goto(self.endpoint + f"/dashboard/#/cluster/{self.CLUSTER}")
+        page.wait_for("document.querySelector('main').innerText.includes('Job queue')")
+        page.wait_for(f"document.querySelector('main').textContent.includes({json.dumps(XSS_NAME)})",
+                      what="the job's name, as text")
+        nodes = page.eval("document.querySelectorAll('main table')[0].tBodies[0].rows.length")
+        self.assertEqual(nodes, 2)
+        self.assertTrue(page.eval("!!document.querySelector('svg.timeline')"))
+        self.assertTrue(page.eval(NO_XSS))
+        self.shoot(page, "cluster")
+
+    def test_40_job_page_shows_new_log_lines_as_they_come(self):
+        page = self.alice_page
+        job = self.job_id()
+        page.goto(self.endpoint + f"/dashboard/#/job/{self.CLUSTER}/{job}")
+        page.wait_for("document.getElementById('log').textContent.includes('line ')",
+                      timeout=60, what="log lines")
+        count = "document.getElementById('log').textContent.split('\\n')" \
+                ".filter(l => l.includes(' line ')).length"
+        first = page.eval(count)
+        page.wait_for(f"{count} >= {first} + 4", timeout=30, what="new log lines arriving live")
+        self.assertIn("following", page.text("#log-info"))
+        log = page.eval("document.getElementById('log').textContent")
+        self.assertIn(XSS_LINE, log)
+        self.assertIn("rank 0 line", log)
+        self.assertIn("rank 1 line", log)
+        self.assertTrue(page.eval(NO_XSS))
+        # Search narrows the view to matching lines.
+        page.eval("(() => { const s = document.getElementById('log-search');"
+                  " s.value = 'rank 1 line 2'; s.dispatchEvent(new Event('input')); })()")
+        matched = page.eval("[...document.querySelectorAll('#log div')].map(d => d.textContent)")
+        self.assertTrue(matched and all("rank 1 line 2" in m for m in matched), matched)
+        page.eval("(() => { const s = document.getElementById('log-search');"
+                  " s.value = ''; s.dispatchEvent(new Event('input')); })()")
+        self.shoot(page, "job")
+
+    def test_50_cancel_from_the_page_shows_cancelled_and_is_audited(self):
+        page = self.alice_page
+        job = self.job_id()
+        page.goto(self.endpoint + f"/dashboard/#/job/{self.CLUSTER}/{job}")
+        page.wait_for("[...document.querySelectorAll('button')].some(b => "
+                      "b.textContent === 'Cancel job')")
+        page.eval("[...document.querySelectorAll('button')].find(b => "
+                  "b.textContent === 'Cancel job').click()")
+        page.wait_for("document.getElementById('confirm').open", what="the confirmation")
+        self.shoot(page, "confirm")
+        page.click("#confirm-yes")
+        page.wait_for("document.getElementById('job-status').textContent === 'CANCELLED'",
+                      timeout=60, what="CANCELLED")
+        jobs = json.loads(self.alice.out("queue", self.CLUSTER, "-o", "json"))
+        self.assertEqual([j["status"] for j in jobs if j["id"] == job], ["CANCELLED"])
+        audit = json.loads(self.admin.out("api", "audit", "-o", "json"))
+        self.assertTrue(any(e["user"] == "alice" and e["verb"] == "dashboard.cancel" and
+                            e["target"] == self.CLUSTER and e["result"] == "ok" for e in audit),
+                        audit[:10])
+        self.assertTrue(any(e["user"] == "alice" and e["verb"] == "dashboard.login"
+                            for e in audit))
+        self.shoot(page, "job-cancelled")
+
+    def test_60_bob_does_not_see_alices_cluster(self):
+        page, _ = self.login(self.bob)
+        page.wait_for("document.getElementById('who').textContent === 'bob'")
+        page.wait_for("document.querySelector('main h1') && "
+                      "document.querySelector('main h1').textContent === 'Clusters'")
+        self.assertNotIn(self.CLUSTER, page.text("main"))
+        page.goto(self.endpoint + f"/dashboard/#/cluster/{self.CLUSTER}")
+        page.wait_for("document.querySelector('main .error')", what="an error")
+        self.assertIn("does not exist", page.text("main"))
+        status = page.eval(f"fetch('/dashboard/api/clusters/{self.CLUSTER}/jobs')"
+                           ".then(r => r.status)")
+        self.assertEqual(status, 404)
+        status = page.eval(f"fetch('/dashboard/api/clusters/{self.CLUSTER}/down', "
+                           "{method: 'POST'}).then(r => r.status)")
+        self.assertEqual(status, 404)
+        self.assertEqual(page.eval("fetch('/dashboard/api/users').then(r => r.status)"), 403)
+        self.shoot(page, "bob-clusters")
+
+    def test_70_an_expired_session_acts_on_nothing(self):
+        self.alice.herd("exec", self.CLUSTER, "-d", "--", "sleep 120")
+        job = max(j["id"] for j in json.loads(self.alice.out("queue", self.CLUSTER, "-o",
+                                                               "json")))
+        ttl = 10
+        started = time.monotonic()
+        page, _ = self.login(self.alice, "--session-ttl", str(ttl))
+        session = {c["name"]: c for c in page.cookies()}["herd_session"]["value"]
+        page.wait_for("document.getElementById('who').textContent === 'alice'")
+        page.goto(self.endpoint + f"/dashboard/#/job/{self.CLUSTER}/{job}")
+        page.wait_for("[...document.querySelectorAll('button')].some(b => "
+                      "b.textContent === 'Cancel job')")
+        time.sleep(max(0, ttl + 1 - (time.monotonic() - started)))
+        # The page's cancel: refused (the browser dropped the cookie with its Max-Age).
+        page.eval("[...document.querySelectorAll('button')].find(b => "
+                  "b.textContent === 'Cancel job').click()")
+        page.wait_for("document.getElementById('confirm').open")
+        page.click("#confirm-yes")
+        page.wait_for("document.getElementById('login-needed')", what="the logged-out page")
+        self.assertIn("herd dashboard", page.text("#login-needed"))
+        # The session's cookie sent anyway: the server refuses it as expired.
+        status, body = self.post(f"/dashboard/api/clusters/{self.CLUSTER}/jobs/{job}/cancel",
+                                 session, self.endpoint)
+        self.assertEqual(status, 401, body)
+        self.assertIn("expired", body)
+        jobs = json.loads(self.alice.out("queue", self.CLUSTER, "-o", "json"))
+        self.assertEqual([j["status"] for j in jobs if j["id"] == job], ["RUNNING"])
+        self.shoot(page, "expired")
+        self.alice.herd("cancel", self.CLUSTER, str(job), "-y")
+
+    def post(self, path, session, origin):
+        ctx = ssl.create_default_context(cafile=self.info["ca_cert"])
+        conn = http.client.HTTPSConnection(HOST, self.port, context=ctx, timeout=60)
+        try:
+            headers = {"Cookie": f"herd_session={session}", "Content-Type": "application/json"}
+            if origin:
+                headers["Origin"] = origin
+            conn.request("POST", path, "{}", headers)
+            r = conn.getresponse()
+            return r.status, r.read().decode()
+        finally:
+            conn.close()
+
+    def test_80_a_cross_origin_post_is_refused(self):
+        session = {c["name"]: c for c in self.alice_page.cookies()}["herd_session"]["value"]
+        for origin in ("https://evil.example", None):
+            status, body = self.post(f"/dashboard/api/clusters/{self.CLUSTER}/stop", session,
+                                     origin)
+            self.assertEqual(status, 403, body)
+        clusters = json.loads(self.alice.out("status", "-o", "json"))
+        self.assertEqual([c["status"] for c in clusters], ["UP"])
+
+    def test_85_the_keyboard_alone_reaches_every_control(self):
+        page = self.alice_page
+        page.goto(self.endpoint + f"/dashboard/#/cluster/{self.CLUSTER}")
+        page.wait_for("document.querySelector('main').innerText.includes('Job queue')")
+        page.eval("document.activeElement.blur()")
+        seen = []
+        for _ in range(40):
+            page.key("Tab", keycode=9)
+            seen.append(page.eval("(document.activeElement.textContent || '').trim()"))
+        for label in ("Skip to content", "Clusters", "Jobs", "Log out", "Stop", "Start", "Down"):
+            self.assertIn(label, seen)
+        # Enter on a focused link follows it.
+        page.eval("[...document.querySelectorAll('nav a')].find(a => "
+                  "a.textContent === 'Jobs').focus()")
+        page.key("Enter", keycode=13, text="\r")
+        page.wait_for("location.hash === '#/jobs'")
+        page.wait_for("document.querySelector('main h1').textContent === 'Jobs'")
+        self.shoot(page, "jobs")
+
+    def test_90_logout_ends_the_session(self):
+        page = self.alice_page
+        page.click("#logout")
+        page.wait_for("document.getElementById('login-needed')")
+        self.assertEqual(page.eval("fetch('/dashboard/api/me').then(r => r.status)"), 401)
+        audit = json.loads(self.admin.out("api", "audit", "-o", "json"))
+        self.assertTrue(any(e["user"] == "alice" and e["verb"] == "dashboard.logout"
+                            for e in audit))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
