@@ -370,6 +370,12 @@ TEST_CASE("actions run the CLI's command as the user, and cross-origin ones are 
   CHECK(f.ran[0].args == std::vector<std::string>{"cancel", "c1", "3", "-y"});
   CHECK(Fixture::Has(f.AuditVerbs(), "alice dashboard.cancel c1 ok"));
 
+  r = f.Call("POST", "/dashboard/api/managed/5/cancel", s);
+  CHECK(r.status == 200);
+  CHECK(f.ran.back().args == std::vector<std::string>{"jobs", "cancel", "5", "-y"});
+  CHECK(Fixture::Has(f.AuditVerbs(), "alice dashboard.jobs.cancel managed job 5 ok"));
+  CHECK(f.Call("POST", "/dashboard/api/managed/x/cancel", s).status == 400);
+
   for (const char* verb : {"stop", "start", "down"}) {
     r = f.Call("POST", std::string("/dashboard/api/clusters/c1/") + verb, s);
     CHECK(r.status == 200);
