@@ -131,7 +131,6 @@ class Worker {
   bool ever_registered_ = false;
   std::optional<herd::v1::NodeHealthReport> health_;  // SetHealth's latest
   std::map<std::string, Proc> procs_;                 // by ProcessKeyString
-  std::map<std::string, Proc> procs_;                 // by ProcessKeyString
   HangWatch hang_;
   boost::asio::steady_timer hang_timer_;
   StackTools stack_tools_;

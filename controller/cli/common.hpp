@@ -100,7 +100,6 @@ struct TaskFlags {
   bool use_spot = false;
   std::string instance_type, disk_size, region, zone;
   std::vector<std::string> ports;
-  std::string gpus, cpus, memory, name;
   // Run limits (task/run_limits.hpp); empty: the task's config.herd or none.
   std::string time_limit, signal, grace, hang_timeout;
 };
