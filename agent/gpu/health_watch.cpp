@@ -187,7 +187,9 @@ bool HealthWatch::Tick() {
   }
   if (!options_.check_command.empty() && now >= next_check_) {
     check_failure_ = runner_(options_.check_command).value_or("");
-    if (!check_failure_.empty()) HERD_LOG(kError) << check_failure_;
+    if (!check_failure_.empty()) {
+      HERD_LOG(kError) << check_failure_;
+    }
     // From the end of this run: a slow check does not run back to back.
     next_check_ = clock_.Now() + options_.check_interval;
   }
