@@ -31,11 +31,11 @@ void Head::OnDeadline(const JobDeadlines::Event& e) {
   JobRun& run = it->second;
   if (run.stop != JobStop::kNone) return;
   const TaskSpec& spec = run.rec.spec;
-  const std::string limit = DurationWords(milliseconds(spec.time_limit_ms()));
+  const std::string limit = DurationText(milliseconds(spec.time_limit_ms()));
   if (e.kind == JobDeadlines::Event::Kind::kSignal) {
     AppendLog(run, "herd: sending " + SignalText(e.signal) + " to every process of " +
                        JobWord(e.job_id) + ": its time limit (" + limit + ") is " +
-                       DurationWords(milliseconds(spec.limit_signal_before_ms())) + " away\n");
+                       DurationText(milliseconds(spec.limit_signal_before_ms())) + " away\n");
     std::set<std::string> nodes;
     for (const auto& [name, proc] : run.procs) {
       if (!proc.exited()) nodes.insert(proc.node_id);
@@ -50,7 +50,7 @@ void Head::OnDeadline(const JobDeadlines::Event& e) {
   const milliseconds grace = StopGrace(spec);
   HERD_LOG(kInfo) << JobWord(e.job_id) << " reached its time limit of " << limit;
   AppendLog(run, "herd: " + JobWord(e.job_id) + " reached its time limit of " + limit +
-                     ": SIGTERM to every process, SIGKILL after " + DurationWords(grace) + "\n");
+                     ": SIGTERM to every process, SIGKILL after " + DurationText(grace) + "\n");
   run.stop_error =
       "ERROR: Job " + std::to_string(e.job_id) + " failed: it reached its time limit of " + limit;
   run.end_reason = JOB_END_REASON_TIME_LIMIT;
@@ -66,7 +66,7 @@ void Head::HandleHung(const ProcessHung& hung) {
   run.hang_seen = true;
   const int64_t id = run.rec.info.job_id();
   const std::string who = "rank " + std::to_string(proc->label.rank) + " on " + proc->node_id;
-  const std::string idle = DurationWords(milliseconds(run.rec.spec.hang_timeout_ms()));
+  const std::string idle = DurationText(milliseconds(run.rec.spec.hang_timeout_ms()));
   HERD_LOG(kWarn) << JobWord(id) << ": " << who << " made no progress for " << idle;
   AppendLog(run, "herd: " + who + " made no progress (no output, no CPU time) for " + idle +
                      ": capturing the stacks of every rank\n");
@@ -158,7 +158,7 @@ std::string Head::WriteStacks(const StackCollector::Result& result, const std::s
   }
   if (!result.missing.empty()) {
     text += "herd: no stacks from rank(s) " + RankList(result.missing) + " within " +
-            DurationWords(std::chrono::duration_cast<milliseconds>(limits::kStackCaptureTimeout)) +
+            DurationText(std::chrono::duration_cast<milliseconds>(limits::kStackCaptureTimeout)) +
             "\n";
   }
   text += "herd: " + DescribeComparison(CompareStacks(result.texts)) + "\n";

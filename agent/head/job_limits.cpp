@@ -58,7 +58,7 @@ std::optional<std::string> WhyBadLimits(const herd::v1::TaskSpec& spec) {
   if (spec.grace_ms() < 0) return "the grace period cannot be negative";
   if (spec.grace_ms() > std::chrono::duration_cast<milliseconds>(limits::kMaxStopGrace).count()) {
     return "the grace period is at most " +
-           DurationWords(std::chrono::duration_cast<milliseconds>(limits::kMaxStopGrace));
+           DurationText(std::chrono::duration_cast<milliseconds>(limits::kMaxStopGrace));
   }
   if (spec.hang_timeout_ms() < 0) return "the hang timeout cannot be negative";
   if (spec.limit_signal() < 0 || spec.limit_signal() >= NSIG) {
@@ -79,24 +79,6 @@ std::string SignalText(int signal) {
   const char* abbrev = signal > 0 && signal < NSIG ? ::sigabbrev_np(signal) : nullptr;
   if (abbrev) return std::string("SIG") + abbrev;
   return "signal " + std::to_string(signal);
-}
-
-std::string DurationWords(milliseconds d) {
-  int64_t ms = d.count();
-  if (ms % 1000 != 0) return std::to_string(ms) + "ms";
-  int64_t s = ms / 1000;
-  std::string out;
-  auto put = [&](int64_t unit, const char* name) {
-    if (s >= unit) {
-      out += std::to_string(s / unit) + name;
-      s %= unit;
-    }
-  };
-  put(86400, "d");
-  put(3600, "h");
-  put(60, "m");
-  put(1, "s");
-  return out.empty() ? "0s" : out;
 }
 
 }  // namespace herd::agent

@@ -13,6 +13,7 @@
 
 #include "herd/v1/common.pb.h"
 #include "shared/common/clock.hpp"
+#include "shared/common/duration_text.hpp"
 
 namespace herd::agent {
 
@@ -57,7 +58,5 @@ std::optional<std::string> WhyBadLimits(const herd::v1::TaskSpec& spec);
 
 // "SIGUSR1"; "signal 99" for one without a name.
 std::string SignalText(int signal);
-// "1h30m", "45s", "1500ms".
-std::string DurationWords(std::chrono::milliseconds d);
 
 }  // namespace herd::agent

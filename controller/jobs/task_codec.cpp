@@ -95,13 +95,17 @@ std::string EncodeTask(const task::Task& t) {
   o["file_mounts"] = StringMap(t.file_mounts);
   o["setup"] = t.setup;
   o["run"] = t.run;
+  // Only a task with limits carries them: a task without is the same text as before limits
+  // existed (the Python SDK builds the same JSON as the CLI, python/herd/_api.py).
   const task::RunLimits& l = t.run_limits;
-  json::object limits{{"time_limit_ms", l.time_limit.count()},
-                      {"limit_signal", l.limit_signal},
-                      {"limit_signal_before_ms", l.limit_signal_before.count()},
-                      {"hang_timeout_ms", l.hang_timeout.count()}};
-  if (l.grace) limits["grace_ms"] = l.grace->count();
-  o["run_limits"] = std::move(limits);
+  if (l.time_limit.count() > 0 || l.limit_signal != 0 || l.hang_timeout.count() > 0 || l.grace) {
+    json::object limits{{"time_limit_ms", l.time_limit.count()},
+                        {"limit_signal", l.limit_signal},
+                        {"limit_signal_before_ms", l.limit_signal_before.count()},
+                        {"hang_timeout_ms", l.hang_timeout.count()}};
+    if (l.grace) limits["grace_ms"] = l.grace->count();
+    o["run_limits"] = std::move(limits);
+  }
   return json::serialize(o);
 }
 

@@ -195,24 +195,6 @@ Result<LimitSignal> ParseSignalSpec(std::string_view text) {
   return out;
 }
 
-std::string DurationText(milliseconds d) {
-  int64_t ms = d.count();
-  if (ms % 1000 != 0) return std::to_string(ms) + "ms";
-  int64_t s = ms / 1000;
-  std::string out;
-  auto put = [&](int64_t unit, const char* name) {
-    if (s >= unit) {
-      out += std::to_string(s / unit) + name;
-      s %= unit;
-    }
-  };
-  put(86400, "d");
-  put(3600, "h");
-  put(60, "m");
-  put(1, "s");
-  return out.empty() ? "0s" : out;
-}
-
 Status CheckRunLimits(const RunLimits& l) {
   if (l.limit_signal != 0 && l.time_limit.count() == 0) {
     return InvalidArgument("--signal " + SignalName(l.limit_signal) +

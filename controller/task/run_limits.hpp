@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "herd/v1/common.pb.h"
+#include "shared/common/duration_text.hpp"
 #include "shared/common/status.hpp"
 
 namespace herd::task {
@@ -44,8 +45,6 @@ struct LimitSignal {
 Result<LimitSignal> ParseSignalSpec(std::string_view text);
 // "SIGUSR1" for 10; "signal 99" for one without a name.
 std::string SignalName(int signal);
-// "1h30m", "45s", "1.5s" -> the shortest of these forms.
-std::string DurationText(std::chrono::milliseconds d);
 
 // The limits together: a --signal needs a --time-limit and must come before it.
 Status CheckRunLimits(const RunLimits& limits);

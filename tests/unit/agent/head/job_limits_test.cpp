@@ -85,9 +85,9 @@ TEST_CASE("bad limits in a submitted spec are refused with the reason") {
 }
 
 TEST_CASE("durations and signals in words") {
-  CHECK(DurationWords(seconds(90)) == "1m30s");
-  CHECK(DurationWords(std::chrono::hours(26)) == "1d2h");
-  CHECK(DurationWords(milliseconds(1500)) == "1500ms");
+  CHECK(DurationText(seconds(90)) == "1m30s");
+  CHECK(DurationText(std::chrono::hours(26)) == "1d2h");
+  CHECK(DurationText(milliseconds(1500)) == "1500ms");
   CHECK(SignalText(SIGTERM) == "SIGTERM");
 }
 
