@@ -213,11 +213,15 @@ class DashboardTest(unittest.TestCase):
         page.wait_for("[...document.querySelectorAll('button')].some(b => "
                       "b.textContent === 'Cancel job')")
         time.sleep(max(0, ttl + 1 - (time.monotonic() - started)))
-        # The page's cancel: refused (the browser dropped the cookie with its Max-Age).
-        page.eval("[...document.querySelectorAll('button')].find(b => "
-                  "b.textContent === 'Cancel job').click()")
-        page.wait_for("document.getElementById('confirm').open")
-        page.click("#confirm-yes")
+        # The page's cancel: refused (the browser dropped the cookie with its Max-Age). The page
+        # refreshes every few seconds, so it may have found the session gone already and shows
+        # the logged-out page instead of the button: then there is nothing left to click.
+        clicked = page.eval("(() => { const b = [...document.querySelectorAll('button')].find("
+                            "b => b.textContent === 'Cancel job'); if (!b) return false; "
+                            "b.click(); return true; })()")
+        if clicked:
+            page.wait_for("document.getElementById('confirm').open")
+            page.click("#confirm-yes")
         page.wait_for("document.getElementById('login-needed')", what="the logged-out page")
         self.assertIn("herd dashboard", page.text("#login-needed"))
         # The session's cookie sent anyway: the server refuses it as expired.
