@@ -95,8 +95,8 @@ std::string EncodeTask(const task::Task& t) {
   o["file_mounts"] = StringMap(t.file_mounts);
   o["setup"] = t.setup;
   o["run"] = t.run;
-  // Only a task with limits carries them: a task without is the same text as before limits
-  // existed (the Python SDK builds the same JSON as the CLI, python/herd/_api.py).
+  // Only a task with limits carries them, so a task without is the JSON the Python SDK builds
+  // for it too (python/herd/_api.py).
   const task::RunLimits& l = t.run_limits;
   if (l.time_limit.count() > 0 || l.limit_signal != 0 || l.hang_timeout.count() > 0 || l.grace) {
     json::object limits{{"time_limit_ms", l.time_limit.count()},
