@@ -1,5 +1,7 @@
 #include "shared/common/file_util.hpp"
 
+#include "shared/common/temp_file.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -24,6 +26,21 @@ int WriteAll(int fd, std::string_view data) {
   return 0;
 }
 
+Result<TempFile> CreateTempFileBeside(const std::string& path) {
+  std::filesystem::path target(path);
+  std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
+  // Built by appending: GCC 12 at -O3 reports a false -Wrestrict for `"." + std::string&&`
+  // (GCC bug 105329).
+  std::string name = ".";
+  name += target.filename().string();
+  name += ".XXXXXX";
+  TempFile made;
+  made.path = (std::filesystem::path(dir) / name).string();
+  made.fd = ::mkostemp(made.path.data(), O_CLOEXEC);
+  if (made.fd < 0) return ErrnoError("create temporary file for " + path, errno);
+  return made;
+}
+
 void SyncParentDir(const std::string& path) {
   std::filesystem::path target(path);
   std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
@@ -36,16 +53,9 @@ void SyncParentDir(const std::string& path) {
 Status WriteFileAtomic(const std::string& path, std::string_view data, mode_t mode,
                        Durability durability) {
   const bool sync = durability == Durability::kPowerLoss;
-  std::filesystem::path target(path);
-  std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
-  // Built by appending: GCC 12 at -O3 reports a false -Wrestrict for `"." + std::string&&`
-  // (GCC bug 105329).
-  std::string name = ".";
-  name += target.filename().string();
-  name += ".XXXXXX";
-  std::string tmp = (std::filesystem::path(dir) / name).string();
-  int fd = ::mkstemp(tmp.data());
-  if (fd < 0) return ErrnoError("create temporary file for " + path, errno);
+  HERD_ASSIGN_OR_RETURN(TempFile made, CreateTempFileBeside(path));
+  const int fd = made.fd;
+  const std::string& tmp = made.path;
   auto fail = [&](std::string_view what, int err) {
     ::close(fd);
     ::unlink(tmp.c_str());

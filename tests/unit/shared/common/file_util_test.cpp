@@ -1,11 +1,14 @@
 #include "shared/common/file_util.hpp"
+#include "shared/common/temp_file.hpp"
 #include "tests/unit/test_support.hpp"
 
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -75,6 +78,24 @@ TEST_CASE("WriteFileAtomic with either durability leaves the whole file and no t
     }
     CHECK(entries == 1);
   }
+}
+
+// A program another thread starts while a file is being written must not hold the file open for
+// writing: the bootstrap writes the agent binary into a local node's home while its other threads
+// start ssh sessions, and one such session holding the binary's write descriptor made the node's
+// herdlet fail to start with "Text file busy" (seen in CI).
+TEST_CASE("the temporary file of a write is not inherited by a program started meanwhile") {
+  TempDir dir{"herd-file-util-test"};
+  auto made = CreateTempFileBeside(dir / "herdlet");
+  REQUIRE(made.ok());
+  CHECK(made->path.starts_with(dir / ".herdlet."));
+  CHECK((::fcntl(made->fd, F_GETFD) & FD_CLOEXEC) != 0);
+  const std::string listing = dir / "fds";
+  REQUIRE(std::system(("ls -l /proc/self/fd/ > " + listing).c_str()) == 0);
+  ::close(made->fd);
+  const std::string fds = ReadFile(listing).value();
+  CHECK_MESSAGE(fds.find(dir.path()) != std::string::npos, fds);  // the listing itself is there
+  CHECK_MESSAGE(fds.find(made->path) == std::string::npos, fds);
 }
 
 }  // namespace
