@@ -69,7 +69,9 @@ void Worker::Stop() {
 
 void Worker::Leave(const std::string& reason, std::function<void()> done) {
   leave_done_ = std::move(done);
-  if (state_ != State::kRunning || !conn_) {
+  // While registering too, as Send: the head reads the Register first on this connection, so an
+  // agent stopped before the head's ack arrived is still STOPPED with its reason, not lost.
+  if ((state_ != State::kRunning && state_ != State::kRegistering) || !conn_) {
     Stop();
     return LeaveDone();
   }

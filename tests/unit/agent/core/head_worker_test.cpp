@@ -125,17 +125,24 @@ struct Cluster {
       REQUIRE(workers[i]->Start().ok());
     });
   }
+  // A client, once the head has both agents: the cluster as each test starts from.
   std::unique_ptr<controller::HeadClient> Client() {
+    auto c = Connect();
+    int alive = 0;
+    for (int i = 0; i < 100 && alive < 2; ++i) {
+      if (i > 0) std::this_thread::sleep_for(50ms);
+      auto nodes = c->Nodes();
+      REQUIRE_MESSAGE(nodes.ok(), nodes.status().ToString());
+      alive = 0;
+      for (bool a : nodes->alive()) alive += a;
+    }
+    REQUIRE_MESSAGE(alive == 2, "the head saw " << alive << " of 2 agents within 5 s");
+    return c;
+  }
+  // A client of the cluster as it is now (a node may be gone).
+  std::unique_ptr<controller::HeadClient> Connect() {
     auto c = controller::HeadClient::Connect({"127.0.0.1", port, (dir / "certs").string()});
     REQUIRE(c.ok());
-    for (int i = 0; i < 100; ++i) {
-      auto nodes = (*c)->Nodes();
-      REQUIRE_MESSAGE(nodes.ok(), nodes.status().ToString());
-      int alive = 0;
-      for (bool a : nodes->alive()) alive += a;
-      if (alive == 2) break;
-      std::this_thread::sleep_for(50ms);
-    }
     return std::move(*c);
   }
 };
@@ -156,7 +163,7 @@ struct Follow {
   std::thread thread;
   Follow(Cluster& c, int64_t job) {
     thread = std::thread([this, &c, job] {
-      auto client = c.Client();
+      auto client = c.Connect();
       controller::HeadClient::StreamCallbacks cb;
       cb.on_data = [this](std::string_view d) { log += d; };
       auto r = client->Stream(job, 0, true, cb);
@@ -306,7 +313,7 @@ TEST_CASE("a client that falls behind a flood of output gets every line once, in
   herd::v1::JobInfo last;
   bool stalled = false;
   std::thread follower([&] {
-    auto reader = c.Client();
+    auto reader = c.Connect();
     controller::HeadClient::StreamCallbacks cb;
     cb.on_data = [&](std::string_view d) {
       if (!stalled) {  // a terminal that stops reading for a while (scrolling, a slow pipe)
@@ -367,7 +374,7 @@ TEST_CASE(
   std::string replayed;
   controller::HeadClient::StreamCallbacks cb;
   cb.on_data = [&](std::string_view d) { replayed += d; };
-  auto reader = c.Client();
+  auto reader = c.Connect();
   auto done = reader->Stream(*job, 0, false, cb);
   REQUIRE_MESSAGE(done.ok(), done.status().ToString());
   CHECK(done->state() == herd::v1::JOB_STATE_SUCCEEDED);
