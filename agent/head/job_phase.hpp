@@ -8,8 +8,8 @@
 // Its processes move kSent -> kStarted -> (kExitPending) -> kExited, and the job's stop moves
 // kNone -> kKilling (fail fast: the first non-zero exit kills every other process) and/or
 // kCancelling (the user's cancel). The decisions are pure functions of these states, so the
-// transitions are unit-tested without a head (tests/unit/agent/head/job_phase_test.cpp); the head
-// (agent/core/head.cpp) carries them out.
+// transitions are unit-tested without a head (tests/unit/agent/head/job_phase_test.cpp); the head's
+// job runner (agent/core/job_runner.cpp) carries them out.
 #pragma once
 
 #include <cstdint>

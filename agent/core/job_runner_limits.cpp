@@ -1,10 +1,10 @@
-// The head's run limits and stacks: the glue between the connections and the parts that decide
+// The job runner's run limits and stacks: the glue between its jobs and the parts that decide
 // (agent/head/job_limits.hpp: JobDeadlines, grace; agent/head/stack_collector.hpp: captures and
-// their comparison). Kept out of head.cpp, which routes and runs the phases.
+// their comparison). Kept out of job_runner.cpp, which runs the phases.
 #include <algorithm>
 #include <set>
 
-#include "agent/core/head.hpp"
+#include "agent/core/job_runner.hpp"
 #include "agent/core/process_key.hpp"
 #include "shared/common/log.hpp"
 #include "shared/proto/frame.hpp"
@@ -20,12 +20,12 @@ std::string JobWord(int64_t id) { return "job " + std::to_string(id); }
 
 }  // namespace
 
-void Head::CheckRunLimits() {
+void JobRunner::CheckRunLimits() {
   for (const JobDeadlines::Event& e : deadlines_.Due(clock_.Now())) OnDeadline(e);
   stacks_.Expire(clock_.Now());
 }
 
-void Head::OnDeadline(const JobDeadlines::Event& e) {
+void JobRunner::OnDeadline(const JobDeadlines::Event& e) {
   auto it = jobs_.find(e.job_id);
   if (it == jobs_.end()) return;
   JobRun& run = it->second;
@@ -57,7 +57,7 @@ void Head::OnDeadline(const JobDeadlines::Event& e) {
   KillJobProcesses(run, grace);
 }
 
-void Head::HandleHung(const ProcessHung& hung) {
+void JobRunner::HandleHung(const ProcessHung& hung) {
   JobRun* found = nullptr;
   ProcEntry* proc = nullptr;
   if (!FindJobOfProcess(hung.key(), &found, &proc) || !found || !proc) return;
@@ -88,24 +88,23 @@ void Head::HandleHung(const ProcessHung& hung) {
   });
 }
 
-void Head::HandleStackReport(const std::string& node_id, const StackReport& report) {
+void JobRunner::HandleStackReport(const std::string& node_id, const StackReport& report) {
   if (!RunsOn(node_id, report.key())) return;
   std::string text = report.text();
   if (text.size() > limits::kMaxStackReportBytes) text.resize(limits::kMaxStackReportBytes);
   stacks_.Report(report.capture_id(), ProcessKeyString(report.key()), std::move(text));
 }
 
-void Head::RequestStacks(const ConnPtr& conn, uint64_t request_id, const StackRequest& req) {
+Status JobRunner::RequestStacks(const ConnPtr& conn, uint64_t request_id, const StackRequest& req) {
   int64_t id = req.job_id();
   if (id == 0 && !jobs_.empty()) id = jobs_.rbegin()->first;
   auto it = jobs_.find(id);
   if (it == jobs_.end() || it->second.phase != JobPhase::kRun ||
       it->second.stop != JobStop::kNone) {
-    return ReplyError(
-        conn, request_id,
-        FailedPrecondition(id == 0 ? "no job is running"
-                                   : JobWord(id) + " is not running: herd stack "
-                                                   "shows the stacks of a RUNNING job"));
+    return FailedPrecondition(id == 0 ? "no job is running"
+                                      : JobWord(id) +
+                                            " is not running: herd stack "
+                                            "shows the stacks of a RUNNING job");
   }
   std::weak_ptr<transport::Connection> weak = conn;
   CaptureStacks(it->second, [this, weak, request_id, id](const StackCollector::Result& result) {
@@ -119,11 +118,12 @@ void Head::RequestStacks(const ConnPtr& conn, uint64_t request_id, const StackRe
     HeadToClient reply;
     reply.mutable_stack_reply()->set_job_id(id);
     reply.mutable_stack_reply()->set_text(std::move(text));
-    SendToClient(c, request_id, std::move(reply));
+    host_.send_to_client(c, request_id, std::move(reply));
   });
+  return Status::Ok();
 }
 
-void Head::CaptureStacks(JobRun& run, StackCollector::Done done) {
+void JobRunner::CaptureStacks(JobRun& run, StackCollector::Done done) {
   std::vector<StackCollector::Rank> ranks;
   std::set<std::string> nodes;
   for (const auto& [name, proc] : run.procs) {
@@ -142,7 +142,8 @@ void Head::CaptureStacks(JobRun& run, StackCollector::Done done) {
   for (const auto& n : nodes) SendToAgent(n, msg);
 }
 
-std::string Head::WriteStacks(const StackCollector::Result& result, const std::string& headline) {
+std::string JobRunner::WriteStacks(const StackCollector::Result& result,
+                                   const std::string& headline) {
   auto it = jobs_.find(result.job_id);
   std::string text = "herd: " + headline + "\n";
   for (const auto& [rank, report] : result.texts) {
