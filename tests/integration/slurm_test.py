@@ -226,8 +226,10 @@ class SlurmTest(HerdEnvTestCase):
         code, line = self.bad_launch("hslbad5", "--infra", "slurm/testcluster/small",
                                      "--num-nodes", "2")
         self.assertEqual(code, 2)
+        # slurmctld gives either reason for it, depending on when its scheduler looked first
+        # (PartitionNodeLimit seen in a full run here, PartitionConfig in others).
         self.assertRegex(line, r"^herd: Slurm cluster testcluster cannot run the allocation: "
-                               r"job \d+ is PENDING \(PartitionConfig\)$")
+                               r"job \d+ is PENDING \((PartitionConfig|PartitionNodeLimit)\)$")
 
         code, line = self.bad_launch("hslbad6", "--infra", "slurm/nosuch")
         self.assertIn("no Slurm cluster nosuch", line)
