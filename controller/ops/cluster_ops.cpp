@@ -647,8 +647,10 @@ ClusterHealth HealthFrom(const ClusterRecord& c, std::string answer) {
 }
 }  // namespace
 
-std::map<std::string, ClusterHealth> ClusterOps::Health(
-    const std::vector<ClusterRecord>& clusters) {
+std::map<std::string, std::optional<std::string>> ClusterOps::AskEachHead(
+    const std::vector<const ClusterRecord*>& clusters,
+    const std::function<std::string(const ClusterRecord&)>& ask,
+    std::chrono::milliseconds timeout) {
   struct Question {
     const ClusterRecord* cluster;
     pid_t pid = -1;
@@ -656,19 +658,18 @@ std::map<std::string, ClusterHealth> ClusterOps::Health(
     std::string answer;
   };
   std::vector<Question> asked;
-  std::map<std::string, ClusterHealth> out;
-  for (const auto& c : clusters) {
-    if (c.status != ClusterStatus::kUp) continue;
+  std::map<std::string, std::optional<std::string>> out;
+  for (const ClusterRecord* c : clusters) {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) {
-      out[c.name].error = std::string("pipe: ") + std::strerror(errno);
+      out[c->name] = std::string("Epipe: ") + std::strerror(errno);
       continue;
     }
     std::fflush(nullptr);  // nothing buffered is written twice
     pid_t pid = ::fork();
     if (pid == 0) {
       ::close(fds[0]);
-      const std::string answer = AskHead(*this, c);
+      const std::string answer = ask(*c);
       for (std::size_t done = 0; done < answer.size();) {
         ssize_t n = ::write(fds[1], answer.data() + done, answer.size() - done);
         if (n < 0 && errno == EINTR) continue;
@@ -680,12 +681,12 @@ std::map<std::string, ClusterHealth> ClusterOps::Health(
     ::close(fds[1]);
     if (pid < 0) {
       ::close(fds[0]);
-      out[c.name].error = std::string("fork: ") + std::strerror(errno);
+      out[c->name] = std::string("Efork: ") + std::strerror(errno);
       continue;
     }
-    asked.push_back({&c, pid, fds[0], ""});
+    asked.push_back({c, pid, fds[0], ""});
   }
-  const auto deadline = std::chrono::steady_clock::now() + limits::kStatusHeadTimeout;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
     std::vector<pollfd> polls;
     std::vector<Question*> of;
@@ -722,12 +723,29 @@ std::map<std::string, ClusterHealth> ClusterOps::Health(
     int status = 0;
     while (::waitpid(q.pid, &status, 0) < 0 && errno == EINTR) {
     }
-    out[q.cluster->name] = timed_out ? ClusterHealth{false,
-                                                     "the head did not answer within " +
-                                                         FormatSeconds(limits::kStatusHeadTimeout),
-                                                     {},
-                                                     {}}
-                                     : HealthFrom(*q.cluster, q.answer);
+    out[q.cluster->name] =
+        timed_out ? std::nullopt : std::optional<std::string>(std::move(q.answer));
+  }
+  return out;
+}
+
+std::map<std::string, ClusterHealth> ClusterOps::Health(
+    const std::vector<ClusterRecord>& clusters) {
+  std::vector<const ClusterRecord*> up;
+  for (const auto& c : clusters) {
+    if (c.status == ClusterStatus::kUp) up.push_back(&c);
+  }
+  auto answers = AskEachHead(
+      up, [this](const ClusterRecord& c) { return AskHead(*this, c); }, limits::kStatusHeadTimeout);
+  std::map<std::string, ClusterHealth> out;
+  for (const ClusterRecord* c : up) {
+    const auto& answer = answers[c->name];
+    out[c->name] = !answer ? ClusterHealth{false,
+                                           "the head did not answer within " +
+                                               FormatSeconds(limits::kStatusHeadTimeout),
+                                           {},
+                                           {}}
+                           : HealthFrom(*c, *answer);
   }
   return out;
 }

@@ -158,6 +158,14 @@ class ClusterOps {
   // waits longer, whatever a head, a mux or an ssh renewal of the forward does. Keyed by cluster
   // name; clusters not UP are not asked.
   std::map<std::string, ClusterHealth> Health(const std::vector<ClusterRecord>& clusters);
+  // Asks the heads of `clusters` at once, each question in a child process of its own (head
+  // clients are synchronous), killed at `timeout`: keyed by cluster name, what ask returned in the
+  // child, or nullopt for a child that did not answer in time. A child that could not be started
+  // answers "E<why>".
+  std::map<std::string, std::optional<std::string>> AskEachHead(
+      const std::vector<const ClusterRecord*>& clusters,
+      const std::function<std::string(const ClusterRecord&)>& ask,
+      std::chrono::milliseconds timeout);
 
   // A connection to the cluster's head (parts.heads), refused for a cluster that is STOPPED.
   Result<std::unique_ptr<HeadApi>> ConnectHead(const ClusterRecord& cluster, bool start_mux = true);

@@ -222,11 +222,28 @@ class ClusterTest(HerdEnvTestCase):
 
         try:
             self.h.herd("launch", "-c", "autos", "-y", "--", "echo", "hi")
+            # Every cluster's queue at once (SkyPilot's `sky queue` with no cluster), each job
+            # with its cluster; or the clusters named, a table each.
+            every = json.loads(self.h.herd("queue", "-o", "json").stdout)
+            self.assertLessEqual({CLUSTER, "autos"}, {j["cluster"] for j in every})
+            self.assertEqual([j["status"] for j in every if j["cluster"] == "autos"],
+                             ["SUCCEEDED"])
+            self.assertGreater(len([j for j in every if j["cluster"] == CLUSTER]), 3)
+            both = self.h.herd("queue", CLUSTER, "autos").stdout.decode()
+            self.assertEqual(re.findall(r"^Job queue of cluster (\S+)$", both, re.M),
+                             [CLUSTER, "autos"])
+            p = self.h.herd("queue", CLUSTER, "nosuch", check=False)
+            self.assertEqual((p.returncode, p.stdout), (102, b""), p.stderr)
+            self.assertIn(b"nosuch", p.stderr)
             self.h.herd("autostop", "autos", "-i", "0")
             self.assertEqual(self.h.clusters()["autos"]["autostop"], 0)
             wait_for(lambda: self.h.clusters()["autos"]["status"] == "STOPPED",
                      "idle cluster was not stopped")
             self.assertEqual(len(namespaces_of("autos")), 2)  # stopped: machines stay
+            p = self.h.herd("queue")  # a stopped cluster has no queue to show: said, not failed
+            self.assertIn(b"Cluster autos is STOPPED: no job queue to show", p.stderr)
+            self.assertIn(f"Job queue of cluster {CLUSTER}\n".encode(), p.stdout)
+            self.assertNotIn(b"Job queue of cluster autos", p.stdout)
             # Launched with -i 0 --down: the head tears its own cluster down when idle.
             self.h.herd("launch", "-c", "autod", "-y", "-i", "0", "--down", "--", "echo", "hi")
             wait_for(lambda: "autod" not in self.h.clusters(), "idle cluster was not torn down")

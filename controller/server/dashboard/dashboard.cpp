@@ -143,6 +143,22 @@ class Dashboard::Impl : public std::enable_shared_from_this<Dashboard::Impl> {
     }
     if (t.Match({"dashboard", "api", "users"}) && m == "GET") return Users(user, res);
     if (t.Match({"dashboard", "api", "clusters"}) && m == "GET") return Clusters(user, res);
+    if (t.Match({"dashboard", "api", "jobs"}) && m == "GET") {
+      // Every cluster's jobs, each with its cluster: one command per user (an admin's page shows
+      // every user's), whose heads are asked at once.
+      // Newest first; ?offset=N&limit=M: only those (the page draws one page of rows), with the
+      // total.
+      Page page;
+      for (auto [name, field] : {std::pair{"offset", &page.offset}, {"limit", &page.limit}}) {
+        if (auto q = t.Query(name)) {
+          auto n = api_http::ParseId(name, *q);
+          if (!n.ok()) return res->Respond(ErrorResponse(n.status()));
+          *field = static_cast<std::size_t>(*n);
+        }
+      }
+      return GatherEveryUser(user, {"queue", "-o", "json"}, "jobs", /*tag_user=*/false,
+                             limits::kApiMaxResponseBytes, res, page);
+    }
     if (t.Match({"dashboard", "api", "managed"}) && m == "GET") {
       return JsonCommand(user, {"jobs", "queue", "-o", "json"}, res);
     }
@@ -341,6 +357,22 @@ class Dashboard::Impl : public std::enable_shared_from_this<Dashboard::Impl> {
   // The session user's clusters; an admin's page shows every user's (each user's `status` run as
   // that user, merged, each cluster with its "user").
   void Clusters(const User& user, const Res& res) {
+    GatherEveryUser(user, {"status", "-o", "json"}, "clusters", /*tag_user=*/true,
+                    limits::kApiMaxBodyBytes, res);
+  }
+
+  // The JSON array that `args` prints, run as the user, or for an admin as every user, joined:
+  // {key: [...], "errors": ["user: why", ...]}; with tag_user each element names its user. An
+  // output over max_bytes (cut) or not an array is that user's error.
+  // With a page: the items sorted newest first (by submitted_at_ms), only page.limit of them from
+  // page.offset, and "total" and "offset" beside them.
+  struct Page {
+    std::size_t offset = 0;
+    std::size_t limit = SIZE_MAX;
+  };
+  void GatherEveryUser(const User& user, std::vector<std::string> args, const std::string& key,
+                       bool tag_user, std::size_t max_bytes, const Res& res,
+                       std::optional<Page> page = std::nullopt) {
     std::vector<User> whose = {user};
     if (user.role == Role::kAdmin) {
       auto users = host_.store->ListUsers();
@@ -350,31 +382,55 @@ class Dashboard::Impl : public std::enable_shared_from_this<Dashboard::Impl> {
     struct Gather {
       std::mutex mu;
       std::size_t left = 0;
-      boost::json::array clusters;
+      boost::json::array items;
       std::vector<std::string> errors;
     };
     auto g = std::make_shared<Gather>();
     g->left = whose.size();
     for (const auto& u : whose) {
       const std::string name = u.name;
-      Collect(u, {"status", "-o", "json"}, limits::kApiMaxBodyBytes, res,
-              [g, res, name](Result<Output> o) {
+      Collect(u, args, max_bytes, res,
+              [g, res, name, key, max_bytes, tag_user, page](Result<Output> o) {
                 std::lock_guard<std::mutex> l(g->mu);
                 if (!o.ok()) {
                   g->errors.push_back(name + ": " + o.status().message());
                 } else if (o->exit_code != 0) {
                   g->errors.push_back(name + ": " + CommandFailed(o->exit_code, o->err).message());
                 } else if (auto v = ParseOutput(o->out); v.ok() && v->is_array()) {
-                  for (auto& c : v->as_array()) {
-                    if (c.is_object()) c.as_object()["user"] = name;
-                    g->clusters.push_back(c);
+                  for (auto& item : v->as_array()) {
+                    if (tag_user && item.is_object()) item.as_object()["user"] = name;
+                    g->items.push_back(item);
                   }
+                } else {
+                  g->errors.push_back(name + ": " +
+                                      (o->truncated ? "the listing is over " +
+                                                          std::to_string(max_bytes >> 20) + " MiB"
+                                                    : std::string("not a JSON array")));
                 }
                 if (--g->left > 0) return;
                 boost::json::array errors;
                 for (auto& e : g->errors) errors.push_back(boost::json::string(e));
-                res->Respond(JsonResponse(
-                    boost::json::object{{"clusters", g->clusters}, {"errors", errors}}));
+                boost::json::object out{{"errors", errors}};
+                if (page) {
+                  auto when = [](const boost::json::value& v) -> int64_t {
+                    const auto* o = v.if_object();
+                    const auto* t = o ? o->if_contains("submitted_at_ms") : nullptr;
+                    return t && t->is_int64() ? t->as_int64() : 0;
+                  };
+                  std::stable_sort(g->items.begin(), g->items.end(),
+                                   [&](const auto& a, const auto& b) { return when(a) > when(b); });
+                  const std::size_t total = g->items.size();
+                  const std::size_t from = std::min(page->offset, total);
+                  const std::size_t to = from + std::min(page->limit, total - from);
+                  boost::json::array shown(g->items.begin() + static_cast<std::ptrdiff_t>(from),
+                                           g->items.begin() + static_cast<std::ptrdiff_t>(to));
+                  out[key] = std::move(shown);
+                  out["total"] = total;
+                  out["offset"] = from;
+                } else {
+                  out[key] = std::move(g->items);
+                }
+                res->Respond(JsonResponse(std::move(out)));
               });
     }
   }

@@ -317,25 +317,45 @@ async function clusterPage(name) {
   every(REFRESH_MS, render);
 }
 
+// Rows of the jobs table asked for and drawn at once: a page of them, with a pager (5 000 rows
+// drawn whole took seconds).
+const JOBS_PER_PAGE = 100;
+
 async function jobsPage() {
   const seen = pageState();
+  let first = 0;  // index of the first job shown; kept across refreshes
+  const refresh = () => render().catch(showError);
+  // One request for every cluster's jobs (the server runs one `herd queue`, whose heads it asks
+  // at once) and only the page shown comes back, newest first, with the total.
   const render = async () => {
-    const list = await api("/clusters");
-    const perCluster = await Promise.all(list.clusters.map(c =>
-      api(`/clusters/${encodeURIComponent(c.name)}/jobs`).then(
-        jobs => jobs.map(j => Object.assign(j, {cluster: c.name})), () => [])));
-    const jobs = perCluster.flat().sort((a, b) => b.submitted_at_ms - a.submitted_at_ms);
-    let managed = [];
-    try { managed = await api("/managed"); } catch (e) {
-      if (e instanceof Unauthenticated) throw e;
+    const [page, managed] = await Promise.all([
+      api(`/jobs?offset=${first}&limit=${JOBS_PER_PAGE}`),
+      api("/managed").catch(e => {
+        if (e instanceof Unauthenticated) throw e;
+        return [];
+      })]);
+    if (page.total > 0 && page.offset >= page.total) {  // the last page emptied meanwhile
+      first = Math.floor((page.total - 1) / JOBS_PER_PAGE) * JOBS_PER_PAGE;
+      return render();
     }
-    if (!changed(seen, [jobs, managed])) return;
-    const refresh = () => render().catch(showError);
+    if (!changed(seen, [page, managed])) return;
+    const jobs = page.jobs;
+    const turn = delta => { first = Math.max(0, first + delta); refresh(); };
+    const pager = page.total <= JOBS_PER_PAGE ? null :
+      h("div", {class: "pager"},
+        h("button", {type: "button", disabled: first === 0,
+                     onclick: () => turn(-JOBS_PER_PAGE)}, "Previous"),
+        h("span", {class: "pager-range"},
+          `Jobs ${page.offset + 1}\u2013${page.offset + jobs.length} of ${page.total}`),
+        h("button", {type: "button", disabled: page.offset + jobs.length >= page.total,
+                     onclick: () => turn(JOBS_PER_PAGE)}, "Next"));
     show(
       h("h1", {}, "Jobs"),
-      jobs.length ? table(["Cluster", "ID", "Name", "User", "Status", "Nodes", "Submitted",
-                           "Duration", ""], jobRows("", jobs, true, refresh), [3, 5, 6])
+      jobs.length ? [table(["Cluster", "ID", "Name", "User", "Status", "Nodes", "Submitted",
+                            "Duration", ""], jobRows("", jobs, true, refresh), [3, 5, 6]), pager]
                   : h("p", {class: "muted"}, "No cluster jobs."),
+      page.errors && page.errors.length ?
+        h("p", {class: "muted"}, "Not listed: " + page.errors.join("; ")) : null,
       h("h2", {}, "Managed jobs"),
       managed.length ? table(["ID", "Name", "Status", "Recoveries", "Cluster", "Duration", ""],
         managed.map(j => [String(j.id), h("td", {class: "wrap"}, j.name), stateCell(j.status),

@@ -10,6 +10,7 @@
 #include <boost/json.hpp>
 #include <condition_variable>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -404,6 +405,28 @@ TEST_CASE("reads: JSON of the CLI's -o json, log windows, and the admin's view")
   REQUIRE(r.status == 200);
   CHECK(boost::json::parse(r.body).as_array().size() == 1);
   CHECK(f.ran.back().args == std::vector<std::string>{"queue", "c1", "-o", "json"});
+  // Every cluster's jobs in one request: one `herd queue` without a cluster.
+  f.reply = R"([{"id": 1, "cluster": "c1"}, {"id": 4, "cluster": "c2"}])";
+  r = f.Call("GET", "/dashboard/api/jobs", alice);
+  REQUIRE(r.status == 200);
+  CHECK(boost::json::parse(r.body).as_object().at("jobs").as_array().size() == 2);
+  CHECK(f.ran.back().args == std::vector<std::string>{"queue", "-o", "json"});
+  CHECK(f.ran.back().user == "alice");
+  // A page of them, newest first, with the total.
+  f.reply = R"([{"id": 1, "cluster": "c1", "submitted_at_ms": 10},
+                {"id": 2, "cluster": "c1", "submitted_at_ms": 30},
+                {"id": 4, "cluster": "c2", "submitted_at_ms": 20}])";
+  r = f.Call("GET", "/dashboard/api/jobs?offset=1&limit=1", alice);
+  REQUIRE(r.status == 200);
+  auto page = boost::json::parse(r.body).as_object();
+  CHECK(page.at("total").as_int64() == 3);
+  CHECK(page.at("offset").as_int64() == 1);
+  REQUIRE(page.at("jobs").as_array().size() == 1);
+  CHECK(page.at("jobs").as_array()[0].at("id").as_int64() == 4);
+  page = boost::json::parse(f.Call("GET", "/dashboard/api/jobs?offset=9", alice).body).as_object();
+  CHECK(page.at("jobs").as_array().empty());
+  CHECK(page.at("offset").as_int64() == 3);
+  CHECK(f.Call("GET", "/dashboard/api/jobs?limit=-1", alice).status == 400);
   // Another user's cluster runs as the session's user (the server then says "not found").
   f.Call("GET", "/dashboard/api/clusters/bobs/jobs", alice);
   CHECK(f.ran.back().user == "alice");
@@ -436,6 +459,16 @@ TEST_CASE("reads: JSON of the CLI's -o json, log windows, and the admin's view")
   auto all = boost::json::parse(r.body).as_object();
   CHECK(all.at("clusters").as_array().size() == 3);
   CHECK(f.ran.size() == 3);
+  // ... and every user's jobs, each user's queue run as that user.
+  f.reply = R"([{"id": 1}])";
+  f.ran.clear();
+  r = f.Call("GET", "/dashboard/api/jobs", admin);
+  REQUIRE(r.status == 200);
+  CHECK(boost::json::parse(r.body).as_object().at("jobs").as_array().size() == 3);
+  REQUIRE(f.ran.size() == 3);
+  std::set<std::string> as;
+  for (const auto& run : f.ran) as.insert(run.user);
+  CHECK(as == std::set<std::string>{"admin", "alice", "bob"});
   f.Call("GET", "/dashboard/api/clusters/bobs/jobs", admin);
   CHECK(f.ran.back().user == "bob");
   f.reply = "ok";
