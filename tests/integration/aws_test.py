@@ -699,6 +699,8 @@ class AwsTest(HerdEnvTestCase):
         for args in (["launch", "-c", "hawsbad", "-i", "-1", "-y", "--", "true"],
                      ["launch", "-c", "hawsbad", "-i", "x", "-y", "--", "true"],
                      ["autostop", "hawsbad", "-i", "-5"],
+                     ["launch", "-c", "hawsbad", "--infra", f"aws/{REGION}", "--use-spot", "-i",
+                      "5", "-y", "--", "true"],
                      ["autostop", "hawsbad"]):
             p = self.herd(*args, check=False)
             self.assertEqual(p.returncode, 2, (args, p.stderr))
