@@ -4,9 +4,12 @@
 #include <spawn.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 
+#include "agent/head/cloud_autostop.hpp"
 #include "shared/common/file_util.hpp"
+#include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 
 namespace herd::agent {
@@ -46,12 +49,21 @@ void Autostop::Load() {
 }
 
 Status Autostop::Set(const herd::v1::SetAutostop& setting) {
-  if (setting.idle_minutes() >= 0 && setting.command().empty()) {
-    return InvalidArgument("autostop needs a command");
+  const std::string key_file = CloudCredentialsPath(state_dir_);
+  if (setting.idle_minutes() >= 0) {
+    if (setting.has_cloud()) {
+      HERD_RETURN_IF_ERROR(ValidateCloudAutostop(setting.cloud()));
+    } else if (setting.command().empty()) {
+      return InvalidArgument("autostop needs a command");
+    }
   }
-  HERD_RETURN_IF_ERROR(
-      WriteFileAtomic(state_dir_ + "/autostop.pb", setting.SerializeAsString(), 0644));
-  setting_ = setting;
+  if (setting.idle_minutes() >= 0 && setting.has_cloud()) {
+    HERD_RETURN_IF_ERROR(WriteCloudCredentials(key_file, setting.cloud()));
+  }
+  HERD_RETURN_IF_ERROR(WriteFileAtomic(state_dir_ + "/autostop.pb",
+                                       WithoutSecret(setting).SerializeAsString(), 0644));
+  if (setting.idle_minutes() < 0 || !setting.has_cloud()) std::remove(key_file.c_str());
+  setting_ = WithoutSecret(setting);
   fired_ = false;
   last_busy_ = clock_.Now();  // the idle time counts from now
   HERD_LOG(kInfo) << "autostop "
@@ -65,13 +77,25 @@ Status Autostop::Set(const herd::v1::SetAutostop& setting) {
 bool Autostop::Check(bool busy) {
   const auto now = clock_.Now();
   if (busy) last_busy_ = now;
-  if (setting_.idle_minutes() < 0 || fired_) return false;
-  if (now - last_busy_ < std::chrono::minutes(setting_.idle_minutes())) return false;
+  if (setting_.idle_minutes() < 0) return false;
+  if (fired_) {
+    // A cloud head that still runs so long after asking for its own stop: the call did not
+    // take; ask again (while busy again, not: a job started meanwhile keeps the cluster).
+    if (!setting_.has_cloud() || busy || now - fired_at_ < limits::kCloudAutostopRefire) {
+      return false;
+    }
+  } else if (now - last_busy_ < std::chrono::minutes(setting_.idle_minutes())) {
+    return false;
+  }
   fired_ = true;
+  fired_at_ = now;
+  const std::string command =
+      setting_.has_cloud()
+          ? CloudStopCommand(setting_.cloud(), setting_.down(), CloudCredentialsPath(state_dir_))
+          : setting_.command();
   HERD_LOG(kInfo) << "idle for " << setting_.idle_minutes()
-                  << " minute(s): running autostop: " << setting_.command();
-  if (Status s = spawner_.SpawnDetached(setting_.command(), state_dir_ + "/autostop.log");
-      !s.ok()) {
+                  << " minute(s): running autostop: " << command;
+  if (Status s = spawner_.SpawnDetached(command, state_dir_ + "/autostop.log"); !s.ok()) {
     HERD_LOG(kError) << "autostop: " << s.message();
   }
   return true;

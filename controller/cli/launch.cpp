@@ -105,6 +105,13 @@ class LaunchCommand final : public Command {
     }
     auto t = Task();
     if (!t.ok()) return Fail(ctx, t.status(), 2);
+    // As SkyPilot, before anything is made: EC2 cannot stop spot instances, only end them.
+    if (IdleMinutes() >= 0 && !down_ && task::PrimaryResources(*t).use_spot) {
+      return Fail(ctx,
+                  InvalidArgument("-i: spot instances cannot be stopped; add --down to tear the "
+                                  "cluster down when idle"),
+                  2);
+    }
     GitWorkdirClone clone;
     if (auto s = clone.Clone(*t); !s.ok()) return Fail(ctx, s, 2);
     ops::LaunchOptions o;

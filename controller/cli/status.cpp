@@ -1,4 +1,5 @@
-// herd status: the clusters, and for each UP one whether its head still has every node.
+// herd status [-r]: the clusters, and for each UP one whether its head still has every node; with
+// -r (and always for clusters with autostop on a cloud) what their providers say of the machines.
 #include <algorithm>
 #include <map>
 #include <ostream>
@@ -24,24 +25,40 @@ class StatusCommand final : public Command {
     cmd_->add_option("clusters", names_, "only these clusters");
     cmd_->add_option("-o,--output", output_, "output format")->check(CLI::IsMember({"json"}));
     cmd_->add_flag("--ip", ip_, "print only the head node's IP of the one cluster named");
+    cmd_->add_flag("-r,--refresh", refresh_,
+                   "ask the providers for every cluster's machines and update the records");
     return cmd_;
   }
   bool Chosen() const override { return cmd_->parsed(); }
   bool Remote() const override { return true; }
   int Run(CliContext& ctx) override {
     if (ip_) return HeadIp(ctx);
-    auto all = ctx.Ops().List();
-    if (!all.ok()) return FailForStatus(ctx, all.status());
     std::vector<ClusterRecord> shown;
-    for (const auto& c : *all) {
-      if (names_.empty() || std::find(names_.begin(), names_.end(), c.name) != names_.end()) {
-        shown.push_back(c);
+    auto list = [&]() -> Status {
+      auto all = ctx.Ops().List();
+      if (!all.ok()) return all.status();
+      shown.clear();
+      for (const auto& c : *all) {
+        if (names_.empty() || std::find(names_.begin(), names_.end(), c.name) != names_.end()) {
+          shown.push_back(c);
+        }
       }
-    }
+      return Status::Ok();
+    };
+    if (Status s = list(); !s.ok()) return FailForStatus(ctx, s);
+    // The providers' view first (every cluster with -r; else clusters that may have stopped
+    // themselves): records of stopped or gone machines are updated before they are shown.
+    const ops::RefreshOutcome refreshed = ctx.Ops().Refresh(shown, refresh_);
+    if (Status s = list(); !s.ok()) return FailForStatus(ctx, s);
     // The record says UP once every agent registered; whether they still are, only the head
     // knows: an UP cluster whose head is without a node (or does not answer) shows as INIT.
-    const std::map<std::string, ops::ClusterHealth> health = ctx.Ops().Health(shown);
+    std::vector<ClusterRecord> ask;
+    for (const auto& c : shown) {
+      if (!refreshed.shown.count(c.name)) ask.push_back(c);
+    }
+    const std::map<std::string, ops::ClusterHealth> health = ctx.Ops().Health(ask);
     auto shown_status = [&](const ClusterRecord& c) -> std::string {
+      if (auto r = refreshed.shown.find(c.name); r != refreshed.shown.end()) return r->second;
       auto h = health.find(c.name);
       if (h == health.end() || (h->second.answered && h->second.down.empty())) {
         return std::string(controller::Name(c.status));
@@ -88,6 +105,7 @@ class StatusCommand final : public Command {
     }
     if (shown.empty()) {
       ctx.out << "No existing clusters.\n";
+      for (const auto& line : refreshed.notes) ctx.out << line << "\n";
       return 0;
     }
     // NOT UP: why an UP cluster shows as INIT; the column is there only when one does.
@@ -130,6 +148,7 @@ class StatusCommand final : public Command {
       table.AddRow(row);
     }
     ctx.out << table.Render();
+    for (const auto& line : refreshed.notes) ctx.out << line << "\n";
     for (const auto& line : hints) ctx.out << line << "\n";
     return 0;
   }
@@ -139,6 +158,7 @@ class StatusCommand final : public Command {
   std::vector<std::string> names_;
   std::string output_;
   bool ip_ = false;
+  bool refresh_ = false;
 
   // `status --ip CLUSTER` (SkyPilot's): the head's IP alone, for scripts.
   int HeadIp(CliContext& ctx) {

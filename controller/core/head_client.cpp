@@ -211,11 +211,9 @@ Result<NodesReply> HeadClient::Nodes() {
   return reply.nodes_reply();
 }
 
-Status HeadClient::SetAutostop(int idle_minutes, bool down, const std::string& command) {
+Status HeadClient::SetAutostop(const herd::v1::SetAutostop& setting) {
   ClientToHead req;
-  req.mutable_set_autostop()->set_idle_minutes(idle_minutes);
-  req.mutable_set_autostop()->set_down(down);
-  req.mutable_set_autostop()->set_command(command);
+  *req.mutable_set_autostop() = setting;
   HERD_ASSIGN_OR_RETURN(HeadToClient reply, RoundTrip(std::move(req)));
   (void)reply;
   return Status::Ok();

@@ -65,7 +65,7 @@ class HeadApi {
   // connection that cannot send the request).
   virtual Result<herd::v1::NodesReply> Drain(const std::string& node_id, bool drain,
                                              const std::string& reason);
-  virtual Status SetAutostop(int idle_minutes, bool down, const std::string& command) = 0;
+  virtual Status SetAutostop(const herd::v1::SetAutostop& setting) = 0;
   // Streams the merged log of job_id (0: the latest job) from offset. With follow, returns when the
   // job ended (after its last byte) or interrupted() turned true. Returns the last JobInfo seen.
   // tail_lines > 0: start at the log's last tail_lines lines (or at offset, if later).
@@ -91,7 +91,7 @@ class HeadClient final : public HeadApi {
   Result<herd::v1::NodesReply> Nodes() override;
   Result<herd::v1::NodesReply> Drain(const std::string& node_id, bool drain,
                                      const std::string& reason) override;
-  Status SetAutostop(int idle_minutes, bool down, const std::string& command) override;
+  Status SetAutostop(const herd::v1::SetAutostop& setting) override;
   // Runs when the client is destroyed (e.g. to cancel the SSH port-forward it came through).
   void SetCleanup(std::function<void()> cleanup) { cleanup_ = std::move(cleanup); }
   // Where to redial after a dropped connection (Stream's reconnect); by default the endpoint it

@@ -552,13 +552,25 @@ Status ClusterOps::SetAutostop(const std::string& cluster, int idle_minutes, boo
                         ClusterLock::Acquire(cluster, limits::kClusterLockWait, "herd autostop"));
   HERD_ASSIGN_OR_RETURN(auto store, parts_.open_store());
   HERD_ASSIGN_OR_RETURN(ClusterRecord c, Lookup(*store, cluster));
+  herd::v1::SetAutostop setting;
+  setting.set_idle_minutes(idle_minutes < 0 ? -1 : idle_minutes);
+  setting.set_down(idle_minutes >= 0 && down);
   std::string command;
-  if (idle_minutes >= 0) {
-    if (c.provider != "local") {
-      return FailedPrecondition("autostop needs machines the head can stop; cluster " + c.name +
-                                " is on " + c.infra +
-                                " (existing machines are not stopped by herd)");
-    }
+  if (idle_minutes >= 0 && c.provider != "local") {
+    // A cloud's machines stop themselves: the head calls the cloud with a key scoped to them.
+    HERD_ASSIGN_OR_RETURN(auto provider, parts_.providers(c.infra, nullptr));
+    const std::string provider_dir = c.state_dir + "/provider";
+    if (!down) HERD_RETURN_IF_ERROR(provider->CheckStoppable(c.name, provider_dir));
+    HERD_ASSIGN_OR_RETURN(controller::AutostopGrant g,
+                          provider->GrantAutostop(c.name, provider_dir));
+    herd::v1::CloudAutostop* cloud = setting.mutable_cloud();
+    cloud->set_provider(g.provider);
+    cloud->set_region(g.region);
+    cloud->set_endpoint(g.endpoint);
+    for (const auto& id : g.instance_ids) cloud->add_instance_ids(id);
+    cloud->set_access_key_id(g.access_key_id);
+    cloud->set_secret_access_key(g.secret_access_key);
+  } else if (idle_minutes >= 0) {
     // The local provider's "cloud API" is this machine: the head node enters the controller's
     // network and mount namespaces and runs this same herd with this controller's state. PID 1's
     // namespaces may be out of reach (a sandboxed init), so a process of ours pins them.
@@ -570,9 +582,10 @@ Status ClusterOps::SetAutostop(const std::string& cluster, int idle_minutes, boo
     command = "exec nsenter --target " + std::to_string(anchor) +
               " --mount --net -- env HERD_HOME=" + q(HerdHome()) + " HOME=" + q(UserHome()) + " " +
               q(self) + (down ? " down " : " stop ") + c.name + " -y";
+    setting.set_command(command);
   }
   HERD_ASSIGN_OR_RETURN(auto client, ConnectHead(c));
-  HERD_RETURN_IF_ERROR(client->SetAutostop(idle_minutes, down, command));
+  HERD_RETURN_IF_ERROR(client->SetAutostop(setting));
   c.autostop_idle_minutes = idle_minutes < 0 ? -1 : idle_minutes;
   c.autostop_down = idle_minutes >= 0 && down;
   return store->Put(c);

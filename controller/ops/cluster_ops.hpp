@@ -121,6 +121,14 @@ struct ClusterHealth {
   bool allocation_alive = true;
 };
 
+// What `herd status` learned from the providers themselves (ClusterOps::Refresh).
+struct RefreshOutcome {
+  // The status to show instead of the record's: "AUTOSTOPPING" (machines stopping, autostop
+  // set), "INIT" (machines stopping without autostop, or only some running).
+  std::map<std::string, std::string> shown;
+  std::vector<std::string> notes;  // one line each, for the user
+};
+
 class ClusterOps {
  public:
   explicit ClusterOps(ClusterOpsParts parts);
@@ -149,6 +157,13 @@ class ClusterOps {
   // After idle_minutes without an active job the head stops (or, with down, tears down) the
   // cluster by itself; idle_minutes < 0 cancels. Needs a provider the head node can drive: `local`.
   Status SetAutostop(const std::string& cluster, int idle_minutes, bool down);
+  // SkyPilot's status refresh (cluster_refresh.cpp): asks each cluster's provider for its
+  // machines (with all, every UP or STOPPED cluster: `status -r`; else only UP clusters with
+  // autostop on a cloud, which may have stopped themselves) and updates the records: STOPPED when
+  // every machine is stopped; a cluster whose machines are all gone is torn down (what is left of
+  // it, its record included), as SkyPilot drops an autodowned cluster. Providers that cannot tell
+  // (ssh pools, user-mode local nodes) are left as they are.
+  RefreshOutcome Refresh(const std::vector<controller::ClusterRecord>& clusters, bool all);
 
   // Every cluster's record.
   Result<std::vector<ClusterRecord>> List();

@@ -1,5 +1,7 @@
 #include "controller/provider/aws_provider.hpp"
 
+#include "controller/provider/iam_client.hpp"
+
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -36,6 +38,9 @@ struct Record {
   std::string cluster, region, instance_type, key_name, group_name, group_id, ssh_user;
   bool use_spot = false;
   std::vector<std::string> instance_ids;  // node order: head first
+  // Autostop's IAM user (iam_client.hpp) and its one key: written before the user is made, so
+  // Teardown removes it after a crash too.
+  std::string autostop_user, autostop_key_id, autostop_secret;
 };
 
 std::string Seconds(std::chrono::milliseconds d) {
@@ -62,6 +67,9 @@ Result<std::optional<Record>> ReadRecord(const std::string& state_dir) {
     r.group_name = str("group_name");
     r.group_id = str("group_id");
     r.ssh_user = str("ssh_user");
+    r.autostop_user = str("autostop_user");
+    r.autostop_key_id = str("autostop_key_id");
+    r.autostop_secret = str("autostop_secret");
     if (auto* v = o.if_contains("use_spot"); v && v->is_bool()) r.use_spot = v->as_bool();
     if (auto* v = o.if_contains("instance_ids"); v && v->is_array()) {
       for (const auto& id : v->as_array()) {
@@ -81,6 +89,11 @@ Status WriteRecord(const std::string& state_dir, const Record& r) {
       {"cluster", r.cluster},   {"region", r.region},         {"instance_type", r.instance_type},
       {"key_name", r.key_name}, {"group_name", r.group_name}, {"group_id", r.group_id},
       {"ssh_user", r.ssh_user}, {"use_spot", r.use_spot},     {"instance_ids", ids}};
+  if (!r.autostop_user.empty()) {
+    o["autostop_user"] = r.autostop_user;
+    o["autostop_key_id"] = r.autostop_key_id;
+    o["autostop_secret"] = r.autostop_secret;
+  }
   HERD_RETURN_IF_ERROR(node_files::MakeDir(state_dir, 0700));
   return WriteFileAtomic(state_dir + "/" + kRecordFile, json::serialize(o) + "\n", 0600);
 }
@@ -95,6 +108,12 @@ std::vector<Ec2Filter> ClusterFilter(const std::string& cluster) {
 }
 
 std::string Endpoint(const GetenvFn& getenv) { return getenv("HERD_AWS_ENDPOINT").value_or(""); }
+
+// EC2 as the cluster's nodes reach it: HERD_AWS_NODE_ENDPOINT (tests only: the fake on an
+// address the nodes' network has), else the region's public endpoint.
+std::string NodeEndpoint(const GetenvFn& getenv, const std::string& region) {
+  return getenv("HERD_AWS_NODE_ENDPOINT").value_or("https://ec2." + region + ".amazonaws.com");
+}
 
 // The caller's public address as checkip.amazonaws.com sees it, as a /32.
 Result<std::string> CallerCidr(HttpClient& http, const GetenvFn& getenv) {
@@ -591,10 +610,88 @@ Status AwsProvider::Teardown(const std::string& cluster, const std::string& stat
   if (!left.empty()) {
     return Internal("left in " + r.region + " after tearing down " + cluster + ":" + left);
   }
+  if (!r.autostop_user.empty()) {
+    HERD_ASSIGN_OR_RETURN(AwsCredentials creds, LoadAwsCredentials(getenv_));
+    IamClient iam(*http_, std::move(creds), Endpoint(getenv_));
+    HERD_RETURN_IF_ERROR(iam.RemoveUser(r.autostop_user));
+  }
   std::error_code ec;
   fs::remove(state_dir + "/" + kRecordFile, ec);
   fs::remove(state_dir, ec);  // only when empty
   return Status::Ok();
+}
+
+Result<AutostopGrant> AwsProvider::GrantAutostop(const std::string& cluster,
+                                                 const std::string& state_dir) {
+  HERD_RETURN_IF_ERROR(ValidateCluster(cluster));
+  HERD_ASSIGN_OR_RETURN(Record r, LoadExisting(cluster, state_dir));
+  if (r.autostop_key_id.empty()) {
+    HERD_ASSIGN_OR_RETURN(AwsCredentials creds, LoadAwsCredentials(getenv_));
+    IamClient iam(*http_, std::move(creds), Endpoint(getenv_));
+    r.autostop_user = AutostopUserName(cluster);
+    HERD_RETURN_IF_ERROR(WriteRecord(state_dir, r));
+    Status made = iam.CreateUser(r.autostop_user, cluster);
+    if (made.code() == Code::kAlreadyExists) {
+      // Left by a crash between CreateUser and the record of its key: its keys' secrets are
+      // lost, so they go, and the user gets a new one.
+      HERD_ASSIGN_OR_RETURN(auto keys, iam.ListAccessKeys(r.autostop_user));
+      for (const auto& k : keys) HERD_RETURN_IF_ERROR(iam.DeleteAccessKey(r.autostop_user, k));
+    } else if (!made.ok()) {
+      return Status(made.code(), made.message() +
+                                     " (autostop on aws makes an IAM user per cluster: the "
+                                     "credentials need iam:CreateUser and friends)");
+    }
+    HERD_RETURN_IF_ERROR(iam.PutUserPolicy(r.autostop_user, kIamPolicyName,
+                                           AutostopPolicy(cluster, r.region, kClusterTag)));
+    HERD_ASSIGN_OR_RETURN(IamAccessKey key, iam.CreateAccessKey(r.autostop_user));
+    r.autostop_key_id = key.access_key_id;
+    r.autostop_secret = key.secret_access_key;
+    HERD_RETURN_IF_ERROR(WriteRecord(state_dir, r));
+    note_("Made IAM user " + r.autostop_user + " (may only stop or terminate instances tagged " +
+          kClusterTag + "=" + cluster + ") for the head's autostop");
+  }
+  AutostopGrant g;
+  g.provider = "aws";
+  g.region = r.region;
+  g.endpoint = NodeEndpoint(getenv_, r.region);
+  g.instance_ids = r.instance_ids;
+  g.access_key_id = r.autostop_key_id;
+  g.secret_access_key = r.autostop_secret;
+  return g;
+}
+
+Result<MachinesView> AwsProvider::Machines(const std::string& cluster,
+                                           const std::string& state_dir) {
+  HERD_RETURN_IF_ERROR(ValidateCluster(cluster));
+  HERD_ASSIGN_OR_RETURN(std::optional<Record> rec, ReadRecord(state_dir));
+  if (!rec || rec->instance_ids.empty()) return MachinesView{MachinesState::kGone, "no instances"};
+  Session s(*http_, getenv_, note_);
+  HERD_RETURN_IF_ERROR(s.Open(rec->region, &*rec));
+  HERD_ASSIGN_OR_RETURN(auto found, s.ec2().DescribeInstances({}, rec->instance_ids));
+  int running = 0, stopping = 0, stopped = 0, gone = 0;
+  MachinesView v;
+  for (const auto& id : rec->instance_ids) {
+    auto it =
+        std::find_if(found.begin(), found.end(), [&](const Ec2Instance& i) { return i.id == id; });
+    const std::string state = it == found.end() ? "gone" : it->state;
+    if (state == "running" || state == "pending") {
+      ++running;
+    } else if (state == "stopping" || state == "shutting-down") {
+      ++stopping;
+    } else if (state == "stopped") {
+      ++stopped;
+    } else {
+      ++gone;  // terminated, or no longer listed
+    }
+    v.detail += (v.detail.empty() ? "" : ", ") + id + " " + state;
+  }
+  const int n = static_cast<int>(rec->instance_ids.size());
+  v.state = stopping > 0   ? MachinesState::kStopping
+            : running == n ? MachinesState::kRunning
+            : stopped == n ? MachinesState::kStopped
+            : gone == n    ? MachinesState::kGone
+                           : MachinesState::kMixed;
+  return v;
 }
 
 }  // namespace herd::controller

@@ -19,7 +19,8 @@
 // Settings: $HERD_HOME/config.yaml, section `aws:` (ssh_user, default "ubuntu" as on the Ubuntu
 // and Deep Learning AMIs; image_id, default the newest Ubuntu 22.04 / Deep Learning Base AMI of
 // the region; ssh_cidr, default the caller's public address from checkip.amazonaws.com).
-// HERD_AWS_ENDPOINT (tests only) replaces https://ec2.<region>.amazonaws.com and checkip.
+// HERD_AWS_ENDPOINT (tests only) replaces https://ec2.<region>.amazonaws.com, IAM and checkip;
+// HERD_AWS_NODE_ENDPOINT (tests only) is EC2 as the nodes reach it (autostop from the head).
 #pragma once
 
 #include <functional>
@@ -78,6 +79,12 @@ class AwsProvider : public Provider {
   Result<std::vector<NodeHandle>> Start(const std::string& cluster,
                                         const std::string& state_dir) override;
   Status Teardown(const std::string& cluster, const std::string& state_dir) override;
+  // The cluster's IAM user (iam_client.hpp: may only stop or terminate this cluster's instances)
+  // and its key, made on first use and kept in the record; Teardown deletes them.
+  Result<AutostopGrant> GrantAutostop(const std::string& cluster,
+                                      const std::string& state_dir) override;
+  // DescribeInstances of the recorded instances.
+  Result<MachinesView> Machines(const std::string& cluster, const std::string& state_dir) override;
 
  private:
   AwsLaunchSpec spec_;

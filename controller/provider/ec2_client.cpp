@@ -238,7 +238,8 @@ std::vector<Ec2InstanceType> ParseEc2InstanceTypes(const pt::ptree& reply) {
   return out;
 }
 
-std::string Ec2QueryBody(std::string_view action, const Ec2Params& params) {
+std::string Ec2QueryBody(std::string_view action, const Ec2Params& params,
+                         std::string_view version) {
   // RFC 3986 percent-encoding of all but the unreserved characters (what curl_easy_escape does;
   // libcurl is loaded only when a request is sent).
   auto escape = [](const std::string& s) {
@@ -256,8 +257,7 @@ std::string Ec2QueryBody(std::string_view action, const Ec2Params& params) {
     }
     return out;
   };
-  std::string body =
-      "Action=" + escape(std::string(action)) + "&Version=" + std::string(kEc2ApiVersion);
+  std::string body = "Action=" + escape(std::string(action)) + "&Version=" + std::string(version);
   for (const auto& [k, v] : params) body += "&" + escape(k) + "=" + escape(v);
   return body;
 }

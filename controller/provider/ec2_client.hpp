@@ -79,8 +79,10 @@ struct Ec2Filter {
   std::vector<std::string> values;
 };
 
-// "Action=X&Version=...&k=v..." with RFC 3986 percent-encoding.
-std::string Ec2QueryBody(std::string_view action, const Ec2Params& params);
+// "Action=X&Version=...&k=v..." with RFC 3986 percent-encoding (version: another Query API's,
+// such as IAM's).
+std::string Ec2QueryBody(std::string_view action, const Ec2Params& params,
+                         std::string_view version = kEc2ApiVersion);
 
 class Ec2Client {
  public:

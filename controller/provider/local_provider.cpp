@@ -721,6 +721,37 @@ Status LocalProvider::Stop(const std::string& cluster, const std::string& state_
       [&](size_t i) { return NodeName(cluster, static_cast<int>(i)); });
 }
 
+Result<MachinesView> LocalProvider::Machines(const std::string& cluster,
+                                             const std::string& state_dir) {
+  HERD_RETURN_IF_ERROR(ValidateCluster(cluster));
+  if (UserMode(state_dir)) return MachinesView{};
+  HERD_ASSIGN_OR_RETURN(std::optional<Record> record, ReadRecord(state_dir));
+  if (!record) return MachinesView{MachinesState::kGone, "no nodes"};
+  int running = 0, stopped = 0, gone = 0;
+  MachinesView v;
+  for (int i = 0; i < record->num_nodes; ++i) {
+    const std::string ns = NodeNetns(cluster, i);
+    std::string word;
+    if (!netns::Exists(ns)) {
+      ++gone;
+      word = "gone";
+    } else if (netns::ProcessesIn(ns).empty()) {
+      ++stopped;
+      word = "stopped";
+    } else {
+      ++running;
+      word = "running";
+    }
+    v.detail += (v.detail.empty() ? "" : ", ") + NodeName(cluster, i) + " " + word;
+  }
+  const int n = record->num_nodes;
+  v.state = running == n   ? MachinesState::kRunning
+            : stopped == n ? MachinesState::kStopped
+            : gone == n    ? MachinesState::kGone
+                           : MachinesState::kMixed;
+  return v;
+}
+
 Status LocalProvider::Teardown(const std::string& cluster, const std::string& state_dir) {
   HERD_RETURN_IF_ERROR(ValidateCluster(cluster));
   // As a normal user always: it also finds nodes whose record was lost.

@@ -26,6 +26,9 @@ class LocalProvider : public Provider {
   Result<std::vector<NodeHandle>> Start(const std::string& cluster,
                                         const std::string& state_dir) override;
   Status Teardown(const std::string& cluster, const std::string& state_dir) override;
+  // Namespace nodes: running while every node's namespace has a live process, stopped when none
+  // has, gone without namespaces; kUnknown for user-mode nodes.
+  Result<MachinesView> Machines(const std::string& cluster, const std::string& state_dir) override;
   // Each node's sshd has written its PidFile (it listens) before Provision/Start return.
   bool SshReadyOnReturn() const override { return true; }
 

@@ -15,4 +15,13 @@ Result<AllocationState> Provider::Allocation(const std::string&, const std::stri
   return AllocationState{};
 }
 
+Result<AutostopGrant> Provider::GrantAutostop(const std::string& cluster, const std::string&) {
+  return FailedPrecondition("autostop needs machines the head can stop; cluster " + cluster +
+                            " is on " + name() + " (existing machines are not stopped by herd)");
+}
+
+Result<MachinesView> Provider::Machines(const std::string&, const std::string&) {
+  return MachinesView{};
+}
+
 }  // namespace herd::controller

@@ -48,6 +48,32 @@ struct AllocationState {
   std::string detail;  // one line for the user when not alive
 };
 
+// What the head of a cloud cluster needs to stop its own machines (SetAutostop.cloud): where to
+// call, which machines, and a key that may do nothing else.
+struct AutostopGrant {
+  std::string provider;  // "aws"
+  std::string region;
+  std::string endpoint;  // as the nodes reach it
+  std::vector<std::string> instance_ids;
+  std::string access_key_id;
+  std::string secret_access_key;
+};
+
+// The cluster's machines as the provider sees them now (`herd status -r`, and `herd status` for
+// clusters that may have stopped themselves).
+enum class MachinesState {
+  kUnknown,   // the provider cannot tell (an ssh pool's machines are not herd's)
+  kRunning,   // every machine runs (or is starting)
+  kStopping,  // some are stopping or terminating
+  kStopped,   // every machine is stopped
+  kGone,      // none is left (terminated, or never made)
+  kMixed,     // some run, some do not
+};
+struct MachinesView {
+  MachinesState state = MachinesState::kUnknown;
+  std::string detail;  // each machine's state, for the user ("i-0a1 stopped, i-0b2 running")
+};
+
 class Provider {
  public:
   virtual ~Provider();
@@ -81,6 +107,13 @@ class Provider {
   // What the provider's scheduler says of the cluster's machines; known = false by default.
   virtual Result<AllocationState> Allocation(const std::string& cluster,
                                              const std::string& state_dir);
+  // A key scoped to this cluster's machines for its head's autostop (made on first use, kept in
+  // state_dir, removed by Teardown). Unimplemented by default: nothing the head may call stops
+  // these machines.
+  virtual Result<AutostopGrant> GrantAutostop(const std::string& cluster,
+                                              const std::string& state_dir);
+  // The machines' state from the provider itself (not from the head); kUnknown by default.
+  virtual Result<MachinesView> Machines(const std::string& cluster, const std::string& state_dir);
 };
 
 }  // namespace herd::controller

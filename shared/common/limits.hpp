@@ -725,4 +725,25 @@ static_assert(kDashboardSessionMaxTtl <= kApiTokenMaxLifetime,
 static_assert(kDashboardLogWindowBytes <= kApiMaxFrameBytes * 4,
               "a window is a few of the frames the server streams a log in");
 
+// ---- Autostop on clouds (agent/head/cloud_autostop, controller/provider/iam_client) -----------
+// The head's EC2 call when an aws cluster has been idle long enough (curl --aws-sigv4 with the
+// cluster's scoped key): each attempt within kCloudAutostopCallTimeout (connecting within
+// kCloudAutostopConnectTimeout), retried kCloudAutostopRetries times kCloudAutostopRetryDelay
+// apart on any error (curl --retry-all-errors) ...
+inline constexpr Duration kCloudAutostopCallTimeout = 30s;
+inline constexpr Duration kCloudAutostopConnectTimeout = 10s;
+inline constexpr int kCloudAutostopRetries = 5;
+inline constexpr Duration kCloudAutostopRetryDelay = 5s;
+// ... and a head that still runs this long after it asked EC2 to stop its own instance (the call
+// failed every time, the key was not yet usable, EC2 lost the request) asks again.
+inline constexpr Duration kCloudAutostopRefire = 5min;
+// IAM's limit on a user name; the per-cluster user is "herd-autostop-<cluster>" when it fits.
+inline constexpr std::size_t kIamUserNameMax = 64;
+static_assert(kCloudAutostopConnectTimeout < kCloudAutostopCallTimeout,
+              "connecting is part of one call");
+static_assert((kCloudAutostopCallTimeout + kCloudAutostopRetryDelay) * (kCloudAutostopRetries + 1) <
+                  kCloudAutostopRefire,
+              "one round of attempts ends before the head asks again");
+static_assert(kCloudAutostopRefire > kNodeCheckInterval * 100, "the head's check sees it often");
+
 }  // namespace herd::limits

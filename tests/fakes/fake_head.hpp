@@ -27,6 +27,7 @@ struct FakeHeadState {
   std::vector<std::optional<std::chrono::milliseconds>> cancel_graces;  // per Cancel call
   int autostop_minutes = -2;                                            // -2: never set
   std::string autostop_command;
+  herd::v1::SetAutostop autostop_setting;
   int connections = 0;
   Status refuse = Status::Ok();  // non-ok: every call fails with it
 };
@@ -81,11 +82,12 @@ class FakeHead final : public controller::HeadApi {
     }
     return r;
   }
-  Status SetAutostop(int idle_minutes, bool, const std::string& command) override {
+  Status SetAutostop(const herd::v1::SetAutostop& setting) override {
     std::lock_guard<std::mutex> l(s_->mu);
     HERD_RETURN_IF_ERROR(s_->refuse);
-    s_->autostop_minutes = idle_minutes;
-    s_->autostop_command = command;
+    s_->autostop_minutes = setting.idle_minutes();
+    s_->autostop_command = setting.command();
+    s_->autostop_setting = setting;
     return Status::Ok();
   }
   Result<herd::v1::JobInfo> Stream(int64_t job_id, uint64_t, bool, const StreamCallbacks& cb,

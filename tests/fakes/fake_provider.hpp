@@ -3,6 +3,7 @@
 #pragma once
 
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,9 @@ struct FakeProviderState {
   Status fail_provision = Status::Ok();
   Status stoppable = Status::Ok();
   int nodes = 0;
+  // GrantAutostop's answer when set (else the base class's refusal); Machines' answer.
+  std::optional<controller::AutostopGrant> grant;
+  controller::MachinesView machines;
 };
 
 class FakeProvider final : public controller::Provider {
@@ -49,6 +53,19 @@ class FakeProvider final : public controller::Provider {
     return Status::Ok();
   }
   bool SshReadyOnReturn() const override { return true; }
+  Result<controller::AutostopGrant> GrantAutostop(const std::string& cluster,
+                                                  const std::string& dir) override {
+    std::lock_guard<std::mutex> l(s_->mu);
+    s_->calls.push_back("grant " + cluster);
+    if (s_->grant) return *s_->grant;
+    return Provider::GrantAutostop(cluster, dir);
+  }
+  Result<controller::MachinesView> Machines(const std::string& cluster,
+                                            const std::string&) override {
+    std::lock_guard<std::mutex> l(s_->mu);
+    s_->calls.push_back("machines " + cluster);
+    return s_->machines;
+  }
 
  private:
   std::vector<controller::NodeHandle> Handles(const std::string& cluster) const {

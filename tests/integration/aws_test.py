@@ -9,7 +9,11 @@ fake, each with a one-line message, exit code 1 and nothing created. Failover ac
 (issue 23): quota and capacity errors injected per region move a launch to the next cheapest
 region of the plan, each attempt printed with its reason; a credential error stops at once;
 -r/--retry-until-up retries until the fake has capacity again; a managed job with
-EAGER_NEXT_REGION whose instance EC2 takes back is relaunched in another region."""
+EAGER_NEXT_REGION whose instance EC2 takes back is relaunched in another region. Autostop on
+AWS (issue 23 item 5): `launch -i 1` and `launch --down`, the head stopping (terminating) its own
+instances with the cluster's scoped IAM key while `status` shows AUTOSTOPPING, then STOPPED (the
+cluster gone, nothing left, with --down); that key refused on another cluster's instances and on
+everything else; `status -r` finding instances stopped or terminated behind herd's back."""
 
 import threading
 
@@ -104,8 +108,12 @@ class AwsTest(HerdEnvTestCase):
             raise AssertionError(p.stderr)
         cls.pool_ips = p.stdout.split()
         names = [f"{POOL}-head", f"{POOL}-worker1", f"{POOL}-worker2"]
+        cls.host_dirs = [os.path.join(cls.hosts_state, "nodes", n) for n in names]
+        # The hosts' side of their bridge: where a head reaches the fake (its own EC2 calls).
+        node_bind = ".".join(cls.pool_ips[0].split(".")[:3] + ["254"])
         cfg = {
             "bind": BIND, "port_file": os.path.join(cls.h.dir, "fake.port"), "region": REGION,
+            "node_bind": node_bind, "node_port_file": os.path.join(cls.h.dir, "fake.node.port"),
             "zones": ZONES, "no_capacity_zones": [], "regions": MORE_REGIONS,
             "credentials": {KEY_ID: {"secret": SECRET},
                             TEMP["AWS_ACCESS_KEY_ID"]: {"secret": TEMP["AWS_SECRET_ACCESS_KEY"],
@@ -128,12 +136,14 @@ class AwsTest(HerdEnvTestCase):
         cls.fake = subprocess.Popen(["/usr/bin/python3", os.path.join(HERE, "fake_ec2.py"),
                                      cfg_file], stdout=subprocess.DEVNULL, stderr=cls.fake_log)
         deadline = time.monotonic() + 15
-        while not os.path.exists(cfg["port_file"]):
+        while not (os.path.exists(cfg["port_file"]) and os.path.exists(cfg["node_port_file"])):
             if time.monotonic() > deadline or cls.fake.poll() is not None:
                 raise AssertionError("fake_ec2 did not start")
             time.sleep(0.05)
         with open(cfg["port_file"]) as f:
             cls.endpoint = f"http://{BIND}:{f.read().strip()}"
+        with open(cfg["node_port_file"]) as f:
+            cls.node_endpoint = f"http://{node_bind}:{f.read().strip()}"
         # The user's side: a credentials profile, the SSH user of the fake's hosts, and every
         # AWS call sent to the fake.
         aws_dir = os.path.join(cls.h.home, ".aws")
@@ -147,7 +157,8 @@ class AwsTest(HerdEnvTestCase):
         for k in list(cls.h.env):
             if k.startswith("AWS_"):
                 del cls.h.env[k]
-        cls.h.env.update(HERD_AWS_ENDPOINT=cls.endpoint, AWS_PROFILE="herdtest")
+        cls.h.env.update(HERD_AWS_ENDPOINT=cls.endpoint, HERD_AWS_NODE_ENDPOINT=cls.node_endpoint,
+                         AWS_PROFILE="herdtest")
 
     @classmethod
     def close_env(cls):
@@ -192,6 +203,7 @@ class AwsTest(HerdEnvTestCase):
         self.assertEqual(self.live(st), {})
         self.assertEqual(st["groups"], {})
         self.assertEqual(st["keys"], {})
+        self.assertEqual(st["iam_users"], {})
         if cluster:  # the instances' agents' cgroups went with them (fake_ec2 stops hosts so)
             made = [d for d in cgroup_scopes_of(cluster) if d not in self.cgroups_before]
             self.assertEqual(remove_cgroups(made), [])
@@ -521,6 +533,179 @@ class AwsTest(HerdEnvTestCase):
         self.assertEqual(regions, {f"haws10-{job_id}-1": "us-east-1",
                                    f"haws10-{job_id}-2": "us-east-2"})
         self.assert_no_region_holds_anything()
+
+
+    # ---- autostop on AWS, and status -r ----
+    def status_of(self, name):
+        c = self.h.clusters().get(name)
+        return c["status"] if c else None
+
+    def watch_status(self, name, until, timeout):
+        """The statuses `herd status` shows, each change once, until `until` (None: gone)."""
+        seen = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            st = self.status_of(name)
+            if not seen or seen[-1] != st:
+                seen.append(st)
+            if st == until:
+                return seen
+            time.sleep(0.5)
+        with open(os.path.join(self.head_dir(name), "home", ".herd", "agent", "state",
+                               "autostop.log"), errors="replace") as f:
+            log = f.read()[-3000:]
+        self.fail(f"cluster {name} never {until}: {seen}\nautostop.log:\n{log}")
+
+    def head_dir(self, cluster):
+        (inst,) = [v for v in self.state()["instances"].values()
+                   if v["tags"].get("Name") == cluster + "-head"]
+        return self.host_dirs[inst["host"]]
+
+    def instances_of(self, cluster):
+        return {k: v for k, v in self.state()["instances"].items()
+                if v["tags"].get("herd-cluster") == cluster}
+
+    def ec2_call(self, action, ids=(), user=None, key_file=None, service="ec2",
+                 version="2016-11-15", extra=""):
+        """One signed Query API call with curl, as the head makes it: (HTTP code, body)."""
+        body = f"Action={action}&Version={version}{extra}" + "".join(
+            f"&InstanceId.{i + 1}={x}" for i, x in enumerate(ids))
+        auth = ["-K", key_file] if key_file else ["--user", user]
+        p = subprocess.run(["curl", "-sS", *auth, "--aws-sigv4", f"aws:amz:{REGION}:{service}",
+                            "-H", "Content-Type: application/x-www-form-urlencoded; charset=utf-8",
+                            "--data", body, "-w", "\n%{http_code}", self.endpoint + "/"],
+                           capture_output=True, text=True, timeout=60)
+        out, _, code = p.stdout.rpartition("\n")
+        return int(code or 0), out
+
+    def test_b_autostop_stops_the_cluster_with_its_own_scoped_key(self):
+        self.set_fake(transition_s=6)  # stopping lasts long enough to be seen
+        self.addCleanup(self.set_fake, transition_s=0)
+        p = self.herd("launch", "-c", "hawsb", "--infra", f"aws/{REGION}", "-i", "1", "-y", "--",
+                      "echo", "done on", "$(hostname)")
+        self.assertIn("done on haws0-", p.stdout.decode())
+        c = self.h.clusters()["hawsb"]
+        self.assertEqual((c["status"], c["autostop"]), ("UP", 1))
+        # The cluster's own IAM user, whose one policy allows stopping or terminating only
+        # instances tagged with this cluster, in its region.
+        users = self.state()["iam_users"]
+        self.assertEqual(list(users), ["herd-autostop-hawsb"])
+        (doc,) = users["herd-autostop-hawsb"]["policies"].values()
+        (stmt,) = doc["Statement"]
+        self.assertEqual((stmt["Effect"], sorted(stmt["Action"]), stmt["Resource"]),
+                         ("Allow", ["ec2:StopInstances", "ec2:TerminateInstances"],
+                          f"arn:aws:ec2:{REGION}:*:instance/*"))
+        self.assertEqual(stmt["Condition"],
+                         {"StringEquals": {"ec2:ResourceTag/herd-cluster": "hawsb"}})
+        # On the head: that key alone, in a 0600 file; the user's own secret nowhere.
+        home = os.path.join(self.head_dir("hawsb"), "home")
+        key_file = os.path.join(home, ".herd", "agent", "state", "autostop-cloud.key")
+        self.assertEqual(os.stat(key_file).st_mode & 0o777, 0o600)
+        with open(key_file) as f:
+            self.assertIn(users["herd-autostop-hawsb"]["keys"][0], f.read())
+        for root, _, files in os.walk(home):
+            for name in files:
+                path = os.path.join(root, name)
+                if os.path.isfile(path) and not os.path.islink(path):
+                    with open(path, "rb") as f:
+                        self.assertNotIn(SECRET.encode(), f.read(), path)
+        # One idle minute later the head stops its own instance; status follows EC2.
+        before = len(self.state()["calls"])
+        seen = self.watch_status("hawsb", "STOPPED", timeout=240)
+        self.assertIn("AUTOSTOPPING", seen)
+        self.assertLess(seen.index("AUTOSTOPPING"), seen.index("STOPPED"))
+        self.assertNotIn("INIT", seen)
+        self.assertEqual({v["state"] for v in self.instances_of("hawsb").values()}, {"stopped"})
+        calls = self.state()["calls"][before:]
+        self.assertIn("StopInstances", calls)
+        self.assertNotIn("TerminateInstances", calls)
+        p = self.herd("status")
+        self.assertRegex(p.stdout.decode(), r"\nhawsb +aws/us-east-1 .* STOPPED +1m ")
+        # Stopped, not gone: down removes the instances, group, key pair and the IAM user.
+        self.herd("down", "hawsb", "-y")
+        self.assert_nothing_left("hawsb")
+
+    def test_c_down_alone_terminates_once_the_job_is_done(self):
+        self.set_fake(transition_s=6)
+        self.addCleanup(self.set_fake, transition_s=0)
+        # Detached: with -i 0 the head may end the cluster while a following launch is still
+        # connecting to read the (already finished) job's log.
+        p = self.herd("launch", "-c", "hawsc", "--infra", f"aws/{REGION}", "--down", "-d", "-y",
+                      "--", "echo", "once")
+        self.assertIn("Job submitted", p.stdout.decode() + p.stderr.decode())
+        seen = self.watch_status("hawsc", None, timeout=180)
+        self.assertIn("AUTOSTOPPING", seen)
+        self.assertEqual(seen[-1], None)
+        self.assertEqual({v["state"] for v in self.instances_of("hawsc").values()},
+                         {"terminated"})
+        self.assertIn("TerminateInstances", self.state()["calls"])
+        # Nothing of it left: instances, group, key pair, IAM user, local state.
+        self.assert_nothing_left("hawsc")
+        self.assertFalse(os.path.exists(os.path.join(self.h.env["HERD_HOME"], "clusters",
+                                                     "hawsc")))
+
+    def test_d_the_scoped_key_cannot_touch_another_cluster(self):
+        try:
+            self.herd("launch", "-c", "hawsd1", "--infra", f"aws/{REGION}", "-i", "60", "-y",
+                      "--", "true")
+            self.herd("launch", "-c", "hawsd2", "--infra", f"aws/{REGION}", "-y", "--", "true")
+            key_file = os.path.join(self.head_dir("hawsd1"), "home", ".herd", "agent", "state",
+                                    "autostop-cloud.key")
+            (mine,) = self.instances_of("hawsd1")
+            (other,) = self.instances_of("hawsd2")
+            before = len(self.state()["calls"])
+            for action, ids in (("StopInstances", [other]), ("TerminateInstances", [other]),
+                                ("StopInstances", [mine, other]), ("StartInstances", [mine]),
+                                ("DescribeInstances", []), ("RunInstances", [])):
+                code, body = self.ec2_call(action, ids, key_file=key_file)
+                self.assertEqual(code, 403, (action, body))
+                self.assertIn("<Code>UnauthorizedOperation</Code>", body)
+            code, body = self.ec2_call("CreateUser", key_file=key_file, service="iam",
+                                       version="2010-05-08", extra="&UserName=escalate")
+            self.assertEqual(code, 403, body)
+            self.assertIn("<Code>AccessDenied</Code>", body)
+            calls = self.state()["calls"][before:]
+            self.assertEqual(calls, ["denied:StopInstances", "denied:TerminateInstances",
+                                     "denied:StopInstances", "denied:StartInstances",
+                                     "denied:DescribeInstances", "denied:RunInstances",
+                                     "denied:iam:CreateUser"])
+            self.assertEqual({v["state"] for v in self.live().values()}, {"running"})
+            self.assertEqual(list(self.state()["iam_users"]), ["herd-autostop-hawsd1"])
+            self.assertEqual(self.status_of("hawsd2"), "UP")
+        finally:
+            self.herd("down", "hawsd1", "-y", check=False)
+            self.herd("down", "hawsd2", "-y", check=False)
+        self.assert_nothing_left()
+
+    def test_e_status_refresh_asks_ec2(self):
+        p = self.herd("launch", "-c", "hawse", "--infra", f"aws/{REGION}", "-y", "--", "true")
+        (iid,) = self.instances_of("hawse")
+        admin = f"{KEY_ID}:{SECRET}"
+        # Stopped behind herd's back (the console, another tool): the head is silent, the record
+        # still says UP; only -r asks EC2.
+        self.assertEqual(self.ec2_call("StopInstances", [iid], user=admin)[0], 200)
+        self.assertEqual(self.status_of("hawse"), "INIT")
+        self.assertEqual(self.h.clusters()["hawse"]["head_answered"], False)
+        p = self.herd("status", "-r")
+        self.assertRegex(p.stdout.decode(), r"\nhawse +aws/us-east-1 .* STOPPED ")
+        self.assertEqual(self.status_of("hawse"), "STOPPED")  # the record was updated
+        # Terminated behind herd's back: -r removes what is left and the record.
+        self.assertEqual(self.ec2_call("TerminateInstances", [iid], user=admin)[0], 200)
+        p = self.herd("status", "--refresh")
+        self.assertIn("Cluster hawse: its machines are gone", p.stdout.decode())
+        self.assertNotIn("hawse", self.h.clusters())
+        self.assert_nothing_left("hawse")
+        # Bad input, refused before anything is made (exit 2).
+        for args in (["launch", "-c", "hawsbad", "-i", "-1", "-y", "--", "true"],
+                     ["launch", "-c", "hawsbad", "-i", "x", "-y", "--", "true"],
+                     ["autostop", "hawsbad", "-i", "-5"],
+                     ["launch", "-c", "hawsbad", "--infra", f"aws/{REGION}", "--use-spot", "-i",
+                      "5", "-y", "--", "true"],
+                     ["autostop", "hawsbad"]):
+            p = self.herd(*args, check=False)
+            self.assertEqual(p.returncode, 2, (args, p.stderr))
+        self.assertNotIn("hawsbad", self.h.clusters())
+        self.assertEqual(self.live(), {})
 
 
 if __name__ == "__main__":

@@ -259,6 +259,30 @@ class ClusterTest(HerdEnvTestCase):
         self.assertIn(b"Cluster autos terminated.", p.stderr)
         self.assertEqual(namespaces_of("autos"), [])
 
+    def test_g2_status_refresh_finds_nodes_that_stopped(self):
+        # A node whose processes all ended (a machine powered off) without `herd stop`: the head
+        # is silent and the record still says UP; `status -r` asks the provider and records it.
+        try:
+            self.h.herd("launch", "-c", "refr", "-y", "--", "echo", "hi")
+            (ns,) = [n for n in namespaces_of("refr") if not n.endswith("-br")]
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+                                  text=True).stdout.split()
+            self.assertTrue(pids)
+            subprocess.run(["kill", "-KILL", *pids], check=False)
+            deadline = time.time() + 30
+            while subprocess.run(["ip", "netns", "pids", ns], capture_output=True,
+                                 text=True).stdout.split() and time.time() < deadline:
+                time.sleep(0.2)
+            self.assertEqual(self.h.clusters()["refr"]["status"], "INIT")
+            p = self.h.herd("status", "-r", "refr")
+            self.assertRegex(p.stdout.decode(), r"\nrefr +local .* STOPPED ")
+            self.assertEqual(self.h.clusters()["refr"]["status"], "STOPPED")
+            self.h.herd("start", "refr", "-y")
+            self.assertEqual(self.h.clusters()["refr"]["status"], "UP")
+        finally:
+            self.h.herd("down", "refr", "-y", check=False)
+        self.assertEqual(namespaces_of("refr"), [])
+
     def test_e2_head_refuses_a_client_certificate_of_another_ca(self):
         certs = os.path.join(self.h.env["HERD_HOME"], "clusters", CLUSTER, "certs")
         other = os.path.join(self.h.dir, "other-ca")

@@ -21,7 +21,18 @@ HERD_AWS_ENDPOINT points every region at it); key pairs, security groups and the
 request sees are that region's, as in EC2. The state's "keys" and "groups" are "region"'s; its
 "regions" holds every region's. Injected errors, for failover: "no_capacity_zones" and
 "no_capacity_regions" (InsufficientInstanceCapacity), "quota_regions" (VcpuLimitExceeded). Standard library only, and herd_env's
-cgroup helper: a stopped or terminated host's agent cgroups are removed as a real machine's go."""
+cgroup helper: a stopped or terminated host's agent cgroups are removed as a real machine's go.
+
+IAM (requests signed for us-east-1/iam on the same endpoint, Version 2010-05-08): CreateUser,
+PutUserPolicy, CreateAccessKey, ListAccessKeys, DeleteAccessKey, DeleteUserPolicy, DeleteUser.
+Only the configured "credentials" may call IAM. A key made by CreateAccessKey signs EC2 calls as
+its user, and the user's policies are ENFORCED: an action is allowed only by an Allow statement
+whose Action, Resource (the instances' ARNs, else "*") and StringEquals conditions on
+ec2:ResourceTag/KEY all match every instance named; otherwise UnauthorizedOperation (403) and
+"denied:<Action>" in the calls. "transition_s" (default 0: each DescribeInstances moves a
+transition on) makes stopping/shutting-down/pending last that many seconds, so a test can see
+them. "node_bind" (with "node_port_file") serves the same fake on a second address, one the
+namespace hosts reach (a head's own EC2 calls)."""
 
 import base64
 import datetime
@@ -35,6 +46,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import urllib.parse
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -44,6 +56,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from herd_env import AGENT_CGROUP_SCOPE_FILE, remove_cgroups  # noqa: E402
 
 NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
+IAM_NS = "https://iam.amazonaws.com/doc/2010-05-08/"
 MAX_SKEW = datetime.timedelta(minutes=15)
 
 
@@ -193,6 +206,8 @@ class Ec2:
         self.region = config["region"]  # the current request's
         self.calls = []      # action names, in order
         self.free = list(range(len(config["hosts"])))
+        self.users = {}      # IAM user name -> {"tags", "policies": name -> doc, "keys": [id]}
+        self.iam_keys = {}   # access key id -> {"user", "secret"}
 
     def _store(self, region=None):
         return self.stores.setdefault(region or self.region, {"groups": {}, "keys": {}})
@@ -243,6 +258,9 @@ class Ec2:
     def _advance(self, inst):
         """Each look moves a transition on, as EC2's asynchronous state changes do."""
         nxt = {"pending": "running", "stopping": "stopped", "shutting-down": "terminated"}
+        wait = self.config.get("transition_s", 0)
+        if wait and time.monotonic() - inst.get("since", 0) < wait:
+            return
         if inst["state"] in nxt:
             inst["state"] = nxt[inst["state"]]
             if inst["state"] == "terminated":
@@ -269,6 +287,7 @@ class Ec2:
             i = self.instances[iid]
             prev = i["state"]
             i["state"] = new_state(i)
+            i["since"] = time.monotonic()
             out += (f"<item><instanceId>{iid}</instanceId><currentState><name>{i['state']}"
                     f"</name></currentState><previousState><name>{prev}</name></previousState>"
                     f"</item>")
@@ -549,6 +568,144 @@ class Ec2:
             ids, lambda i: i["state"] if i["state"] in ("terminated", "shutting-down")
             else "shutting-down")
 
+    # ---- IAM, and the policies of its users' keys -------------------------------------------
+
+    def credentials(self):
+        with self.lock:
+            creds = {k: (v["secret"], v.get("token", "")) for k, v in
+                     self.config["credentials"].items()}
+            creds.update({k: (v["secret"], "") for k, v in self.iam_keys.items()})
+            return creds
+
+    def _user(self, p):
+        name = p.get("UserName", "")
+        if name not in self.users:
+            raise Ec2Error("NoSuchEntity", f"The user with name {name} cannot be found.", 404)
+        return name, self.users[name]
+
+    def iam_call(self, action, p, key_id):
+        with self.lock:
+            if key_id in self.iam_keys:
+                self.calls.append("denied:iam:" + action)
+                raise Ec2Error("AccessDenied", f"User: arn:aws:iam::123456789012:user/"
+                               f"{self.iam_keys[key_id]['user']} is not authorized to perform: "
+                               f"iam:{action}", 403)
+            self.calls.append("iam:" + action)
+            handler = getattr(self, "iam_" + action, None)
+            if handler is None:
+                raise Ec2Error("InvalidAction", f"Could not find operation {action}")
+            return handler(p)
+
+    def iam_CreateUser(self, p):
+        name = p.get("UserName", "")
+        if not re.fullmatch(r"[\w+=,.@-]{1,64}", name):
+            raise Ec2Error("ValidationError", f"Invalid user name {name!r}")
+        if name in self.users:
+            raise Ec2Error("EntityAlreadyExists", f"User with name {name} already exists.", 409)
+        tags, i = {}, 1
+        while f"Tags.member.{i}.Key" in p:
+            tags[p[f"Tags.member.{i}.Key"]] = p.get(f"Tags.member.{i}.Value", "")
+            i += 1
+        self.users[name] = {"tags": tags, "policies": {}, "keys": []}
+        return f"<User><UserName>{escape(name)}</UserName></User>"
+
+    def iam_PutUserPolicy(self, p):
+        _, u = self._user(p)
+        try:
+            doc = json.loads(p.get("PolicyDocument", ""))
+        except ValueError:
+            raise Ec2Error("MalformedPolicyDocument", "Syntax errors in policy.")
+        u["policies"][p.get("PolicyName", "")] = doc
+        return ""
+
+    def iam_DeleteUserPolicy(self, p):
+        _, u = self._user(p)
+        if u["policies"].pop(p.get("PolicyName", ""), None) is None:
+            raise Ec2Error("NoSuchEntity", "The user policy cannot be found.", 404)
+        return ""
+
+    def iam_CreateAccessKey(self, p):
+        name, u = self._user(p)
+        if len(u["keys"]) >= 2:
+            raise Ec2Error("LimitExceeded", "Cannot exceed quota for AccessKeysPerUser: 2", 409)
+        key_id = "AKIA" + uuid.uuid4().hex[:16].upper()
+        secret = base64.b64encode(os.urandom(30)).decode()
+        u["keys"].append(key_id)
+        self.iam_keys[key_id] = {"user": name, "secret": secret}
+        return (f"<AccessKey><UserName>{escape(name)}</UserName><AccessKeyId>{key_id}"
+                f"</AccessKeyId><Status>Active</Status><SecretAccessKey>{secret}"
+                f"</SecretAccessKey></AccessKey>")
+
+    def iam_ListAccessKeys(self, p):
+        name, u = self._user(p)
+        return ("<AccessKeyMetadata>" + "".join(
+            f"<member><UserName>{escape(name)}</UserName><AccessKeyId>{k}</AccessKeyId>"
+            f"<Status>Active</Status></member>" for k in u["keys"]) + "</AccessKeyMetadata>")
+
+    def iam_DeleteAccessKey(self, p):
+        _, u = self._user(p)
+        key_id = p.get("AccessKeyId", "")
+        if key_id not in u["keys"]:
+            raise Ec2Error("NoSuchEntity", f"The Access Key with id {key_id} cannot be found.",
+                           404)
+        u["keys"].remove(key_id)
+        del self.iam_keys[key_id]
+        return ""
+
+    def iam_DeleteUser(self, p):
+        name, u = self._user(p)
+        if u["keys"] or u["policies"]:
+            raise Ec2Error("DeleteConflict", "Cannot delete entity, must delete policies and "
+                                             "access keys first.", 409)
+        del self.users[name]
+        return ""
+
+    @staticmethod
+    def _statement_allows(stmt, action, arn, tags):
+        if stmt.get("Effect") != "Allow":
+            return False
+        actions = stmt.get("Action", [])
+        actions = [actions] if isinstance(actions, str) else actions
+        resources = stmt.get("Resource", [])
+        resources = [resources] if isinstance(resources, str) else resources
+        if not any(fnmatch.fnmatchcase(action, a) for a in actions):
+            return False
+        if not any(fnmatch.fnmatchcase(arn, r) for r in resources):
+            return False
+        for op, conds in stmt.get("Condition", {}).items():
+            if op != "StringEquals":
+                return False  # an operator this fake does not know never allows
+            for key, want in conds.items():
+                if not key.startswith("ec2:ResourceTag/"):
+                    return False
+                wants = [want] if isinstance(want, str) else want
+                if tags.get(key[len("ec2:ResourceTag/"):]) not in wants:
+                    return False
+        return True
+
+    def authorize(self, key_id, action, p, region):
+        """EC2 calls signed by an IAM user's key: every resource must be allowed."""
+        with self.lock:
+            if key_id not in self.iam_keys:
+                return  # the account's own credentials may do anything
+            user = self.iam_keys[key_id]["user"]
+            statements = [s for doc in self.users[user]["policies"].values()
+                          for s in (doc.get("Statement", []) if isinstance(
+                              doc.get("Statement", []), list) else [doc["Statement"]])]
+            ids = _items(p, "InstanceId")
+            resources = [(f"arn:aws:ec2:{region}:123456789012:instance/{i}",
+                          self.instances[i]["tags"] if i in self.instances else {})
+                         for i in ids] or [("*", {})]
+            for arn, tags in resources:
+                if not any(self._statement_allows(s, "ec2:" + action, arn, tags)
+                           for s in statements):
+                    self.calls.append("denied:" + action)
+                    raise Ec2Error("UnauthorizedOperation",
+                                   f"You are not authorized to perform this operation. User: "
+                                   f"arn:aws:iam::123456789012:user/{user} is not authorized to "
+                                   f"perform: ec2:{action} on resource: {arn} because no "
+                                   f"identity-based policy allows the ec2:{action} action", 403)
+
     def preempt(self, iid):
         with self.lock:
             i = self.instances[iid]
@@ -560,11 +717,13 @@ class Ec2:
         with self.lock:
             home = self._store(self.config["region"])
             return {"instances": {k: {x: v[x] for x in ("state", "type", "zone", "tags", "spot",
-                                                        "key", "group", "region")}
+                                                        "key", "group", "region", "host")}
                                   for k, v in self.instances.items()},
                     "groups": home["groups"], "keys": home["keys"], "calls": self.calls,
                     "regions": {r: self._store(r) for r in sorted(self.regions())},
-                    "free_hosts": self.free}
+                    "free_hosts": self.free,
+                    "iam_users": {n: {"tags": u["tags"], "policies": u["policies"],
+                                      "keys": list(u["keys"])} for n, u in self.users.items()}}
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -606,27 +765,33 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, "{}", "application/json")
         url = urllib.parse.urlsplit(self.path)
         # The region the request is signed for, when the fake serves it; else the home region
-        # (verify then refuses the scope).
-        scoped = re.search(r"Credential=[^/,]*/[^/,]*/([^/,]*)/", self.headers.get("Authorization",
-                                                                                  ""))
+        # (verify then refuses the scope). A request signed for IAM goes to IAM (us-east-1).
+        scoped = re.search(r"Credential=([^/,]*)/[^/,]*/([^/,]*)/([^/,]*)/",
+                           self.headers.get("Authorization", ""))
+        service = "iam" if scoped and scoped.group(3) == "iam" else "ec2"
+        key_id = scoped.group(1) if scoped else ""
         with ec2.lock:
-            region = scoped.group(1) if scoped and scoped.group(1) in ec2.regions() \
+            region = scoped.group(2) if scoped and scoped.group(2) in ec2.regions() \
                 else ec2.config["region"]
+        if service == "iam":
+            region = "us-east-1"
         try:
             verify("POST", url.path, url.query, list(self.headers.items()), body,
-                   {k: (v["secret"], v.get("token", "")) for k, v in
-                    ec2.config["credentials"].items()},
-                   region, now=datetime.datetime.now(datetime.timezone.utc))
+                   ec2.credentials(), region, service,
+                   now=datetime.datetime.now(datetime.timezone.utc))
         except AuthError as e:
             with ec2.lock:
                 ec2.calls.append("refused:" + e.code)
             return self._error(e.status, e.code, e.message)
         params = dict(urllib.parse.parse_qsl(body.decode(), keep_blank_values=True))
+        if service == "iam":
+            return self._iam(ec2, params, key_id)
         if params.get("Version") != "2016-11-15":
             return self._error(400, "InvalidParameterValue", "Version must be 2016-11-15")
         action = params.pop("Action", "")
         params.pop("Version")
         try:
+            ec2.authorize(key_id, action, params, region)
             inner = ec2.call(action, params, region)
         except Ec2Error as e:
             return self._error(e.status, e.code, e.message)
@@ -635,17 +800,47 @@ class Handler(BaseHTTPRequestHandler):
                         f"</{action}Response>")
 
 
+    def _iam(self, ec2, params, key_id):
+        if params.get("Version") != "2010-05-08":
+            return self._error(400, "InvalidParameterValue", "Version must be 2010-05-08")
+        action = params.pop("Action", "")
+        params.pop("Version")
+        try:
+            inner = ec2.iam_call(action, params, key_id)
+        except Ec2Error as e:
+            return self._send(e.status, f"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+                                        f"<ErrorResponse xmlns=\"{IAM_NS}\"><Error><Type>Sender"
+                                        f"</Type><Code>{escape(e.code)}</Code><Message>"
+                                        f"{escape(e.message)}</Message></Error><RequestId>"
+                                        f"{uuid.uuid4()}</RequestId></ErrorResponse>")
+        self._send(200, f"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<{action}Response "
+                        f"xmlns=\"{IAM_NS}\"><{action}Result>{inner}</{action}Result>"
+                        f"<ResponseMetadata><RequestId>{uuid.uuid4()}</RequestId>"
+                        f"</ResponseMetadata></{action}Response>")
+
+
+def serve(server, port_file):
+    tmp = port_file + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(str(server.server_address[1]))
+    os.rename(tmp, port_file)
+    server.serve_forever()
+
+
 def main():
     with open(sys.argv[1]) as f:
         config = json.load(f)
+    ec2 = Ec2(config)
+    if config.get("node_bind"):
+        node_server = ThreadingHTTPServer((config["node_bind"], 0), Handler)
+        node_server.daemon_threads = True
+        node_server.ec2 = ec2
+        threading.Thread(target=serve, args=(node_server, config["node_port_file"]),
+                         daemon=True).start()
     server = ThreadingHTTPServer((config["bind"], 0), Handler)
     server.daemon_threads = True
-    server.ec2 = Ec2(config)
-    tmp = config["port_file"] + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(str(server.server_address[1]))
-    os.rename(tmp, config["port_file"])
-    server.serve_forever()
+    server.ec2 = ec2
+    serve(server, config["port_file"])
 
 
 if __name__ == "__main__":

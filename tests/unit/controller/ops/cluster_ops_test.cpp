@@ -46,7 +46,7 @@ struct World {
     p.providers = [this](const std::string& infra,
                          const task::Resources*) -> Result<std::unique_ptr<controller::Provider>> {
       infras_asked.push_back(infra);
-      if (infra != "local" && !infra.starts_with("ssh/")) {
+      if (infra != "local" && !infra.starts_with("ssh/") && infra != "cloud") {
         return InvalidArgument("infra '" + infra + "' is not available");
       }
       return std::unique_ptr<controller::Provider>(new FakeProvider(provider));
@@ -312,6 +312,70 @@ TEST_CASE("health names the nodes a head is without, and a head that does not an
         std::vector<std::pair<std::string, std::string>>{{"half-worker1", "lost"}});
   CHECK_FALSE(health["mute"].answered);
   CHECK(health["mute"].error.find("connection refused") != std::string::npos);
+}
+
+TEST_CASE("a cloud cluster's head gets the provider's scoped key for autostop, not a command") {
+  World w;
+  w.provider->grant = controller::AutostopGrant{
+      "aws", "us-east-1", "https://ec2.us-east-1.amazonaws.com", {"i-0a", "i-0b"}, "AKIAX", "sec"};
+  w.Put("cl", 2, "cloud");
+  REQUIRE(w.ops.SetAutostop("cl", 5, true).ok());
+  const herd::v1::SetAutostop s = w.heads->Head("cl")->autostop_setting;
+  CHECK(s.idle_minutes() == 5);
+  CHECK(s.down());
+  CHECK(s.command().empty());
+  CHECK(s.cloud().provider() == "aws");
+  CHECK(s.cloud().region() == "us-east-1");
+  CHECK(s.cloud().instance_ids_size() == 2);
+  CHECK(s.cloud().access_key_id() == "AKIAX");
+  CHECK(s.cloud().secret_access_key() == "sec");
+  CHECK(w.Stored("cl")->autostop_down);
+  // A stop (not --down) of machines that cannot stop (spot) is refused before the head hears.
+  w.provider->stoppable = FailedPrecondition("spot instances cannot stop");
+  CHECK(w.ops.SetAutostop("cl", 5, false).code() == Code::kFailedPrecondition);
+  CHECK(w.heads->Head("cl")->autostop_setting.down());
+  // Cancelled: no key goes to the head.
+  REQUIRE(w.ops.SetAutostop("cl", -1, false).ok());
+  CHECK_FALSE(w.heads->Head("cl")->autostop_setting.has_cloud());
+  CHECK(w.Stored("cl")->autostop_idle_minutes == -1);
+}
+
+TEST_CASE("status refresh: stopping shows AUTOSTOPPING, stopped is recorded, gone is torn down") {
+  World w;
+  ClusterRecord c = w.Put("cl", 1, "cloud");
+  c.autostop_idle_minutes = 1;
+  REQUIRE((*ClusterStore::Open(controller::StateDbPath()))->Put(c).ok());
+  w.Put("plain", 1, "cloud");  // no autostop: asked only with -r
+  auto list = [&] { return *w.ops.List(); };
+
+  w.provider->machines = {controller::MachinesState::kRunning, "i-0a running"};
+  auto r = w.ops.Refresh(list(), false);
+  CHECK(r.shown.empty());
+  CHECK(w.provider->calls == std::vector<std::string>{"machines cl"});
+
+  w.provider->machines = {controller::MachinesState::kStopping, "i-0a stopping"};
+  r = w.ops.Refresh(list(), false);
+  CHECK(r.shown == std::map<std::string, std::string>{{"cl", "AUTOSTOPPING"}});
+  CHECK(w.Stored("cl")->status == ClusterStatus::kUp);
+
+  w.provider->machines = {controller::MachinesState::kStopped, "i-0a stopped"};
+  w.provider->calls.clear();
+  r = w.ops.Refresh(list(), true);  // -r: both clusters
+  CHECK(w.provider->calls == std::vector<std::string>{"machines cl", "machines plain"});
+  CHECK(r.shown.empty());
+  CHECK(w.Stored("cl")->status == ClusterStatus::kStopped);
+  CHECK(w.Stored("plain")->status == ClusterStatus::kStopped);
+
+  w.provider->machines = {controller::MachinesState::kGone, "i-0a terminated"};
+  w.provider->calls.clear();
+  r = w.ops.Refresh(list(), false);  // STOPPED clusters are asked only with -r
+  CHECK(w.provider->calls.empty());
+  r = w.ops.Refresh(list(), true);
+  CHECK_FALSE(w.Stored("cl").has_value());
+  CHECK_FALSE(w.Stored("plain").has_value());
+  CHECK(std::count(w.provider->calls.begin(), w.provider->calls.end(), "teardown cl") == 1);
+  REQUIRE(r.notes.size() == 2);
+  CHECK(r.notes[0] == "Cluster cl: its machines are gone (i-0a terminated); its record is removed.");
 }
 
 }  // namespace
