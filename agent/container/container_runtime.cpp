@@ -56,6 +56,11 @@ std::string RegistryOf(const std::string& image) {
   return "docker.io";
 }
 
+std::string QualifiedImage(const std::string& image) {
+  if (RegistryOf(image) != "docker.io" || image.starts_with("docker.io/")) return image;
+  return (image.find('/') == std::string::npos ? "docker.io/library/" : "docker.io/") + image;
+}
+
 std::vector<std::string> GpuDeviceArgs(const std::vector<std::string>& cdi_dirs,
                                        const std::string& dev_dir) {
   std::error_code ec;
@@ -110,7 +115,7 @@ std::vector<std::string> PodmanRuntime::RunArgv(const ContainerConfig& c) const 
        "--ulimit", "nproc=" + HardLimit(RLIMIT_NPROC) + ":" + HardLimit(RLIMIT_NPROC)});
   for (const std::string& m : c.mounts) argv.insert(argv.end(), {"--volume", m + ":" + m});
   for (const std::string& d : c.devices) argv.insert(argv.end(), {"--device", d});
-  argv.insert(argv.end(), {"--entrypoint", "/bin/sh", c.image, "-c", kKeepAlive});
+  argv.insert(argv.end(), {"--entrypoint", "/bin/sh", QualifiedImage(c.image), "-c", kKeepAlive});
   return argv;
 }
 

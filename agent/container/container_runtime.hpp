@@ -76,4 +76,8 @@ std::vector<std::string> GpuDeviceArgs(const std::vector<std::string>& cdi_dirs,
 // "docker.io" for ubuntu:22.04), as podman login takes it.
 std::string RegistryOf(const std::string& image);
 
+// The image as podman pulls it without asking: a Docker Hub short name gets its registry, as
+// docker (and SkyPilot) read it ("ubuntu:22.04" -> "docker.io/library/ubuntu:22.04").
+std::string QualifiedImage(const std::string& image);
+
 }  // namespace herd::agent

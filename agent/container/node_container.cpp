@@ -162,6 +162,9 @@ Result<RunningContainer> EnsureContainer(ContainerRuntime& runtime, const std::s
   if (!login.username.empty()) {
     if (Status s = runtime.Login(login); !s.ok()) return Status(s.code(), where + s.message());
   }
+  // The job's log says why its first line may take a while (a pull of a large image).
+  std::cerr << "herd: node " << Hostname() << ": starting the container of image " << config.image
+            << "\n";
   Result<RunningContainer> started = runtime.Start(config);
   if (!started.ok()) {
     return Status(started.status().code(),

@@ -204,6 +204,10 @@ TEST_CASE("registries of image references") {
   CHECK(RegistryOf("registry:5000/x") == "registry:5000");
   CHECK(RegistryOf("ubuntu:22.04") == "docker.io");
   CHECK(RegistryOf("pytorch/pytorch:latest") == "docker.io");
+  CHECK(QualifiedImage("ubuntu:22.04") == "docker.io/library/ubuntu:22.04");
+  CHECK(QualifiedImage("pytorch/pytorch:latest") == "docker.io/pytorch/pytorch:latest");
+  CHECK(QualifiedImage("docker.io/x/y:1") == "docker.io/x/y:1");
+  CHECK(QualifiedImage("localhost/herd-test:1") == "localhost/herd-test:1");
 }
 
 TEST_CASE("podman run: host network, IPC and hostname, mounts, devices, ulimits, kept alive") {
