@@ -45,6 +45,46 @@ std::string HardLimit(int resource) {
   return std::to_string(rl.rlim_max);
 }
 
+// This process's cgroup directory among the subdirectories of `dir` (its cgroup.procs lists it).
+std::string OwnCgroupUnder(const std::string& dir) {
+  const std::string self = std::to_string(::getpid());
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    if (!entry.is_directory(ec)) continue;
+    std::ifstream procs(entry.path() / "cgroup.procs");
+    for (std::string pid; procs >> pid;)
+      if (pid == self) return entry.path().string();
+  }
+  return "";
+}
+
+bool MoveSelfTo(const std::string& cgroup) {
+  std::ofstream procs(cgroup + "/cgroup.procs");
+  procs << ::getpid() << "\n";
+  return static_cast<bool>(procs.flush());
+}
+
+// While it lives, this process is in `target` (made when missing), then back where it was: what
+// it starts meanwhile stays in target. Best effort: where cgroups cannot be changed, nothing moves.
+class CgroupExcursion {
+ public:
+  explicit CgroupExcursion(const std::string& target) {
+    if (target.empty()) return;
+    std::error_code ec;
+    fs::create_directories(target, ec);
+    from_ = OwnCgroupUnder(fs::path(target).parent_path().string());
+    if (from_.empty() || from_ == target || !MoveSelfTo(target)) from_.clear();
+  }
+  ~CgroupExcursion() {
+    if (!from_.empty()) MoveSelfTo(from_);
+  }
+  CgroupExcursion(const CgroupExcursion&) = delete;
+  CgroupExcursion& operator=(const CgroupExcursion&) = delete;
+
+ private:
+  std::string from_;
+};
+
 }  // namespace
 
 std::string RegistryOf(const std::string& image) {
@@ -124,7 +164,11 @@ Result<RunningContainer> PodmanRuntime::Start(const ContainerConfig& c) {
     std::error_code ec;
     fs::create_directories(m, ec);  // the workdir before its first sync, a mount's destination
   }
-  CapturedRun run = RunCaptured(RunArgv(c), limits::kContainerStartTimeout, true);
+  CapturedRun run;
+  {
+    CgroupExcursion outside(c.runtime_cgroup);
+    run = RunCaptured(RunArgv(c), limits::kContainerStartTimeout, true);
+  }
   if (!run.ok()) return Unavailable(Failure(run));
   std::vector<std::string> inspect = podman_;
   inspect.insert(inspect.end(),

@@ -18,6 +18,9 @@ struct ContainerConfig {
   std::vector<std::string> mounts;   // absolute host paths, bound read-write at the same path
   std::vector<std::string> devices;  // podman --device values (GpuDeviceArgs)
   std::string label;                 // herd.agent=<label>: what RemoveLabelled removes
+  // A cgroup directory the runtime's own processes (conmon) start in, so that they outlive the
+  // job that started the container (its cgroup is emptied when it ends); "" = where we are.
+  std::string runtime_cgroup;
 };
 
 // A started container as herd finds it again: its id and its first process as the host sees it

@@ -14,6 +14,7 @@
 
 #include "agent/process/proc_scan.hpp"
 #include "agent/process/uv_process_launcher.hpp"
+#include "shared/common/agent_layout.hpp"
 
 extern char** environ;
 
@@ -282,6 +283,12 @@ int RunContainerMain(int argc, char** argv) {
   config.name = ContainerName(state_dir, config.image, config.mounts);
   config.label = ContainerLabel(state_dir);
   config.devices = GpuDeviceArgs({"/etc/cdi", "/var/run/cdi"}, "/dev");
+  // The agent's cgroup scope holds one cgroup per job; the runtime's processes go beside them.
+  if (std::ifstream scope_file(state_dir + "/" + kCgroupScopeFile); scope_file) {
+    std::string scope;
+    std::getline(scope_file, scope);
+    if (scope.starts_with("/sys/fs/cgroup/")) config.runtime_cgroup = scope + "/containers";
+  }
   RegistryLogin login;
   if (const char* user = std::getenv(kDockerUserEnv); user && *user) {
     const char* password = std::getenv(kDockerPasswordEnv);
