@@ -39,10 +39,24 @@ std::string Failure(const CapturedRun& run) {
   return LastLine(run.output) + " (exit " + std::to_string(run.exit_code) + ")";
 }
 
-std::string HardLimit(int resource) {
+// This process's current (soft) limit as both limits of the container: the container's first
+// process cannot raise a limit (no CAP_SYS_RESOURCE), and podman's defaults would. `cap` bounds
+// it further (0: no bound).
+std::string Ulimit(const char* name, int resource, uint64_t cap) {
   rlimit rl{};
-  if (::getrlimit(resource, &rl) != 0 || rl.rlim_max == RLIM_INFINITY) return "-1";
-  return std::to_string(rl.rlim_max);
+  uint64_t n = ::getrlimit(resource, &rl) != 0 ? RLIM_INFINITY : rl.rlim_cur;
+  if (cap > 0 && (n == RLIM_INFINITY || n > cap)) n = cap;
+  const std::string v = n == RLIM_INFINITY ? "-1" : std::to_string(n);
+  return std::string(name) + "=" + v + ":" + v;
+}
+
+// More processes than pids can exist is no limit, and runc refuses to set such a one here
+// (nproc above kernel.pid_max: "error setting rlimit type 6: operation not permitted").
+uint64_t PidMax() {
+  std::ifstream in("/proc/sys/kernel/pid_max");
+  uint64_t n = 0;
+  in >> n;
+  return n;
 }
 
 // This process's cgroup directory among the subdirectories of `dir` (its cgroup.procs lists it).
@@ -147,12 +161,10 @@ Status PodmanRuntime::Login(const RegistryLogin& login) {
 
 std::vector<std::string> PodmanRuntime::RunArgv(const ContainerConfig& c) const {
   std::vector<std::string> argv = podman_;
-  argv.insert(
-      argv.end(),
-      {"run", "-d", "--replace", "--name", c.name, "--label",
-       std::string(kLabelKey) + "=" + c.label, "--network", "host", "--ipc", "host", "--uts",
-       "host", "--ulimit", "nofile=" + HardLimit(RLIMIT_NOFILE) + ":" + HardLimit(RLIMIT_NOFILE),
-       "--ulimit", "nproc=" + HardLimit(RLIMIT_NPROC) + ":" + HardLimit(RLIMIT_NPROC)});
+  argv.insert(argv.end(), {"run", "-d", "--replace", "--name", c.name, "--label",
+                           std::string(kLabelKey) + "=" + c.label, "--network", "host", "--ipc",
+                           "host", "--uts", "host", "--ulimit", Ulimit("nofile", RLIMIT_NOFILE, 0),
+                           "--ulimit", Ulimit("nproc", RLIMIT_NPROC, PidMax())});
   for (const std::string& m : c.mounts) argv.insert(argv.end(), {"--volume", m + ":" + m});
   for (const std::string& d : c.devices) argv.insert(argv.end(), {"--device", d});
   argv.insert(argv.end(), {"--entrypoint", "/bin/sh", QualifiedImage(c.image), "-c", kKeepAlive});

@@ -53,7 +53,7 @@ class ContainerRuntime {
 };
 
 // podman, with runc as its OCI runtime where runc is installed (crun refuses hosts with hybrid
-// cgroups), explicit ulimits equal to this process's hard limits (podman's defaults are above
+// cgroups), explicit ulimits equal to this process's current limits (podman's defaults are above
 // them on such hosts and refused).
 class PodmanRuntime : public ContainerRuntime {
  public:
