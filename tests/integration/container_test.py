@@ -190,7 +190,7 @@ resources:
   image_id: docker:{IMAGE}
 workdir: .
 setup: |
-  echo "setup on $SKYPILOT_NODE_RANK: $(cat {MARKER})"
+  echo "setup on $(hostname): $(cat {MARKER})"
 run: |
   echo "rank $SKYPILOT_NODE_RANK of $SKYPILOT_NUM_NODES: $(cat {MARKER})"
   env | grep '^SKYPILOT_' | sort | sed "s/^/rank $SKYPILOT_NODE_RANK env: /"
@@ -245,12 +245,13 @@ class ContainerTest(HerdEnvTestCase):
         self.assertIn("Job finished (status: SUCCEEDED).", err)
         ips = [n["ip"] for n in self.h.clusters()[CLUSTER]["nodes"]]
         for rank in (0, 1):
-            self.assertIn(f"setup on {rank}: inside the herd test image", out)
             self.assertIn(f"rank {rank} of 2: inside the herd test image", out)
             self.assertIn(f"rank {rank} env: SKYPILOT_NODE_RANK={rank}", out)
             self.assertIn(f"rank {rank} env: SKYPILOT_NUM_NODES=2", out)
             self.assertRegex(out, rf"rank {rank} env: SKYPILOT_TASK_ID=\S+")
             self.assertIn(f"rank {rank} workdir: /root/sky_workdir synced-from-the-workdir", out)
+        for node in ("head", "worker1"):
+            self.assertIn(f"setup on {CLUSTER}-{node}: inside the herd test image", out)
         # The node's network: SKYPILOT_NODE_IPS lists the nodes' own addresses, hostnames are the
         # nodes'.
         self.assertIn(f"rank 0 env: SKYPILOT_NODE_IPS={ips[0]}", out)
@@ -314,7 +315,9 @@ class ContainerTest(HerdEnvTestCase):
         self.images.append(TORCH_IMAGE)
         print(f"image {TORCH_IMAGE} built in {time.time() - t0:.1f} s", file=sys.stderr)
         os.chdir(EXAMPLE)
-        p = self.h.herd("exec", CLUSTER, "--image-id", f"docker:{TORCH_IMAGE}",
+        # launch on the UP cluster: its setup installs the torchrun shim the host test needs too
+        # (ENVIRONMENT.md), here inside the image.
+        p = self.h.herd("launch", "-c", CLUSTER, "-y", "--image-id", f"docker:{TORCH_IMAGE}",
                         "--env", "MAX_EPOCHS=1", "--env", "MAX_ITERS=6",
                         "--env", "SNAPSHOT_PATH=container_snapshot.pt",
                         "train-multinode-cpu.yaml", timeout=600, check=False)
