@@ -34,6 +34,13 @@ std::string ExpandHome(const std::string& path, const std::string& home) {
   return path;
 }
 
+// One path for the same directory wherever it is named from: the label and name derive from it.
+std::string canonical(const std::string& dir) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(dir, ec);
+  return ec ? dir : p.string();
+}
+
 std::string Hostname() {
   char name[256] = {};
   if (::gethostname(name, sizeof name - 1) != 0) return "this node";
@@ -181,6 +188,41 @@ Result<RunningContainer> EnsureContainer(ContainerRuntime& runtime, const std::s
   return c;
 }
 
+std::optional<DirectEntry> WarmEntry(const std::string& state_dir,
+                                     const herd::v1::ContainerSpec& spec, const std::string& home,
+                                     const std::string& cwd,
+                                     const std::map<std::string, std::string>& job_env,
+                                     const std::vector<std::string>& command) {
+  const std::string dir = canonical(state_dir);
+  std::vector<std::string> mounts;
+  for (const auto& m : spec.mounts()) mounts.push_back(ExpandHome(m, home));
+  auto c = ReadRecord(RecordsDir(dir) + "/" + ContainerName(dir, spec.image(), mounts));
+  if (!c || !StillRuns(*c)) return std::nullopt;
+  std::map<std::string, std::string> current;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string entry = *e;
+    const auto eq = entry.find('=');
+    if (eq != std::string::npos) current[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  for (const auto& [k, v] : job_env) current[k] = v;
+  std::vector<std::string> current_list, keys;
+  for (const auto& [k, v] : current) current_list.push_back(k + "=" + v);
+  for (const auto& [k, v] : job_env) keys.push_back(k);
+  DirectEntry d;
+  for (const std::string& e : ContainerEnv(c->env, current_list, keys)) {
+    const auto eq = e.find('=');
+    d.env[e.substr(0, eq)] = e.substr(eq + 1);
+  }
+  for (char** e = environ; e && *e; ++e) {
+    const std::string key = std::string(*e).substr(0, std::string(*e).find('='));
+    if (!d.env.count(key)) d.unset_env.push_back(key);
+  }
+  d.argv = EnterArgv(*c, cwd.empty() ? home : cwd, command);
+  // The spawn looks argv[0] up in the agent's PATH; the container's PATH is the image's.
+  d.argv[0] = "/usr/bin/nsenter";
+  return d;
+}
+
 std::vector<std::string> EnterArgv(const RunningContainer& c, const std::string& cwd,
                                    const std::vector<std::string>& command) {
   // nsenter's --wd resolves its path before it enters: a path only the container has would
@@ -235,12 +277,6 @@ Result<int> RemoveContainers(ContainerRuntime& runtime, const std::string& state
 std::string ContainerLabel(const std::string& state_dir) { return state_dir + "@" + Hostname(); }
 
 int RunContainerMain(int argc, char** argv) {
-  // One path for the same directory in both modes: the label and name derive from it.
-  auto canonical = [](const std::string& dir) {
-    std::error_code ec;
-    fs::path p = fs::weakly_canonical(dir, ec);
-    return ec ? dir : p.string();
-  };
   if (argc == 2 && std::string(argv[0]) == kContainerRemoveFlag) {
     PodmanRuntime podman;
     Result<int> n = RemoveContainers(podman, canonical(argv[1]));

@@ -3,8 +3,9 @@
 // enters it.
 //
 // The worker runs a job process as `herdlet --container-run ... -- bash -c SCRIPT`
-// (ContainerRunArgv) instead of `bash -c SCRIPT`. That process, under the usual supervisor (so
-// output, exit codes, hang watch, cancel and signals work as without a container):
+// (ContainerRunArgv) instead of `bash -c SCRIPT`, or, when the container already runs, goes
+// straight to step 2 (WarmEntry). That process, under the usual supervisor (so output, exit
+// codes, hang watch, cancel and signals work as without a container):
 //   1. takes the container's lock, reuses the container its record names when that process still
 //      runs, else checks the runtime, logs in (SKYPILOT_DOCKER_*), starts it and records it;
 //   2. enters the container's mount, pid, IPC and UTS namespaces and root through its first
@@ -14,6 +15,8 @@
 //      milliseconds where `podman exec` costs ~0.5 s (measured here).
 #pragma once
 
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +52,21 @@ std::vector<std::string> ContainerRunArgv(const std::string& herdlet, const std:
                                           const std::string& home, const std::string& cwd,
                                           const std::vector<std::string>& env_keys,
                                           const std::vector<std::string>& command);
+
+// The warm path, decided by the agent itself: when the container for spec already runs (its
+// record proves it), how to spawn `command` in it directly (EnterArgv with the environment of
+// ContainerEnv), skipping the start of a herdlet; nullopt when it must be ensured first
+// (ContainerRunArgv). job_env: the job's variables, added to the agent's environment.
+struct DirectEntry {
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;  // SpawnRequest's env and unset_env
+  std::vector<std::string> unset_env;
+};
+std::optional<DirectEntry> WarmEntry(const std::string& state_dir,
+                                     const herd::v1::ContainerSpec& spec, const std::string& home,
+                                     const std::string& cwd,
+                                     const std::map<std::string, std::string>& job_env,
+                                     const std::vector<std::string>& command);
 
 // Step 1 above: the running container for config (records under state_dir/containers). login:
 // used (before a start only) when its username is set. Errors are one line naming the image.

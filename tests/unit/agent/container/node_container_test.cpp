@@ -79,6 +79,33 @@ TEST_CASE("a node's container is started once and reused while its process runs"
   CHECK(rt.started.size() == 2);
 }
 
+TEST_CASE("the warm path: the agent enters a running container without starting a herdlet") {
+  TempDir dir("herd-container");
+  herd::v1::ContainerSpec spec;
+  spec.set_image("localhost/herd-test:1");
+  spec.add_mounts("~/sky_workdir");
+  const std::map<std::string, std::string> job = {{"SKYPILOT_NODE_RANK", "1"}};
+  CHECK(!WarmEntry(dir.path(), spec, "/home/u", "/w", job, {"bash", "-c", "true"}));
+
+  herd::testing::ScopedEnv host_only("HERD_TEST_HOST_ONLY", "1");
+  FakeRuntime rt;
+  ContainerConfig c = Config();
+  c.name = ContainerName(std::filesystem::weakly_canonical(dir.path()).string(),
+                         "localhost/herd-test:1", {"/home/u/sky_workdir"});
+  REQUIRE(EnsureContainer(rt, dir.path(), c, {}).ok());
+  auto warm = WarmEntry(dir.path(), spec, "/home/u", "/w", job, {"bash", "-c", "true"});
+  REQUIRE(warm);
+  CHECK(warm->argv[0] == "/usr/bin/nsenter");
+  CHECK(warm->argv[2] == std::to_string(::getpid()));
+  CHECK(warm->argv.back() == "true");
+  CHECK(warm->env.at("SKYPILOT_NODE_RANK") == "1");
+  CHECK(warm->env.at("PATH") == "/opt/image/bin:/usr/bin");
+  CHECK(warm->env.at("IMAGE_VAR") == "1");
+  CHECK(Has(warm->unset_env, "HERD_TEST_HOST_ONLY"));
+  CHECK(!Has(warm->unset_env, "PATH"));
+  CHECK(rt.started.size() == 1);
+}
+
 TEST_CASE("a container whose process is gone is started again") {
   TempDir dir("herd-container");
   FakeRuntime rt;
