@@ -8,6 +8,7 @@
 #include <iostream>
 #include <string_view>
 
+#include "agent/container/node_container.hpp"
 #include "agent/core/agentd.hpp"
 #include "agent/core/node_probe.hpp"
 #include "agent/gpu/system_gpu_probe.hpp"
@@ -29,6 +30,11 @@ int main(int argc, char** argv) {
   // The supervisor of one job process (agent/process/step.hpp), started by the agent itself.
   if (argc > 1 && std::string_view(argv[1]) == "--step") {
     return herd::agent::RunStep(argc - 1, argv + 1);
+  }
+  // A job process in the node's container, and the containers' removal (agent/container).
+  if (argc > 1 && (std::string_view(argv[1]) == herd::agent::kContainerRunFlag ||
+                   std::string_view(argv[1]) == herd::agent::kContainerRemoveFlag)) {
+    return herd::agent::RunContainerMain(argc - 1, argv + 1);
   }
   CLI::App app{"herdlet: the herd node agent (head or worker role, from its config)"};
   std::string config_path;

@@ -51,7 +51,7 @@ def launch_ab(args, env):
 def interleaved_execs(args, env, commands, labels):
     """One warm-up, then args.reps rounds of commands["A"] and commands["B"] (argv lists of a warm
     `herd exec`), their order swapped every round; prints each side's median and, with --trace,
-    the median increment of each HERD_TRACE stage."""
+    the median increment of each HERD_TRACE stage. Returns each side's times (ms)."""
     res = {"A": [], "B": []}
     stages = {"A": {}, "B": {}}
     tenv = dict(env.env, HERD_TRACE="1") if args.trace else None
@@ -71,6 +71,7 @@ def interleaved_execs(args, env, commands, labels):
               f"min {min(v):.1f}, max {max(v):.1f}, n={len(v)}")
         for stage, d in stages[which].items():
             print(f"    {stage:40s} median +{statistics.median(d):6.2f} ms (n={len(d)})")
+    return res
 
 
 def exec_ab(args, env):

@@ -13,6 +13,7 @@ PACKAGES=(
   elfutils gdb
   clang-14 libfuzzer-14-dev
   chromium
+  podman runc
 )
 
 missing=()

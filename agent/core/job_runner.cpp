@@ -539,6 +539,7 @@ void JobRunner::ResumeRestored(JobRun& run) {
       sp.mutable_env()->insert(env.begin(), env.end());
       for (const auto& u : SetupUnsetEnv()) sp.add_unset_env(u);
       sp.set_cwd(run.rec.spec.workdir());
+      if (run.rec.spec.has_container()) *sp.mutable_container() = run.rec.spec.container();
     }
     if (rebuilt > 0) {
       HERD_LOG(kInfo) << "job " << id << ": the head restarted while starting its setup; "
@@ -851,6 +852,7 @@ void JobRunner::StartPhase(JobRun& run, JobPhase phase) {
       sp->set_hang_timeout_ms(run.rec.spec.hang_timeout_ms());
     }
     sp->set_cwd(run.rec.spec.workdir());
+    if (run.rec.spec.has_container()) *sp->mutable_container() = run.rec.spec.container();
     sp->set_log_name(dir + (setup ? "/setup-" + node_id + ".log"
                                   : "/tasks/" + std::to_string(rank) + "-" + node_id + ".log"));
     ProcEntry& proc = run.procs[ProcessKeyString(sp->key())];

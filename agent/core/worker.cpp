@@ -8,6 +8,7 @@
 #include <fstream>
 #include <thread>
 
+#include "agent/container/node_container.hpp"
 #include "agent/core/node_probe.hpp"
 #include "agent/core/startup_pages.hpp"
 #include "agent/process/crash_point.hpp"
@@ -322,6 +323,21 @@ void Worker::HandleStart(const herd::v1::StartProcess& start) {
   fs::create_directories(req.cwd, ec);  // ~/sky_workdir may not exist before the first sync
   req.log_path = p.log_path;
   if (start.key().kind() == herd::v1::PROCESS_KIND_RUN) PrepareRun(start, req);
+  if (start.has_container() && !start.container().image().empty()) {
+    // In the node's container for the image (agent/container/node_container.hpp).
+    if (auto warm = WarmEntry(config_.state_dir, start.container(), ExpandHome(""), req.cwd,
+                              req.env, req.argv)) {
+      req.argv = std::move(warm->argv);
+      req.env = std::move(warm->env);
+      req.unset_env = std::move(warm->unset_env);
+    } else {
+      std::vector<std::string> keys;
+      for (const auto& [k, v] : req.env) keys.push_back(k);
+      req.argv =
+          ContainerRunArgv(fs::read_symlink("/proc/self/exe", ec).string(), config_.state_dir,
+                           start.container(), ExpandHome(""), req.cwd, keys, req.argv);
+    }
+  }
   // In the table before the spawn: an agent that dies during it leaves an entry the next one
   // resolves (AdoptProcesses), never a process nobody knows.
   p.starting = true;

@@ -17,16 +17,33 @@ extern char** environ;
 namespace herd::agent {
 
 CapturedRun RunCaptured(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
-                        bool with_stderr, std::size_t max_output) {
+                        bool with_stderr, std::size_t max_output, const std::string& input) {
   CapturedRun run;
+  int in[2] = {-1, -1};
+  if (!input.empty()) {
+    constexpr std::size_t kPipeBuffer = 64 * 1024;
+    if (input.size() > kPipeBuffer || ::pipe2(in, O_CLOEXEC) != 0 ||
+        ::write(in[1], input.data(), input.size()) != static_cast<ssize_t>(input.size())) {
+      if (in[0] >= 0) ::close(in[0]);
+      if (in[1] >= 0) ::close(in[1]);
+      run.output = "cannot pass the input to " + (argv.empty() ? std::string("?") : argv[0]);
+      return run;
+    }
+    ::close(in[1]);
+  }
   int fds[2];
   if (argv.empty() || ::pipe2(fds, O_CLOEXEC) != 0) {
+    if (in[0] >= 0) ::close(in[0]);
     run.output = argv.empty() ? "no command" : std::string("pipe: ") + std::strerror(errno);
     return run;
   }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  if (in[0] >= 0) {
+    posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
+  } else {
+    posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  }
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
   if (with_stderr) {
     posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
@@ -46,6 +63,7 @@ CapturedRun RunCaptured(const std::vector<std::string>& argv, std::chrono::milli
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   ::close(fds[1]);
+  if (in[0] >= 0) ::close(in[0]);
   if (rc != 0) {
     ::close(fds[0]);
     run.output = "cannot run " + argv[0] + ": " + std::strerror(rc);

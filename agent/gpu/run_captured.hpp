@@ -16,9 +16,11 @@ struct CapturedRun {
   bool ok() const { return spawned && !timed_out && exit_code == 0; }
 };
 
-// Runs argv (PATH searched) with stdin from /dev/null, in a process group of its own, for at most
-// `timeout`.
+// Runs argv (PATH searched) with stdin from /dev/null (or `input` when given: a secret such as a
+// registry password, never an argument), in a process group of its own, for at most `timeout`.
+// input must fit a pipe's buffer (64 KiB).
 CapturedRun RunCaptured(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
-                        bool with_stderr = false, std::size_t max_output = 64 * 1024);
+                        bool with_stderr = false, std::size_t max_output = 64 * 1024,
+                        const std::string& input = {});
 
 }  // namespace herd::agent

@@ -288,6 +288,9 @@ void AddTaskFlags(CLI::App* cmd, TaskFlags& f) {
       ->check(CLI::Range(1, limits::kMaxTaskNodes));
   cmd->add_option("--gpus", f.gpus, "accelerators per node, e.g. L4:4 (overrides the task)");
   cmd->add_option("--cpus", f.cpus, "CPUs per node, e.g. 8 or 8+");
+  cmd->add_option("--image-id", f.image_id,
+                  "run setup and run in this container image on every node, e.g. "
+                  "docker:nvcr.io/nvidia/pytorch:24.01-py3 (overrides the task)");
   cmd->add_option("--memory", f.memory, "memory per node in GB, e.g. 32+");
   cmd->add_option("-n,--name", f.name, "job name");
   cmd->add_option("--workdir", f.workdir,
@@ -331,6 +334,7 @@ Status ApplyTaskFlags(const TaskFlags& f, task::Task& t) {
   if (!f.instance_type.empty()) {
     HERD_RETURN_IF_ERROR(task::ApplyInstanceTypeFlag(f.instance_type, t.resources));
   }
+  if (!f.image_id.empty()) HERD_RETURN_IF_ERROR(task::ApplyImageIdFlag(f.image_id, t.resources));
   if (!f.disk_size.empty()) HERD_RETURN_IF_ERROR(task::ApplyDiskSizeFlag(f.disk_size, t.resources));
   if (!f.ports.empty()) HERD_RETURN_IF_ERROR(task::ApplyPortsFlag(f.ports, t.resources));
   HERD_RETURN_IF_ERROR(ApplyRunLimitFlags(f, t.run_limits));

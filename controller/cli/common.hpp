@@ -99,6 +99,7 @@ struct TaskFlags {
   // Where and on what the task's cluster is made (AddLaunchFlags: launch and jobs launch).
   bool use_spot = false;
   std::string instance_type, disk_size, region, zone;
+  std::string image_id;  // --image-id docker:IMAGE
   std::vector<std::string> ports;
   // Run limits (task/run_limits.hpp); empty: the task's config.herd or none.
   std::string time_limit, signal, grace, hang_timeout;

@@ -35,6 +35,7 @@ json::object EncodeResources(const task::Resources& r) {
   if (r.disk_size) o["disk_size"] = *r.disk_size;
   o["use_spot"] = r.use_spot;
   o["instance_type"] = r.instance_type;
+  if (!r.container_image.empty()) o["container_image"] = r.container_image;
   if (r.job_recovery) {
     json::array codes;
     for (int c : r.job_recovery->recover_on_exit_codes) codes.emplace_back(c);
@@ -63,6 +64,7 @@ task::Resources DecodeResources(const json::object& o) {
   if (auto* v = o.if_contains("disk_size")) r.disk_size = v->to_number<int>();
   r.use_spot = o.at("use_spot").as_bool();
   r.instance_type = std::string(o.at("instance_type").as_string());
+  if (auto* v = o.if_contains("container_image")) r.container_image = std::string(v->as_string());
   if (auto* v = o.if_contains("job_recovery")) {
     task::JobRecovery jr;
     jr.strategy = std::string(v->at("strategy").as_string());

@@ -510,6 +510,17 @@ Status ClusterOps::Down(const std::string& cluster, const ProgressFn& progress) 
   SshRunner& ssh = *parts_.ssh;
   Report(progress, "Tearing down " + std::to_string(c.nodes.size()) + " node(s)", 0,
          static_cast<int>(c.nodes.size()));
+  if (c.status == ClusterStatus::kUp) {
+    // The nodes' job containers (image_id: docker:): podman keeps them, and their writable
+    // layers, beyond the node's processes. Best effort, nothing to do where none was started.
+    const std::string d = std::string(kDefaultAgentDir);
+    for (const auto& t : TargetsOf(c)) {
+      (void)ssh.Run(t,
+                    "cd && [ -d '" + d + "/state/containers' ] && '" + d + "/bin/herdlet' " +
+                        "--remove-containers \"$HOME/" + d + "/state\"; true",
+                    limits::kContainerRemoveTimeout + limits::kSshConnectTimeout);
+    }
+  }
   if (c.status == ClusterStatus::kUp && c.provider == "ssh") {
     // Machines that are not ours: cancel the jobs, stop the agents, remove what herd installed.
     // (Local nodes and cloud instances are removed as a whole.)

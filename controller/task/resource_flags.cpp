@@ -80,6 +80,15 @@ Status ApplyInstanceTypeFlag(std::string_view value, Resources& r) {
   return Status::Ok();
 }
 
+Status ApplyImageIdFlag(std::string_view value, Resources& r) {
+  Result<std::string> image = ParseContainerImage(value);
+  if (!image.ok()) {
+    return InvalidArgument("--image-id '" + std::string(value) + "': " + image.status().message());
+  }
+  ForAll(r, [&](Resources& x) { x.container_image = *image; });
+  return Status::Ok();
+}
+
 Status ApplyDiskSizeFlag(std::string_view value, Resources& r) {
   auto size = ParseSize(value);
   const std::string flag = "--disk-size '" + std::string(value) + "': ";

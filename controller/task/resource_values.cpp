@@ -1,5 +1,6 @@
 #include "controller/task/resource_values.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cctype>
 #include <charconv>
@@ -185,6 +186,27 @@ Result<std::string> ParsePortRange(std::string_view text) {
     return InvalidArgument("range '" + std::string(text) + "' ends before it starts");
   }
   return std::to_string(*lo) + "-" + std::to_string(*hi);
+}
+
+Result<std::string> ParseContainerImage(std::string_view image_id) {
+  if (!image_id.starts_with(kDockerImagePrefix)) {
+    return InvalidArgument("expected docker:IMAGE (e.g. docker:nvcr.io/nvidia/pytorch:24.01-py3)");
+  }
+  std::string_view image = image_id.substr(kDockerImagePrefix.size());
+  // A reference's characters (registry host and port, path, tag, digest); the first is never a
+  // '-', which podman would read as an option.
+  constexpr std::size_t kMaxImageReference = 255;
+  const bool ok = !image.empty() && image.size() <= kMaxImageReference && image[0] != '-' &&
+                  std::all_of(image.begin(), image.end(), [](char c) {
+                    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' ||
+                           c == '-' || c == '/' || c == ':' || c == '@';
+                  });
+  if (!ok) {
+    return InvalidArgument("'" + std::string(image) +
+                           "' is not an image reference (expected e.g. "
+                           "docker:nvcr.io/nvidia/pytorch:24.01-py3)");
+  }
+  return std::string(image);
 }
 
 }  // namespace herd::task

@@ -43,6 +43,12 @@ bool IsAcceleratorName(std::string_view name);
 // A port "8080" or a range "10000-10100", normalised; errors say what is wrong.
 Result<std::string> ParsePortRange(std::string_view text);
 
+// image_id's container form: "docker:" then an image reference as podman and docker take one
+// ("nvcr.io/nvidia/pytorch:24.01-py3", "localhost/herd-test:1", "repo@sha256:...").
+inline constexpr std::string_view kDockerImagePrefix = "docker:";
+// The image of "docker:IMAGE"; errors say what is wrong ("expected docker:IMAGE ...").
+Result<std::string> ParseContainerImage(std::string_view image_id);
+
 // Leading and trailing spaces and tabs removed.
 std::string_view Trim(std::string_view text);
 

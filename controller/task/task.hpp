@@ -47,6 +47,9 @@ struct Resources {
   bool use_spot = false;
   std::string instance_type;  // a cloud's instance type, used as is ("" = chosen from the rest)
   std::optional<JobRecovery> job_recovery;  // absent: FAILOVER with 0 restarts on errors
+  // image_id: docker:IMAGE: the container image that setup and run use on every node, without
+  // "docker:" ("" = none: on the host). Other image_ids (a cloud's machine image) are noted.
+  std::string container_image;
   // Candidates, each already merged with the fields around it (SkyPilot: the fields next to
   // any_of/ordered are defaults that every candidate inherits). At most one of them is non-empty.
   std::vector<Resources> any_of, ordered;
@@ -135,6 +138,8 @@ Status ApplyNameFlag(std::string_view value, Task& task);
 // region; a task on another infra is refused); --workdir DIR (an existing local directory).
 void ApplyUseSpotFlag(Resources& r);
 Status ApplyInstanceTypeFlag(std::string_view value, Resources& r);
+// --image-id docker:IMAGE: container_image, for the task and every candidate.
+Status ApplyImageIdFlag(std::string_view value, Resources& r);
 Status ApplyDiskSizeFlag(std::string_view value, Resources& r);
 Status ApplyPortsFlag(const std::vector<std::string>& values, Resources& r);
 Status ApplyRegionZoneFlags(std::string_view region, std::string_view zone, Resources& r);

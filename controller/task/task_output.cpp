@@ -111,6 +111,7 @@ void PrintSummary(const std::string& path, const Task& task, std::ostream& out) 
   out << "infra:       " << (r.infra.empty() ? "(any)" : r.infra) << "\n";
   if (r.use_spot) out << "use_spot:    true\n";
   if (!r.instance_type.empty()) out << "instance:    " << r.instance_type << "\n";
+  if (!r.container_image.empty()) out << "image:       docker:" << r.container_image << "\n";
   if (r.disk_size) out << "disk_size:   " << *r.disk_size << " GB\n";
   if (!r.ports.empty()) {
     out << "ports:       ";
@@ -195,6 +196,13 @@ herd::v1::TaskSpec ToSpec(const Task& task) {
   spec.set_run(task.run);
   spec.set_workdir(task.workdir.empty() ? "" : std::string(kRemoteWorkdir));
   SetSpecLimits(task.run_limits, spec);
+  if (!r.container_image.empty()) {
+    herd::v1::ContainerSpec* c = spec.mutable_container();
+    c->set_image(r.container_image);
+    // The workdir always: `exec -- CMD` then runs in the container of the cluster's task.
+    c->add_mounts(std::string(kRemoteWorkdir));
+    for (const auto& [remote, local] : task.file_mounts) c->add_mounts(remote);
+  }
   return spec;
 }
 

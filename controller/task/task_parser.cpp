@@ -114,11 +114,12 @@ constexpr Refused kRefusedTaskFields[] = {
 };
 
 constexpr std::string_view kResourceFields[] = {
-    "infra", "cloud",     "region",   "zone",          "cpus",   "memory",  "accelerators", "gpus",
-    "ports", "disk_size", "use_spot", "instance_type", "any_of", "ordered", "job_recovery"};
+    "infra",        "cloud",   "region",       "zone",      "cpus",     "memory",
+    "accelerators", "gpus",    "ports",        "disk_size", "use_spot", "instance_type",
+    "any_of",       "ordered", "job_recovery", "image_id"};
 // Resource fields that only matter for choosing or creating cloud VMs.
 constexpr std::string_view kIgnoredResourceFields[] = {
-    "spot_recovery", "disk_tier", "network_tier",     "image_id",       "labels",
+    "spot_recovery", "disk_tier", "network_tier",     "labels",
     "autostop",      "priority",  "accelerator_args", "max_hourly_cost"};
 // resources.job_recovery: SkyPilot's recovery strategies and the fields of its mapping form.
 constexpr std::string_view kRecoveryStrategies[] = {"FAILOVER", "EAGER_NEXT_REGION", "NONE"};
@@ -1115,6 +1116,22 @@ class TaskParser {
     return Status::Ok();
   }
 
+  // resources.image_id: "docker:IMAGE" runs the task in that container image; a cloud's machine
+  // image (a string or SkyPilot's region -> image mapping) is noted, as herd does not pick VMs'
+  // images from a task.
+  Status ParseImageId(const Entry& e, const std::string& path, Resources& r,
+                      std::vector<std::string>& notes) const {
+    const std::string at = Child(path, "image_id");
+    if (!IsPlainScalar(e.value) || !e.value.Scalar().starts_with(kDockerImagePrefix)) {
+      Note(notes, e.key_node, at, "accepted for SkyPilot compatibility; herd does not act on it");
+      return Status::Ok();
+    }
+    Result<std::string> image = ParseContainerImage(e.value.Scalar());
+    if (!image.ok()) return Error(e.value, at, image.status().message());
+    r.container_image = *image;
+    return Status::Ok();
+  }
+
   // One resources mapping into r. top: the task's own resources (any_of/ordered allowed).
   Status ParseResources(const YAML::Node& n, const std::string& path, Resources& r, bool top,
                         std::vector<std::string>& notes) const {
@@ -1220,6 +1237,9 @@ class TaskParser {
     }
     if (const Entry* e = field("job_recovery"); e && !e->value.IsNull()) {
       HERD_RETURN_IF_ERROR(ParseJobRecovery(e->value, Child(path, "job_recovery"), r));
+    }
+    if (const Entry* e = field("image_id"); e && !e->value.IsNull()) {
+      HERD_RETURN_IF_ERROR(ParseImageId(*e, path, r, notes));
     }
     const Entry* any_of = field("any_of");
     const Entry* ordered = field("ordered");

@@ -746,4 +746,18 @@ static_assert((kCloudAutostopCallTimeout + kCloudAutostopRetryDelay) * (kCloudAu
               "one round of attempts ends before the head asks again");
 static_assert(kCloudAutostopRefire > kNodeCheckInterval * 100, "the head's check sees it often");
 
+// ---- Containers (agent/container; `image_id: docker:IMAGE`) ------------------------------------
+// Checking a node's container runtime (`podman --version`) and each short podman command of the
+// node's container (inspect, login, rm) must finish within this ...
+inline constexpr Duration kContainerCommandTimeout = 60s;
+// ... and starting the node's container for an image, its pull included (an NGC PyTorch image is
+// ~10 GB), within this. Ranks of one node that need the same container wait for the one start.
+inline constexpr Duration kContainerStartTimeout = std::chrono::minutes(30);
+// Removing the node's containers when its agent stops for good (`herd down`): each one gets
+// this long to go (`podman rm -f -t 0`: SIGKILL at once, everything in it was the jobs' and is
+// already stopped).
+inline constexpr Duration kContainerRemoveTimeout = 20s;
+static_assert(kContainerCommandTimeout < kContainerStartTimeout,
+              "a pull takes longer than a short command");
+
 }  // namespace herd::limits

@@ -442,6 +442,28 @@ TEST_CASE("SkyPilot fields herd does not act on are accepted with a note") {
   CHECK(t.resources.instance_type == "p4d.24xlarge");
 }
 
+TEST_CASE("image_id: docker:IMAGE runs the task in that container; --image-id overrides it") {
+  Task t = Parse("resources:\n  image_id: docker:nvcr.io/nvidia/pytorch:24.01-py3\n");
+  CHECK(t.notes.empty());
+  CHECK(t.resources.container_image == "nvcr.io/nvidia/pytorch:24.01-py3");
+  herd::v1::TaskSpec spec = ToSpec(t);
+  CHECK(spec.container().image() == "nvcr.io/nvidia/pytorch:24.01-py3");
+  REQUIRE(spec.container().mounts_size() == 1);
+  CHECK(spec.container().mounts(0) == "~/sky_workdir");
+  CHECK(!ToSpec(Parse("run: true\n")).has_container());
+
+  REQUIRE(ApplyImageIdFlag("docker:localhost/herd-test:1", t.resources).ok());
+  CHECK(t.resources.container_image == "localhost/herd-test:1");
+  CHECK(ApplyImageIdFlag("ubuntu:22.04", t.resources).message() ==
+        "--image-id 'ubuntu:22.04': expected docker:IMAGE (e.g. "
+        "docker:nvcr.io/nvidia/pytorch:24.01-py3)");
+
+  auto bad = ParseTaskYaml("resources:\n  image_id: 'docker:-rm x'\n", "t.yaml");
+  REQUIRE(!bad.ok());
+  CHECK(bad.status().message().find("t.yaml:2:13: resources.image_id: '-rm x' is not an image "
+                                    "reference") == 0);
+}
+
 TEST_CASE("instance_type must be a plain name") {
   auto r = ParseTaskYaml("resources:\n  instance_type: [a, b]\n", "t.yaml");
   REQUIRE(!r.ok());
