@@ -56,26 +56,33 @@ class StorageTest(HerdEnvTestCase):
     @classmethod
     def after_launch(cls):
         ip = cls.h.clusters()[CLUSTER]["nodes"][0]["ip"]
-        cls.addr = ip.rsplit(".", 1)[0] + ".254"
-        port = free_port(cls.addr)
         cls.s3_dir = os.path.join(cls.h.dir, "s3rver-data")
         os.makedirs(cls.s3_dir)
-        cls.s3 = subprocess.Popen(["node", S3RVER, "-d", cls.s3_dir, "-a", cls.addr, "-p",
+        cls.start_s3rver(ip.rsplit(".", 1)[0] + ".254")
+        cls.h.env.update(AWS_ACCESS_KEY_ID=KEY, AWS_SECRET_ACCESS_KEY=KEY, AWS_REGION="us-east-1")
+        for k in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
+            cls.h.env.pop(k, None)
+
+    @classmethod
+    def start_s3rver(cls, addr):
+        """s3rver on addr (over the data it already holds); herd and the test's rclone use it."""
+        if cls.s3 is not None:
+            os.killpg(cls.s3.pid, signal.SIGKILL)
+            cls.s3.wait(timeout=10)
+        port = free_port(addr)
+        cls.s3 = subprocess.Popen(["node", S3RVER, "-d", cls.s3_dir, "-a", addr, "-p",
                                    str(port), "--silent"], stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL, start_new_session=True)
-        cls.endpoint = f"http://{cls.addr}:{port}"
+        cls.endpoint = f"http://{addr}:{port}"
+        cls.h.env["AWS_ENDPOINT_URL_S3"] = cls.endpoint
 
         def up():
             try:
-                socket.create_connection((cls.addr, port), timeout=1).close()
+                socket.create_connection((addr, port), timeout=1).close()
                 return True
             except OSError:
                 return False
         assert wait_for(up, 20), "s3rver did not start"
-        cls.h.env.update(AWS_ENDPOINT_URL_S3=cls.endpoint, AWS_ACCESS_KEY_ID=KEY,
-                         AWS_SECRET_ACCESS_KEY=KEY, AWS_REGION="us-east-1")
-        for k in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
-            cls.h.env.pop(k, None)
 
     @classmethod
     def close_env(cls):
@@ -260,6 +267,8 @@ run: |
 
     def test_z_down_unmounts_deletes_non_persistent_and_storage_delete(self):
         self.h.herd("down", CLUSTER, "-y")
+        # The bridge address went with the cluster: the same data, served on loopback now.
+        self.start_s3rver("127.0.201.1")
         # The non-persistent bucket herd made went with the cluster; the others stay.
         self.assertIsNone(self.objects(CKPT))
         ls = self.storage_ls()
