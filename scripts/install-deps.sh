@@ -14,6 +14,7 @@ PACKAGES=(
   clang-14 libfuzzer-14-dev
   chromium
   podman runc
+  rclone fuse3 nodejs
 )
 
 missing=()
@@ -22,14 +23,26 @@ for p in "${PACKAGES[@]}"; do
     missing+=("$p")
   fi
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#PACKAGES[@]} packages present"
-  exit 0
-fi
-echo "install-deps: installing ${missing[*]}"
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "install-deps: done"
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+else
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "install-deps: done"
+fi
+
+# s3rver (npm): the S3-compatible server the storage tests start (tests/integration/storage_test.py
+# looks for it here).
+S3RVER_DIR=${HERD_S3RVER_DIR:-$HOME/.cache/herd/s3rver}
+if [ ! -e "$S3RVER_DIR/node_modules/.bin/s3rver" ]; then
+  if ! command -v npm >/dev/null; then
+    $SUDO apt-get install -y -qq --no-install-recommends npm >/dev/null
+  fi
+  mkdir -p "$S3RVER_DIR"
+  (cd "$S3RVER_DIR" && npm install --no-audit --no-fund --silent s3rver@3.7.1 >/dev/null)
+  echo "install-deps: s3rver installed in $S3RVER_DIR"
+fi

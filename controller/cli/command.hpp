@@ -78,6 +78,7 @@ std::unique_ptr<Command> MakeNodesCommand();
 std::unique_ptr<Command> MakeMuxCommand();
 std::unique_ptr<Command> MakeServeCommand();
 std::unique_ptr<Command> MakeApiCommand();
+std::unique_ptr<Command> MakeStorageCommand();
 std::unique_ptr<Command> MakeGpusCommand();
 std::unique_ptr<Command> MakeDashboardCommand();
 

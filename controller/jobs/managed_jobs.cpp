@@ -557,6 +557,9 @@ void AbsolutePaths(task::Task& t) {
   std::error_code ec;
   if (!t.workdir.empty()) t.workdir = fs::absolute(t.workdir, ec).string();
   for (auto& [remote, local] : t.file_mounts) local = fs::absolute(local, ec).string();
+  for (auto& [remote, m] : t.storage_mounts) {
+    if (!m.source.empty()) m.source = fs::absolute(m.source, ec).string();
+  }
 }
 
 }  // namespace

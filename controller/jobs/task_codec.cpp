@@ -95,6 +95,10 @@ std::string EncodeTask(const task::Task& t) {
   o["resources"] = EncodeResources(t.resources);
   o["envs"] = StringMap(t.envs);
   o["file_mounts"] = StringMap(t.file_mounts);
+  // Only a task with buckets carries them (the same JSON as the Python SDK's otherwise).
+  if (!t.storage_mounts.empty()) {
+    o["storage_mounts"] = json::parse(task::StorageMountsToJson(t.storage_mounts));
+  }
   o["setup"] = t.setup;
   o["run"] = t.run;
   // Only a task with limits carries them, so a task without is the JSON the Python SDK builds
@@ -125,6 +129,11 @@ Result<task::Task> DecodeTask(const std::string& text) {
     t.resources = DecodeResources(o.at("resources").as_object());
     t.envs = ToStringMap(o.at("envs"));
     t.file_mounts = ToStringMap(o.at("file_mounts"));
+    if (auto* v = o.if_contains("storage_mounts")) {
+      auto mounts = task::StorageMountsFromJson(json::serialize(*v));
+      if (!mounts.ok()) return mounts.status();
+      t.storage_mounts = std::move(mounts).value();
+    }
     t.setup = std::string(o.at("setup").as_string());
     t.run = std::string(o.at("run").as_string());
     // Absent in the records of jobs launched before run limits existed.

@@ -28,6 +28,7 @@
 #include "controller/state/cluster_lock.hpp"
 #include "controller/state/herd_home.hpp"
 #include "controller/state/ssh_config.hpp"
+#include "controller/storage/storage_ops.hpp"
 #include "shared/common/agent_layout.hpp"
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
@@ -277,6 +278,41 @@ Result<ClusterRecord> ClusterOps::Get(const std::string& cluster) {
 }
 
 Result<LaunchResult> ClusterOps::Launch(const Task& task, const LaunchOptions& o) {
+  if (task.storage_mounts.empty()) return LaunchPrepared(task, o, nullptr);
+  HERD_RETURN_IF_ERROR(ValidateClusterName(o.cluster));
+  if (!parts_.storage) return FailedPrecondition("bucket file_mounts are not available here");
+  // Buckets first: a bucket that is missing, or a store that refuses the credentials, fails the
+  // launch before any node is provisioned.
+  Report(o.progress, "Preparing " + std::to_string(task.storage_mounts.size()) + " bucket(s)", 0,
+         static_cast<int>(task.storage_mounts.size()));
+  HERD_ASSIGN_OR_RETURN(auto prepared, storage::PrepareBuckets(task, o.cluster, *parts_.storage));
+  auto result = LaunchPrepared(task, o, &prepared);
+  if (!result.ok()) storage::UndoPrepare(prepared, o.cluster, *parts_.storage);
+  return result;
+}
+
+void ClusterOps::ReleaseStorage(const ClusterRecord& c, bool cluster_gone) {
+  if (!parts_.storage || !storage::ClusterHasBuckets(c.name, *parts_.storage)) return;
+  std::vector<controller::SshTarget> targets;
+  if (c.status == ClusterStatus::kUp) {
+    targets = TargetsOf(c);
+    // Jobs still writing would keep the flush waiting: a cluster going away cancels them first
+    // (`herd stop` already has).
+    if (cluster_gone) {
+      if (auto client = ConnectHead(c, false); client.ok()) {
+        (void)(*client)->Cancel({}, true, std::chrono::milliseconds(0));
+      }
+    }
+  }
+  if (Status s = storage::ReleaseClusterStorage(*parts_.ssh, targets, c.name, cluster_gone,
+                                                *parts_.storage);
+      !s.ok()) {
+    HERD_LOG(kWarn) << "cluster " << c.name << ": buckets: " << s.message();
+  }
+}
+
+Result<LaunchResult> ClusterOps::LaunchPrepared(const Task& task, const LaunchOptions& o,
+                                                const storage::PreparedStorage* prepared) {
   HERD_RETURN_IF_ERROR(ValidateClusterName(o.cluster));
   HERD_ASSIGN_OR_RETURN(auto lock,
                         ClusterLock::Acquire(o.cluster, limits::kClusterLockWait, "herd launch"));
@@ -404,10 +440,20 @@ Result<LaunchResult> ClusterOps::Launch(const Task& task, const LaunchOptions& o
     result.agents_restarted = boot.restarted;
   }
   HERD_RETURN_IF_ERROR(SyncFiles(c, task, true, o.progress));
+  if (prepared != nullptr) {
+    Report(o.progress, "Mounting " + std::to_string(prepared->mounts.size()) + " bucket(s)", 0,
+           static_cast<int>(c.nodes.size()));
+    HERD_RETURN_IF_ERROR(
+        storage::MountOnNodes(ssh, TargetsOf(c), *prepared, *parts_.storage, c.name));
+  }
 
   result.cluster = c;
   herd::v1::TaskSpec spec = task::ToSpec(task);
   spec.set_num_nodes(task.num_nodes);
+  // A run that wrote into a mounted bucket ends only once its writes are in the bucket.
+  if (prepared != nullptr && prepared->flush && !spec.run().empty()) {
+    spec.set_run(storage::WrapRunWithFlush(spec.run()));
+  }
   if (o.no_setup) spec.clear_setup();
   if (!spec.run().empty() || !spec.setup().empty()) {
     HERD_RETURN_IF_ERROR(Submit(c, spec, result, std::move(head), o.task_id, o.attempt));
@@ -428,6 +474,11 @@ Result<LaunchResult> ClusterOps::Exec(const std::string& cluster, const Task& ta
   HERD_RETURN_IF_ERROR(SyncFiles(c, task, false, o.progress));
   herd::v1::TaskSpec spec = task::ToSpec(task);
   spec.clear_setup();  // exec skips setup (SkyPilot)
+  // The cluster's bucket mounts (made by launch) are flushed before an exec'd run is done too.
+  if (parts_.storage && !spec.run().empty() &&
+      storage::ClusterHasBuckets(c.name, *parts_.storage)) {
+    spec.set_run(storage::WrapRunWithFlush(spec.run()));
+  }
   LaunchResult result;
   result.cluster = c;
   HERD_RETURN_IF_ERROR(Submit(c, spec, result, nullptr, "", 0, &o.extras));
@@ -483,6 +534,7 @@ Status ClusterOps::Stop(const std::string& cluster, const ProgressFn& progress) 
   SshRunner& ssh = *parts_.ssh;
   Report(progress, "Stopping " + std::to_string(c.nodes.size()) + " node(s)", 0,
          static_cast<int>(c.nodes.size()));
+  ReleaseStorage(c, false);
   BootstrapOptions bo;
   HERD_RETURN_IF_ERROR(StopAgents(ssh, TargetsOf(c), bo));
   HERD_RETURN_IF_ERROR(provider->Stop(c.name, c.state_dir + "/provider"));
@@ -521,6 +573,7 @@ Status ClusterOps::Down(const std::string& cluster, const ProgressFn& progress) 
                     limits::kContainerRemoveTimeout + limits::kSshConnectTimeout);
     }
   }
+  ReleaseStorage(c, true);
   if (c.status == ClusterStatus::kUp && c.provider == "ssh") {
     // Machines that are not ours: cancel the jobs, stop the agents, remove what herd installed.
     // (Local nodes and cloud instances are removed as a whole.)

@@ -31,6 +31,11 @@
 #include "shared/common/clock.hpp"
 #include "shared/common/status.hpp"
 
+namespace herd::storage {
+struct StorageParts;
+struct PreparedStorage;
+}  // namespace herd::storage
+
 namespace herd::ops {
 
 using controller::ClusterRecord;
@@ -66,6 +71,9 @@ struct ClusterOpsParts {
   std::shared_ptr<HeadConnector> heads;
   std::shared_ptr<Clock> clock;
   std::string user;  // who submits jobs (JobInfo.user)
+  // Bucket file_mounts (controller/storage). Null: a task with buckets is refused, and stop/down
+  // touch no bucket (the fakes of the unit tests).
+  std::shared_ptr<storage::StorageParts> storage;
 };
 
 // ---- The operations -----------------------------------------------------------------------------
@@ -193,6 +201,11 @@ class ClusterOps {
   Status SyncFiles(const ClusterRecord& c, const Task& task, bool mounts,
                    const ProgressFn& progress);
   std::unique_ptr<HeadApi> ConnectIfAllAgentsAlive(const ClusterRecord& c);
+  // Launch after the task's buckets are ready (prepared: null for a task without buckets).
+  Result<LaunchResult> LaunchPrepared(const Task& task, const LaunchOptions& options,
+                                      const storage::PreparedStorage* prepared);
+  // Stop/down: flush and unmount the cluster's buckets (on down, delete non-persistent ones).
+  void ReleaseStorage(const ClusterRecord& c, bool cluster_gone);
   Status Submit(const ClusterRecord& c, herd::v1::TaskSpec spec, LaunchResult& result,
                 std::unique_ptr<HeadApi> client, const std::string& task_id, int attempt,
                 const herd::v1::SubmitJob* extras = nullptr);

@@ -15,6 +15,7 @@
 #include "controller/ssh/kept_forward.hpp"
 #include "controller/state/cluster_lock.hpp"
 #include "controller/state/herd_home.hpp"
+#include "controller/storage/storage_ops.hpp"
 #include "shared/common/log.hpp"
 
 namespace herd::ops {
@@ -145,6 +146,7 @@ ClusterOpsParts SystemParts(std::string user) {
   p.heads = std::make_shared<SshHeadConnector>(p.ssh, p.open_store);
   p.clock = std::make_shared<SystemClock>();
   p.user = user.empty() ? CurrentUser() : std::move(user);
+  p.storage = std::make_shared<storage::StorageParts>(storage::SystemStorageParts());
   return p;
 }
 

@@ -82,6 +82,10 @@ Result<AwsCredentials> LoadAwsCredentials(const GetenvFn& getenv) {
 Result<std::string> LoadAwsRegion(const GetenvFn& getenv) {
   if (auto r = getenv("AWS_REGION")) return *r;
   if (auto r = getenv("AWS_DEFAULT_REGION")) return *r;
+  return LoadAwsConfigValue("region", getenv);
+}
+
+Result<std::string> LoadAwsConfigValue(const std::string& key, const GetenvFn& getenv) {
   std::string file = AwsFile(getenv, "AWS_CONFIG_FILE", "config");
   std::string profile = Profile(getenv);
   HERD_ASSIGN_OR_RETURN(auto ini, ReadIni(file));
@@ -89,7 +93,7 @@ Result<std::string> LoadAwsRegion(const GetenvFn& getenv) {
   std::string name = profile == "default" ? "default" : "profile " + profile;
   auto section = ini->get_child_optional(pt::ptree::path_type(name, '\0'));
   if (!section) return std::string();
-  return Get(*section, "region");
+  return Get(*section, key.c_str());
 }
 
 }  // namespace herd::controller

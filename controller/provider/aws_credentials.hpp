@@ -30,5 +30,9 @@ std::optional<std::string> SystemGetenv(const std::string& name);
 Result<AwsCredentials> LoadAwsCredentials(const GetenvFn& getenv = SystemGetenv);
 // The configured region, "" when none is configured anywhere.
 Result<std::string> LoadAwsRegion(const GetenvFn& getenv = SystemGetenv);
+// `key` of the profile (AWS_PROFILE, else "default") in AWS_CONFIG_FILE (else ~/.aws/config), ""
+// when the file, the profile or the key is not there (e.g. "endpoint_url").
+Result<std::string> LoadAwsConfigValue(const std::string& key,
+                                       const GetenvFn& getenv = SystemGetenv);
 
 }  // namespace herd::controller

@@ -134,10 +134,15 @@ Result<HttpResponse> CurlHttpClient::Send(const HttpRequest& request) {
   api->easy_setopt(c, CURLOPT_WRITEFUNCTION, &AppendBody);
   api->easy_setopt(c, CURLOPT_WRITEDATA, &response.body);
   api->easy_setopt(c, CURLOPT_USERAGENT, "herd");
-  if (request.method == "POST") {
+  if (request.method == "POST" || request.method == "PUT") {
     api->easy_setopt(c, CURLOPT_POST, 1L);
     api->easy_setopt(c, CURLOPT_POSTFIELDS, request.body.c_str());
     api->easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(request.body.size()));
+    if (request.method == "PUT") api->easy_setopt(c, CURLOPT_CUSTOMREQUEST, "PUT");
+  } else if (request.method == "HEAD") {
+    api->easy_setopt(c, CURLOPT_NOBODY, 1L);
+  } else if (request.method == "DELETE") {
+    api->easy_setopt(c, CURLOPT_CUSTOMREQUEST, "DELETE");
   } else if (request.method != "GET") {
     return InvalidArgument("unsupported HTTP method " + request.method);
   }

@@ -27,7 +27,7 @@ struct AwsSigning {
 };
 
 struct HttpRequest {
-  std::string method = "POST";  // "GET" or "POST"
+  std::string method = "POST";  // "GET", "POST", "PUT" (body as for POST), "HEAD" or "DELETE"
   std::string url;
   std::vector<std::pair<std::string, std::string>> headers;  // sent (and signed) as given
   std::string body;

@@ -62,6 +62,22 @@ struct GitWorkdir {
   std::string ref;  // a branch, tag or commit; "" = the repository's default branch
 };
 
+// A bucket in file_mounts (SkyPilot's storage forms): `/path: s3://bucket/prefix` (COPY of what
+// is there) or `/path: {name, source, store, mode, persistent}`.
+struct StorageMount {
+  std::string bucket;  // the bucket's name (from `name`, or from a bucket URI in `source`)
+  std::string prefix;  // a folder inside the bucket ("" = the whole bucket), from s3://b/prefix
+  // A local directory (after ${VAR} and ~) whose contents are uploaded into the bucket before the
+  // nodes see it; "" = none.
+  std::string source;
+  std::string store = "s3";    // the only store herd has; the field leaves room for others
+  std::string mode = "MOUNT";  // "MOUNT", "COPY" or "MOUNT_CACHED"
+  bool persistent = true;      // false: a bucket herd made is deleted when the cluster goes down
+  // Given by `name` (not a bucket URI): herd makes the bucket when it does not exist.
+  bool create = false;
+  bool operator==(const StorageMount&) const = default;
+};
+
 struct Task {
   std::string name;
   // Local directory, after ${VAR} substitution and ~ expansion; "" = none. With git_workdir set,
@@ -74,6 +90,8 @@ struct Task {
   std::map<std::string, std::string> secrets;  // same, never printed
   // remote -> local, after ${VAR} substitution and ~ expansion
   std::map<std::string, std::string> file_mounts;
+  // remote -> bucket, for file_mounts given as buckets; no remote path is in both maps.
+  std::map<std::string, StorageMount> storage_mounts;
   std::string setup, run;  // lists joined with "\n"
   // config.herd (hang_timeout, time_limit, signal, grace), then --hang-timeout, --time-limit,
   // --signal, --grace.
@@ -149,6 +167,11 @@ Status ApplyWorkdirFlag(std::string_view value, Task& task);
 // the top-level resources.
 const Resources& PrimaryResources(const Task& task);
 
+// Bucket mounts as JSON text ({remote: {bucket, prefix, source, store, mode, persistent,
+// create}}) and back: the form ToJson and the managed-job store use.
+std::string StorageMountsToJson(const std::map<std::string, StorageMount>& mounts);
+Result<std::map<std::string, StorageMount>> StorageMountsFromJson(std::string_view text);
+
 // Normalised JSON (boost::json), secrets' values replaced by "<redacted>".
 std::string ToJson(const Task& task);
 // proto::ResourcesSummary of the task's first resources choice: "2x(gpus=L4:4, cpus=4+)",
@@ -163,6 +186,10 @@ herd::v1::TaskSpec ToSpec(const Task& task);
 // error naming source and both sizes. ParseTaskYaml checks it; a caller that changes the task
 // afterwards (a command instead of a file) checks again before submitting.
 Status CheckSpecSize(const Task& task, std::string_view source);
+// OK when `name` is a bucket name S3 accepts (3-63 characters of a-z, 0-9, '.', '-', starting
+// and ending with a letter or digit, no "..", not an IPv4 address, no "xn--" prefix nor
+// "-s3alias"/"--ol-s3" suffix); else what is wrong, without the place.
+Status CheckBucketName(std::string_view name);
 // OK when a task's name is within limits::kMaxTaskNameBytes; else "at most N bytes, got M" (the
 // parser puts the place before it, ApplyNameFlag the flag).
 Status CheckNameSize(std::string_view name);

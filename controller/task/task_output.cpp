@@ -61,6 +61,16 @@ boost::json::object ResourcesJson(const Resources& r) {
   return o;
 }
 
+boost::json::object StorageMountsJson(const std::map<std::string, StorageMount>& mounts) {
+  boost::json::object o;
+  for (const auto& [remote, m] : mounts) {
+    o[remote] = {{"bucket", m.bucket}, {"prefix", m.prefix}, {"source", m.source},
+                 {"store", m.store},   {"mode", m.mode},     {"persistent", m.persistent},
+                 {"create", m.create}};
+  }
+  return o;
+}
+
 boost::json::object MapJson(const std::map<std::string, std::string>& m, bool redact) {
   boost::json::object o;
   for (const auto& [k, v] : m) o[k] = redact ? kRedacted : std::string_view(v);
@@ -157,11 +167,47 @@ void PrintSummary(const std::string& path, const Task& task, std::ostream& out) 
   print_map("envs", task.envs, "=", false);
   print_map("secrets", task.secrets, "=", true);
   print_map("file_mounts", task.file_mounts, " <- ", false);
+  if (!task.storage_mounts.empty()) {
+    out << "buckets:\n";
+    for (const auto& [remote, m] : task.storage_mounts) {
+      out << "  " << remote << " <- " << m.store << "://" << m.bucket
+          << (m.prefix.empty() ? "" : "/" + m.prefix) << " (" << m.mode
+          << (m.source.empty() ? "" : ", upload " + m.source)
+          << (m.create ? ", made when missing" : "") << (m.persistent ? "" : ", not persistent")
+          << ")\n";
+    }
+  }
   PrintScript(out, "setup", task.setup);
   PrintScript(out, "run", task.run);
 }
 
 }  // namespace
+
+std::string StorageMountsToJson(const std::map<std::string, StorageMount>& mounts) {
+  return boost::json::serialize(StorageMountsJson(mounts));
+}
+
+Result<std::map<std::string, StorageMount>> StorageMountsFromJson(std::string_view text) {
+  std::map<std::string, StorageMount> out;
+  try {
+    const boost::json::value doc = boost::json::parse(text);
+    for (const auto& [remote, v] : doc.as_object()) {
+      const boost::json::object& o = v.as_object();
+      StorageMount m;
+      m.bucket = std::string(o.at("bucket").as_string());
+      m.prefix = std::string(o.at("prefix").as_string());
+      m.source = std::string(o.at("source").as_string());
+      m.store = std::string(o.at("store").as_string());
+      m.mode = std::string(o.at("mode").as_string());
+      m.persistent = o.at("persistent").as_bool();
+      m.create = o.at("create").as_bool();
+      out.emplace(std::string(remote), std::move(m));
+    }
+  } catch (const std::exception& e) {
+    return InvalidArgument(std::string("storage mounts: ") + e.what());
+  }
+  return out;
+}
 
 std::string ToJson(const Task& task) {
   boost::json::object o;
@@ -175,6 +221,7 @@ std::string ToJson(const Task& task) {
   o["envs"] = MapJson(task.envs, false);
   o["secrets"] = MapJson(task.secrets, true);
   o["file_mounts"] = MapJson(task.file_mounts, false);
+  if (!task.storage_mounts.empty()) o["storage_mounts"] = StorageMountsJson(task.storage_mounts);
   o["setup"] = task.setup;
   o["run"] = task.run;
   return boost::json::serialize(o);

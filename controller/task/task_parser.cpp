@@ -408,6 +408,50 @@ bool IsUri(std::string_view text) {
   return true;
 }
 
+}  // namespace
+
+Status CheckBucketName(std::string_view name) {
+  auto bad = [&](std::string_view why) {
+    return InvalidArgument("'" + std::string(name) +
+                           "' is not a valid S3 bucket name: " + std::string(why));
+  };
+  if (name.size() < 3 || name.size() > 63) return bad("use 3 to 63 characters");
+  for (char c : name) {
+    if (!(std::islower(static_cast<unsigned char>(c)) ||
+          std::isdigit(static_cast<unsigned char>(c)) || c == '.' || c == '-')) {
+      return bad("use lower-case letters, digits, '.' and '-' only");
+    }
+  }
+  auto alnum = [](char c) {
+    return std::islower(static_cast<unsigned char>(c)) ||
+           std::isdigit(static_cast<unsigned char>(c));
+  };
+  if (!alnum(name.front()) || !alnum(name.back())) {
+    return bad("start and end with a letter or digit");
+  }
+  if (name.find("..") != std::string_view::npos) return bad("no two dots in a row");
+  int dots = 0;
+  bool digits_and_dots = true;
+  for (char c : name) {
+    if (c == '.')
+      ++dots;
+    else if (!std::isdigit(static_cast<unsigned char>(c)))
+      digits_and_dots = false;
+  }
+  if (digits_and_dots && dots == 3) return bad("it must not look like an IP address");
+  if (name.rfind("xn--", 0) == 0 || name.rfind("sthree-", 0) == 0) {
+    return bad("the prefixes xn-- and sthree- are reserved");
+  }
+  auto ends = [&](std::string_view suffix) {
+    return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
+  };
+  if (ends("-s3alias") || ends("--ol-s3"))
+    return bad("the suffixes -s3alias and --ol-s3 are reserved");
+  return Status::Ok();
+}
+
+namespace {
+
 std::string Child(std::string_view path, std::string_view key) {
   if (path.empty()) return std::string(key);
   return std::string(path) + "." + std::string(key);
@@ -889,7 +933,7 @@ class TaskParser {
       }
     }
     if (const YAML::Node* n = field("file_mounts")) {
-      HERD_RETURN_IF_ERROR(FileMounts(*n, lookup, task.file_mounts));
+      HERD_RETURN_IF_ERROR(FileMounts(*n, lookup, task));
     }
     if (const YAML::Node* n = field("resources"); n && !n->IsNull()) {
       if (!n->IsMap()) {
@@ -1078,8 +1122,7 @@ class TaskParser {
     return Status::Ok();
   }
 
-  Status FileMounts(const YAML::Node& n, const EnvLookup& lookup,
-                    std::map<std::string, std::string>& out) const {
+  Status FileMounts(const YAML::Node& n, const EnvLookup& lookup, Task& task) const {
     if (n.IsNull()) return Status::Ok();
     if (!n.IsMap()) {
       return Error(n, "file_mounts",
@@ -1088,30 +1131,43 @@ class TaskParser {
     HERD_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(n, "file_mounts"));
     for (const Entry& e : entries) {
       std::string path = Child("file_mounts", e.key);
+      if (e.key.empty()) return Error(e.key_node, "file_mounts", "empty remote path");
+      HERD_ASSIGN_OR_RETURN(std::string remote, Substitute(e.key, e.key_node, path, lookup));
+      if (task.file_mounts.count(remote) || task.storage_mounts.count(remote)) {
+        return Error(e.key_node, path, "mounts to '" + remote + "' twice: keep one");
+      }
       if (e.value.IsMap()) {
-        return Error(e.value, path,
-                     "storage mounts (buckets: name/source/store/mode) are not supported by herd: "
-                     "give a local path");
+        if (static_cast<int>(task.storage_mounts.size()) >= limits::kMaxStorageMounts) {
+          return Error(
+              e.key_node, path,
+              "at most " + std::to_string(limits::kMaxStorageMounts) + " bucket mounts per task");
+        }
+        HERD_ASSIGN_OR_RETURN(StorageMount m, StorageMountField(e.value, path, lookup));
+        task.storage_mounts.emplace(remote, std::move(m));
+        continue;
       }
       if (!e.value.IsScalar() || e.value.Scalar().empty()) {
         // A null value's mark is wherever the next token starts: point at the key instead.
         return Error(e.value.IsNull() ? e.key_node : e.value, path,
-                     "expected a local path, got " + Describe(e.value));
+                     "expected a local path, a bucket URI (s3://bucket/prefix) or a bucket "
+                     "{name, source, mode}, got " +
+                         Describe(e.value));
       }
-      if (e.key.empty()) return Error(e.key_node, "file_mounts", "empty remote path");
-      HERD_ASSIGN_OR_RETURN(std::string remote, Substitute(e.key, e.key_node, path, lookup));
       HERD_ASSIGN_OR_RETURN(std::string local, Substitute(e.value.Scalar(), e.value, path, lookup));
       if (IsUri(local)) {
-        return Error(e.value, path,
-                     "'" + local +
-                         "' is cloud storage, not a local path; herd does not mount or copy "
-                         "buckets yet: fetch it in setup (e.g. aws s3 cp --recursive) or give a "
-                         "local path");
+        // SkyPilot: a bucket URI as the value is copied to the node (mode COPY).
+        StorageMount m;
+        m.mode = "COPY";
+        HERD_RETURN_IF_ERROR(BucketUri(local, e.value, path, m));
+        if (static_cast<int>(task.storage_mounts.size()) >= limits::kMaxStorageMounts) {
+          return Error(
+              e.key_node, path,
+              "at most " + std::to_string(limits::kMaxStorageMounts) + " bucket mounts per task");
+        }
+        task.storage_mounts.emplace(remote, std::move(m));
+        continue;
       }
-      local = ExpandHome(local, getenv_);
-      if (!out.emplace(remote, local).second) {
-        return Error(e.key_node, path, "mounts to '" + remote + "' twice: keep one");
-      }
+      task.file_mounts.emplace(remote, ExpandHome(local, getenv_));
     }
     return Status::Ok();
   }
@@ -1130,6 +1186,120 @@ class TaskParser {
     if (!image.ok()) return Error(e.value, at, image.status().message());
     r.container_image = *image;
     return Status::Ok();
+  }
+
+  // "s3://bucket[/prefix]" into m.bucket/m.prefix; other schemes are refused, naming the ones
+  // herd has.
+  Status BucketUri(const std::string& uri, const YAML::Node& at, const std::string& path,
+                   StorageMount& m) const {
+    std::size_t sep = uri.find("://");
+    std::string scheme = uri.substr(0, sep);
+    if (scheme != "s3") {
+      return Error(at, path,
+                   "'" + uri + "': " + scheme +
+                       ":// buckets are not supported by herd; S3 and S3-compatible stores "
+                       "are (s3://bucket/prefix, endpoint from AWS_ENDPOINT_URL_S3, "
+                       "AWS_ENDPOINT_URL or endpoint_url in ~/.aws/config)");
+    }
+    std::string rest = uri.substr(sep + 3);
+    std::size_t slash = rest.find('/');
+    m.bucket = rest.substr(0, slash);
+    m.prefix = slash == std::string::npos ? "" : rest.substr(slash + 1);
+    while (!m.prefix.empty() && m.prefix.back() == '/') m.prefix.pop_back();
+    m.store = "s3";
+    if (Status s = CheckBucketName(m.bucket); !s.ok()) {
+      return Error(at, path, "'" + uri + "': " + s.message());
+    }
+    return Status::Ok();
+  }
+
+  // {name, source, store, mode, persistent}: SkyPilot's storage object.
+  Result<StorageMount> StorageMountField(const YAML::Node& n, const std::string& path,
+                                         const EnvLookup& lookup) const {
+    static constexpr std::string_view kFields[] = {"name", "source", "store", "mode", "persistent"};
+    HERD_ASSIGN_OR_RETURN(std::vector<Entry> entries, Entries(n, path));
+    StorageMount m;
+    const Entry *name = nullptr, *source = nullptr, *store = nullptr;
+    for (const Entry& e : entries) {
+      if (!Contains(kFields, e.key)) {
+        return UnknownField(e, path,
+                            std::vector<std::string_view>(std::begin(kFields), std::end(kFields)));
+      }
+      std::string field = Child(path, e.key);
+      if (e.key == "persistent") {
+        auto b = PlainBool(e.value);
+        if (!b) return Error(e.value, field, "expected true or false, got " + Describe(e.value));
+        m.persistent = *b;
+        continue;
+      }
+      if (!e.value.IsScalar() || e.value.Scalar().empty()) {
+        if (e.key == "source" && e.value.IsSequence()) {
+          return Error(e.value, field,
+                       "a list of sources is not supported by herd: give one local directory or "
+                       "one bucket URI");
+        }
+        return Error(e.value.IsNull() ? e.key_node : e.value, field,
+                     "expected a string, got " + Describe(e.value));
+      }
+      HERD_ASSIGN_OR_RETURN(std::string value,
+                            Substitute(e.value.Scalar(), e.value, field, lookup));
+      if (e.key == "name") {
+        name = &e;
+        if (Status s = CheckBucketName(value); !s.ok()) return Error(e.value, field, s.message());
+        m.bucket = value;
+      } else if (e.key == "source") {
+        source = &e;
+        if (IsUri(value)) {
+          HERD_RETURN_IF_ERROR(BucketUri(value, e.value, field, m));
+        } else {
+          m.source = ExpandHome(value, getenv_);
+        }
+      } else if (e.key == "store") {
+        store = &e;
+        std::string lower = value;
+        std::transform(lower.begin(), lower.end(), lower.begin(),
+                       [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+        static constexpr std::string_view kOtherStores[] = {"gcs", "azure",  "r2", "ibm",
+                                                            "oci", "nebius", "cos"};
+        if (Contains(kOtherStores, lower)) {
+          return Error(e.value, field,
+                       "store '" + value +
+                           "' is not supported by herd; use store: s3 (S3 or any S3-compatible "
+                           "endpoint: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL or endpoint_url in "
+                           "~/.aws/config)");
+        }
+        if (lower != "s3") {
+          return Error(e.value, field, "unknown store '" + value + "': expected s3");
+        }
+        m.store = lower;
+      } else if (e.key == "mode") {
+        std::string upper = value;
+        std::transform(upper.begin(), upper.end(), upper.begin(),
+                       [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+        if (upper != "MOUNT" && upper != "COPY" && upper != "MOUNT_CACHED") {
+          return Error(e.value, field,
+                       "unknown mode '" + value + "': expected MOUNT, COPY or MOUNT_CACHED");
+        }
+        m.mode = upper;
+      }
+    }
+    (void)store;
+    if (name == nullptr && source == nullptr) {
+      return Error(n, path,
+                   "a bucket needs a name (herd makes the bucket when it does not exist) or a "
+                   "source (s3://bucket/prefix, or a local directory to upload with a name)");
+    }
+    if (name != nullptr && source != nullptr && m.source.empty()) {
+      return Error(name->key_node, Child(path, "name"),
+                   "give either name or a bucket URI as source, not both (the URI names the "
+                   "bucket)");
+    }
+    if (name == nullptr && !m.source.empty()) {
+      return Error(source->value, Child(path, "source"),
+                   "a local source is uploaded into a bucket: give the bucket's name too");
+    }
+    m.create = name != nullptr;
+    return m;
   }
 
   // One resources mapping into r. top: the task's own resources (any_of/ordered allowed).

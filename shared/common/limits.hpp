@@ -760,4 +760,35 @@ inline constexpr Duration kContainerRemoveTimeout = 20s;
 static_assert(kContainerCommandTimeout < kContainerStartTimeout,
               "a pull takes longer than a short command");
 
+// ---- Bucket storage (controller/storage: S3 API on the user's side, rclone on the nodes)
+// One S3 API request from the controller (HeadBucket, CreateBucket, a page of ListObjectsV2, one
+// DeleteObject): an endpoint that does not answer within this is reported as unreachable, naming
+// the mount, instead of hanging `launch`.
+inline constexpr Duration kS3ConnectTimeout = 5s;
+inline constexpr Duration kS3RequestTimeout = 30s;
+// Objects deleted per listed page when a bucket is emptied before DeleteBucket (S3's page size).
+inline constexpr int kS3ListPageKeys = 1000;
+// At most this many bucket mounts per task (SkyPilot sets no bound; each is one rclone process
+// per node).
+inline constexpr int kMaxStorageMounts = 16;
+// `rclone mount --daemon` waits at most this for the FUSE mount to be ready on a node; a mount
+// that is not ready by then fails the launch (and is unmounted).
+inline constexpr Duration kStorageMountReadyTimeout = 30s;
+// MOUNT_CACHED: a file closed on the node is uploaded this long after its last write (rclone's
+// --vfs-write-back): checkpoints reach the bucket in the background, at disk speed for the job.
+inline constexpr Duration kStorageWriteBack = 1s;
+// Before a run with a MOUNT_CACHED mount is reported done, each node waits at most this for
+// rclone's write-back queue to drain, polling it every kStorageFlushPoll; past it the run fails
+// (its checkpoint is not in the bucket).
+inline constexpr Duration kStorageFlushTimeout = 30min;
+inline constexpr Duration kStorageFlushPoll = 200ms;
+// An upload of `source:` (from the user's machine) or a COPY download on a node: large data, so
+// bounded only against a transfer that stalls for good.
+inline constexpr Duration kStorageTransferTimeout = 2h;
+static_assert(kS3ConnectTimeout < kS3RequestTimeout, "connecting is part of a request");
+static_assert(kStorageWriteBack + kStorageFlushPoll < kStorageFlushTimeout,
+              "a flush sees at least one upload start");
+static_assert(kStorageMountReadyTimeout < kSshWaitTotal,
+              "a mount is ready well within one SSH command's wait");
+
 }  // namespace herd::limits

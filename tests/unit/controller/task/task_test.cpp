@@ -587,14 +587,15 @@ TEST_CASE("bad input gives a located message that names the field and the fix") 
       {"name: a\nrun: x\n---\nname: b\n",
        "t.yaml:4:1: a second task (YAML document): this command takes one task; `herd launch` "
        "runs a pipeline of 2 tasks one after another"},
-      {"file_mounts:\n  /data:\n    name: bucket\n",
-       "t.yaml:3:5: file_mounts./data: storage mounts (buckets: name/source/store/mode) are not "
-       "supported by herd: give a local path"},
+      {"file_mounts:\n  /data:\n    nmae: bucket\n",
+       "t.yaml:3:5: file_mounts./data: unknown field 'nmae' (known fields: name, source, store, "
+       "mode, persistent)"},
       {"file_mounts:\n  /data/$UNSET_VAR: /x\n",
        "t.yaml:2:3: file_mounts./data/$UNSET_VAR: variable UNSET_VAR is not set: define it in envs "
        "or pass --env UNSET_VAR=VALUE"},
       {"file_mounts:\n  /data:\n",
-       "t.yaml:2:3: file_mounts./data: expected a local path, got null"},
+       "t.yaml:2:3: file_mounts./data: expected a local path, a bucket URI (s3://bucket/prefix) or "
+       "a bucket {name, source, mode}, got null"},
       {"workdir: ${UNCLOSED\n", "t.yaml:1:10: workdir: unterminated '${' in '${UNCLOSED'"},
       {"workdir:\n  ref: main\n",
        "t.yaml:2:3: workdir: a git workdir needs url: (and may give ref:)"},

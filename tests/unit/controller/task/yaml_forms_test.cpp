@@ -224,12 +224,16 @@ TEST_CASE("~ in local paths is the local home; a URI is never a local path") {
   CHECK(t.file_mounts.at("/f") == "~other/x");
   // Without HOME the path stays as written (and fails later where it is used).
   CHECK(Parse("workdir: ~/code\n", WithEnv({})).workdir == "~/code");
-  CHECK(ErrorOf("file_mounts:\n  /data: s3://bucket/prefix\n") ==
-        "t.yaml:2:10: file_mounts./data: 's3://bucket/prefix' is cloud storage, not a local path; "
-        "herd does not mount or copy buckets yet: fetch it in setup (e.g. aws s3 cp --recursive) "
-        "or give a local path");
+  // A bucket URI is a bucket copied to the node (SkyPilot's COPY), not a local path.
+  Task s3 = Parse("file_mounts:\n  /data: s3://bucket/prefix/\n");
+  CHECK(s3.file_mounts.empty());
+  CHECK(s3.storage_mounts.at("/data").bucket == "bucket");
+  CHECK(s3.storage_mounts.at("/data").prefix == "prefix");
+  CHECK(s3.storage_mounts.at("/data").mode == "COPY");
   CHECK(ErrorOf("envs:\n  B: gs://b\nfile_mounts:\n  /data: ${B}/x\n")
-            .rfind("t.yaml:4:10: file_mounts./data: 'gs://b/x' is cloud storage", 0) == 0);
+            .rfind("t.yaml:4:10: file_mounts./data: 'gs://b/x': gs:// buckets are not supported "
+                   "by herd",
+                   0) == 0);
   CHECK(ErrorOf("workdir: s3://bucket/code\n") ==
         "t.yaml:1:10: workdir: 's3://bucket/code' is a URI, not a local directory: for a git "
         "repository write workdir: {url: URL, ref: BRANCH}");

@@ -1,0 +1,306 @@
+#include "controller/storage/storage_ops.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include "controller/ssh/parallel.hpp"
+#include "controller/ssh/ssh_command.hpp"
+#include "controller/ssh/subprocess.hpp"
+#include "shared/common/limits.hpp"
+#include "shared/common/log.hpp"
+#include "shared/common/unix_time.hpp"
+
+namespace herd::storage {
+namespace {
+
+namespace fs = std::filesystem;
+using controller::ShellQuote;
+
+std::string BucketPath(const task::StorageMount& m) {
+  return m.prefix.empty() ? m.bucket : m.bucket + "/" + m.prefix;
+}
+
+// The rclone config body as environment variables of a remote named `name` (rclone reads
+// RCLONE_CONFIG_<NAME>_<KEY>): the keys never appear in an argv or a file on this machine.
+std::map<std::string, std::string> RcloneEnv(const std::string& name, const std::string& body) {
+  std::map<std::string, std::string> env;
+  std::istringstream in(body);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto eq = line.find(" = ");
+    if (eq == std::string::npos) continue;
+    std::string key = line.substr(0, eq);
+    std::transform(key.begin(), key.end(), key.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+    env["RCLONE_CONFIG_" + name + "_" + key] = line.substr(eq + 3);
+  }
+  // rclone's S3 backend refuses a CA bundle given this way (LoadCustomCABundleError).
+  env["AWS_CA_BUNDLE"] = "";
+  return env;
+}
+
+std::string LastLine(const std::string& text) {
+  std::string t = text;
+  while (!t.empty() && (t.back() == '\n' || t.back() == '\r')) t.pop_back();
+  auto nl = t.rfind('\n');
+  return nl == std::string::npos ? t : t.substr(nl + 1);
+}
+
+Status Upload(const ObjectStore& store, const std::string& local, const std::string& bucket_path) {
+  auto env = RcloneEnv("HERDUPLOAD", store.RcloneConfig());
+  auto r = controller::RunProcess({"rclone", "copy", local, "HERDUPLOAD:" + bucket_path}, "",
+                                  limits::kStorageTransferTimeout, env);
+  if (!r.ok()) {
+    return FailedPrecondition(
+        "uploading " + local +
+        " needs rclone on this machine (Debian: apt-get install rclone): " + r.status().message());
+  }
+  if (r->timed_out) return DeadlineExceeded("upload of " + local + " did not finish in time");
+  if (r->exit_code != 0) {
+    return Unavailable("upload of " + local + " to " + store.Scheme() + "://" + bucket_path +
+                       " failed: " + LastLine(r->err));
+  }
+  return Status::Ok();
+}
+
+void DeleteMade(const std::vector<std::string>& made, StorageParts& parts) {
+  if (made.empty()) return;
+  auto store = parts.open_store("s3");
+  if (!store.ok()) return;
+  for (const auto& b : made) {
+    if (Status s = (*store)->DeleteBucket(b); !s.ok()) {
+      HERD_LOG(kWarn) << "storage: could not delete bucket " << b << " again: " << s.message();
+    }
+  }
+}
+
+}  // namespace
+
+StorageParts SystemStorageParts() {
+  StorageParts p;
+  auto http = std::make_shared<controller::CurlHttpClient>();
+  p.open_store = [http](const std::string& store) -> Result<std::unique_ptr<ObjectStore>> {
+    if (store != "s3") return InvalidArgument("store '" + store + "' is not supported");
+    HERD_ASSIGN_OR_RETURN(S3Access access, LoadS3Access());
+    return MakeS3Store(std::move(access), http);
+  };
+  p.open_table = [] { return StorageTable::Open(); };
+  p.upload = Upload;
+  p.now_unix_ms = [] { return NowUnixMs(); };
+  return p;
+}
+
+Result<PreparedStorage> PrepareBuckets(const task::Task& task, const std::string& cluster,
+                                       StorageParts& parts) {
+  PreparedStorage out;
+  if (task.storage_mounts.empty()) return out;
+  std::unique_ptr<ObjectStore> store;
+  std::vector<StorageRecord> records;
+  auto fail = [&](const std::string& remote, const Status& s) {
+    DeleteMade(out.made, parts);
+    return Status(s.code(), "file_mounts." + remote + ": " + s.message());
+  };
+  for (const auto& [remote, m] : task.storage_mounts) {
+    if (!store) {
+      auto opened = parts.open_store(m.store);
+      if (!opened.ok()) return fail(remote, opened.status());
+      store = std::move(opened).value();
+    }
+    auto exists = store->BucketExists(m.bucket);
+    if (!exists.ok()) return fail(remote, exists.status());
+    bool made = false;
+    if (!*exists) {
+      if (!m.create) {
+        return fail(remote,
+                    NotFound("bucket '" + m.bucket + "' does not exist at " + store->Describe() +
+                             "; give `name: " + m.bucket + "` to let herd make it"));
+      }
+      if (Status s = store->CreateBucket(m.bucket); !s.ok()) return fail(remote, s);
+      out.made.push_back(m.bucket);
+      made = true;
+    }
+    if (!m.source.empty()) {
+      if (!fs::is_directory(m.source)) {
+        return fail(remote, InvalidArgument("source " + m.source + " is not a directory"));
+      }
+      if (Status s = parts.upload(*store, m.source, BucketPath(m)); !s.ok()) {
+        return fail(remote, s);
+      }
+    }
+    StorageRecord r;
+    r.name = m.bucket;
+    r.store = m.store;
+    r.endpoint = store->Describe();
+    r.source = m.source;
+    r.mode = m.mode;
+    r.herd_made = made;
+    r.persistent = m.persistent;
+    records.push_back(std::move(r));
+    out.mounts.push_back({remote, m.mode, BucketPath(m)});
+    out.flush = out.flush || m.mode != "COPY";
+  }
+  out.rclone_conf = "[" + std::string(kRcloneRemote) + "]\n" + store->RcloneConfig();
+
+  auto table = parts.open_table();
+  if (!table.ok()) {
+    DeleteMade(out.made, parts);
+    return table.status();
+  }
+  for (StorageRecord& r : records) {
+    auto old = (*table)->Get(r.name);
+    if (!old.ok()) {
+      DeleteMade(out.made, parts);
+      return old.status();
+    }
+    if (*old) {
+      r.herd_made = r.herd_made || (*old)->herd_made;
+      r.clusters = (*old)->clusters;
+      r.created_unix_ms = (*old)->created_unix_ms;
+      if (r.source.empty()) r.source = (*old)->source;
+    } else {
+      r.created_unix_ms = parts.now_unix_ms();
+    }
+    if (std::find(r.clusters.begin(), r.clusters.end(), cluster) == r.clusters.end()) {
+      r.clusters.push_back(cluster);
+      out.added.push_back(r.name);
+    }
+    if (Status s = (*table)->Put(r); !s.ok()) {
+      DeleteMade(out.made, parts);
+      return s;
+    }
+  }
+  return out;
+}
+
+void UndoPrepare(const PreparedStorage& prepared, const std::string& cluster, StorageParts& parts) {
+  DeleteMade(prepared.made, parts);
+  auto table = parts.open_table();
+  if (!table.ok()) return;
+  for (const auto& b : prepared.made) (void)(*table)->Remove(b);
+  for (const auto& b : prepared.added) {
+    if (std::find(prepared.made.begin(), prepared.made.end(), b) != prepared.made.end()) continue;
+    auto r = (*table)->Get(b);
+    if (!r.ok() || !*r) continue;
+    auto& clusters = (**r).clusters;
+    clusters.erase(std::remove(clusters.begin(), clusters.end(), cluster), clusters.end());
+    (void)(*table)->Put(**r);
+  }
+}
+
+Status MountOnNodes(controller::SshRunner& ssh, const std::vector<controller::SshTarget>& targets,
+                    const PreparedStorage& prepared, StorageParts& parts,
+                    const std::string& cluster) {
+  if (prepared.mounts.empty()) return Status::Ok();
+  const std::string command = "bash -c " + ShellQuote(MountScript(prepared.mounts));
+  // COPY downloads data; a mount only waits for rclone to be ready.
+  const bool copies = std::any_of(prepared.mounts.begin(), prepared.mounts.end(),
+                                  [](const NodeMount& m) { return m.mode == "COPY"; });
+  const auto timeout =
+      copies ? limits::kStorageTransferTimeout
+             : limits::kStorageMountReadyTimeout * static_cast<int>(prepared.mounts.size()) +
+                   limits::kSshWaitTotal;
+  Status s = controller::ForEachParallel(
+      targets.size(),
+      [&](std::size_t i) -> Status {
+        HERD_ASSIGN_OR_RETURN(auto r, ssh.Run(targets[i], command, timeout, prepared.rclone_conf));
+        if (r.timed_out) return DeadlineExceeded("bucket mounts did not finish in time");
+        if (r.exit_code != 0) {
+          std::string why = LastLine(r.out);
+          if (why.empty()) why = LastLine(r.err);
+          return Unavailable("file_mounts." + why);
+        }
+        return Status::Ok();
+      },
+      [&](std::size_t i) { return controller::DescribeTarget(targets[i]); });
+  if (s.ok()) return s;
+  // Nothing stays mounted or made after a failed launch.
+  const std::string unmount = "bash -c " + ShellQuote(UnmountScript(false));
+  (void)controller::ForEachParallel(targets.size(), [&](std::size_t i) -> Status {
+    (void)ssh.Run(targets[i], unmount, limits::kSshWaitTotal);
+    return Status::Ok();
+  });
+  UndoPrepare(prepared, cluster, parts);
+  return s;
+}
+
+bool ClusterHasBuckets(const std::string& cluster, StorageParts& parts) {
+  std::error_code ec;
+  if (!fs::exists(StorageDbPath(), ec)) return false;
+  auto table = parts.open_table();
+  if (!table.ok()) return false;
+  auto all = (*table)->List();
+  if (!all.ok()) return false;
+  return std::any_of(all->begin(), all->end(), [&](const StorageRecord& r) {
+    return std::find(r.clusters.begin(), r.clusters.end(), cluster) != r.clusters.end();
+  });
+}
+
+Status ReleaseClusterStorage(controller::SshRunner& ssh,
+                             const std::vector<controller::SshTarget>& targets,
+                             const std::string& cluster, bool cluster_gone, StorageParts& parts) {
+  HERD_ASSIGN_OR_RETURN(auto table, parts.open_table());
+  HERD_ASSIGN_OR_RETURN(auto all, table->List());
+  std::vector<StorageRecord> uses;
+  for (const auto& r : all) {
+    if (std::find(r.clusters.begin(), r.clusters.end(), cluster) != r.clusters.end()) {
+      uses.push_back(r);
+    }
+  }
+  if (uses.empty()) return Status::Ok();
+  const std::string unmount = "bash -c " + ShellQuote(UnmountScript(true));
+  (void)controller::ForEachParallel(targets.size(), [&](std::size_t i) -> Status {
+    auto r = ssh.Run(targets[i], unmount, limits::kStorageFlushTimeout + limits::kSshWaitTotal);
+    if (!r.ok() || r->exit_code != 0) {
+      HERD_LOG(kWarn) << "storage: " << controller::DescribeTarget(targets[i])
+                      << ": unmount: " << (r.ok() ? LastLine(r->err) : r.status().message());
+    }
+    return Status::Ok();
+  });
+  if (!cluster_gone) return Status::Ok();
+  std::unique_ptr<ObjectStore> store;
+  for (StorageRecord r : uses) {
+    r.clusters.erase(std::find(r.clusters.begin(), r.clusters.end(), cluster));
+    if (r.herd_made && !r.persistent && r.clusters.empty()) {
+      if (!store) {
+        HERD_ASSIGN_OR_RETURN(store, parts.open_store(r.store));
+      }
+      if (Status s = store->DeleteBucket(r.name); !s.ok()) {
+        return s.WithContext("cluster " + cluster + ": deleting its non-persistent bucket " +
+                             r.name);
+      }
+      HERD_RETURN_IF_ERROR(table->Remove(r.name));
+    } else {
+      HERD_RETURN_IF_ERROR(table->Put(r));
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::string> DeleteStorage(const std::string& name, StorageParts& parts) {
+  HERD_ASSIGN_OR_RETURN(auto table, parts.open_table());
+  HERD_ASSIGN_OR_RETURN(auto rec, table->Get(name));
+  if (!rec) {
+    return NotFound("storage " + name + " not found (`herd storage ls` lists what herd knows)");
+  }
+  if (!rec->clusters.empty()) {
+    std::string list;
+    for (const auto& c : rec->clusters) list += (list.empty() ? "" : ", ") + c;
+    return FailedPrecondition("storage " + name + " is mounted by cluster(s) " + list +
+                              ": take them down first (`herd down " + rec->clusters.front() + "`)");
+  }
+  std::string done;
+  if (rec->herd_made) {
+    HERD_ASSIGN_OR_RETURN(auto store, parts.open_store(rec->store));
+    HERD_RETURN_IF_ERROR(store->DeleteBucket(name));
+    done = "Deleted bucket " + name + " (" + rec->store + ", " + store->Describe() + ").";
+  } else {
+    done = "Removed " + name +
+           " from herd's storage table; herd did not make the bucket, so it is left as it is.";
+  }
+  HERD_RETURN_IF_ERROR(table->Remove(name));
+  return done;
+}
+
+}  // namespace herd::storage

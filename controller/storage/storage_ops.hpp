@@ -1,0 +1,73 @@
+// A task's buckets through a cluster's life, as the cluster operations drive them:
+//   launch: PrepareBuckets (user's side: each bucket exists or is made, `source` uploaded, the
+//           storage table records the cluster) then MountOnNodes (rclone on every node, over
+//           SSH; a failure unmounts everything again and deletes the buckets this launch made);
+//   run:    WrapRunWithFlush (node_mounts.hpp) when a mount is writable (MOUNT, MOUNT_CACHED);
+//   stop/down: ReleaseClusterStorage (flush, unmount; on down, buckets herd made with
+//           persistent: false and no other cluster using them are deleted);
+//   `herd storage ls/delete`: the table (storage_table.hpp) and DeleteStorage.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "controller/ssh/ssh_runner.hpp"
+#include "controller/storage/node_mounts.hpp"
+#include "controller/storage/object_store.hpp"
+#include "controller/storage/storage_table.hpp"
+#include "controller/task/task.hpp"
+
+namespace herd::storage {
+
+// The parts these operations run with; SystemStorageParts() gives the real ones (S3 through
+// libcurl with the user's AWS chain, ~/.herd/storage.db, rclone on this machine for uploads).
+struct StorageParts {
+  std::function<Result<std::unique_ptr<ObjectStore>>(const std::string& store)> open_store;
+  std::function<Result<std::unique_ptr<StorageTable>>()> open_table;
+  // Copies the local directory `local` into `bucket_path` ("bucket[/prefix]") of the store.
+  std::function<Status(const ObjectStore& store, const std::string& local,
+                       const std::string& bucket_path)>
+      upload;
+  std::function<int64_t()> now_unix_ms;
+};
+StorageParts SystemStorageParts();
+
+struct PreparedStorage {
+  std::vector<NodeMount> mounts;
+  std::string rclone_conf;         // "[herd-s3]\n..." (secret)
+  std::vector<std::string> made;   // buckets this launch created
+  std::vector<std::string> added;  // records the cluster joined in this launch
+  // Some mount is MOUNT or MOUNT_CACHED: a run's writes must be uploaded before it is done.
+  bool flush = false;
+};
+
+// Errors name the mount: "file_mounts.<remote>: bucket 'b' ...". On error, the buckets this call
+// made are deleted again and the table is left as it was for them.
+Result<PreparedStorage> PrepareBuckets(const task::Task& task, const std::string& cluster,
+                                       StorageParts& parts);
+// Undoes PrepareBuckets after a launch failed: deletes the buckets it made and takes the cluster
+// out of the records it joined.
+void UndoPrepare(const PreparedStorage& prepared, const std::string& cluster, StorageParts& parts);
+// Mounts on every target; on any failure every target is unmounted and the buckets in
+// prepared.made are deleted (nothing is left mounted or created), and the error names the node
+// and the mount.
+Status MountOnNodes(controller::SshRunner& ssh, const std::vector<controller::SshTarget>& targets,
+                    const PreparedStorage& prepared, StorageParts& parts,
+                    const std::string& cluster);
+// Whether the table says `cluster` mounts buckets (false without a table: one stat, no SQLite,
+// for the warm `exec` path of users without buckets).
+bool ClusterHasBuckets(const std::string& cluster, StorageParts& parts);
+// Stop/down of `cluster`: when the table says it mounts buckets, flushes and unmounts them on
+// every reachable target. On down (cluster_gone) the cluster leaves every record, and a bucket herd
+// made with persistent: false that no cluster uses any more is deleted with its record.
+Status ReleaseClusterStorage(controller::SshRunner& ssh,
+                             const std::vector<controller::SshTarget>& targets,
+                             const std::string& cluster, bool cluster_gone, StorageParts& parts);
+// `herd storage delete NAME`: deletes a bucket herd made (emptied first) and its record; a bucket
+// herd did not make only leaves the table (the message says so). NotFound when not in the table.
+// Returns what was done, for the user.
+Result<std::string> DeleteStorage(const std::string& name, StorageParts& parts);
+
+}  // namespace herd::storage

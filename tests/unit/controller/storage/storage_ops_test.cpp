@@ -1,0 +1,214 @@
+// herd_storage: a task's buckets through a launch and a teardown, over an in-memory store, the
+// real storage table in a scratch directory and nodes that are local directories
+// (LocalShellRunner) with an rclone that refuses: a missing bucket fails before anything is made
+// or recorded (and what this launch made is deleted again); a failed mount unmounts every node
+// and undoes the launch's buckets; down deletes only non-persistent buckets herd made.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <set>
+
+#include "controller/storage/storage_ops.hpp"
+#include "tests/fakes/fake_ssh_runner.hpp"
+#include "tests/unit/test_support.hpp"
+
+namespace herd::storage {
+namespace {
+
+using herd::testing::TempDir;
+
+struct Buckets {
+  std::set<std::string> names;
+  std::vector<std::string> deleted;
+};
+
+class MemoryStore : public ObjectStore {
+ public:
+  explicit MemoryStore(Buckets& b) : b_(b) {}
+  std::string Scheme() const override { return "s3"; }
+  std::string Describe() const override { return "http://store"; }
+  Result<bool> BucketExists(const std::string& bucket) override {
+    return b_.names.count(bucket) > 0;
+  }
+  Status CreateBucket(const std::string& bucket) override {
+    b_.names.insert(bucket);
+    return Status::Ok();
+  }
+  Status DeleteBucket(const std::string& bucket) override {
+    b_.names.erase(bucket);
+    b_.deleted.push_back(bucket);
+    return Status::Ok();
+  }
+  Result<std::vector<ObjectInfo>> ListObjects(const std::string&, const std::string&,
+                                              int) override {
+    return std::vector<ObjectInfo>{};
+  }
+  std::string RcloneConfig() const override { return "type = s3\nsecret_access_key = K\n"; }
+
+ private:
+  Buckets& b_;
+};
+
+struct World {
+  TempDir dir;
+  Buckets buckets;
+  std::vector<std::string> uploads;
+  StorageParts parts;
+  World() {
+    parts.open_store = [this](const std::string&) -> Result<std::unique_ptr<ObjectStore>> {
+      return std::unique_ptr<ObjectStore>(std::make_unique<MemoryStore>(buckets));
+    };
+    parts.open_table = [this] { return StorageTable::Open(dir / "storage.db"); };
+    parts.upload = [this](const ObjectStore&, const std::string& local, const std::string& to) {
+      uploads.push_back(local + " -> " + to);
+      return Status::Ok();
+    };
+    parts.now_unix_ms = [] { return int64_t{42}; };
+  }
+  std::vector<StorageRecord> Records() {
+    auto t = parts.open_table();
+    REQUIRE(t.ok());
+    auto all = (*t)->List();
+    REQUIRE(all.ok());
+    return *all;
+  }
+};
+
+task::Task TaskWith(std::map<std::string, task::StorageMount> mounts) {
+  task::Task t;
+  t.storage_mounts = std::move(mounts);
+  return t;
+}
+
+task::StorageMount Named(const std::string& bucket, const std::string& mode = "MOUNT",
+                         bool persistent = true) {
+  task::StorageMount m;
+  m.bucket = bucket;
+  m.mode = mode;
+  m.create = true;
+  m.persistent = persistent;
+  return m;
+}
+
+TEST_CASE("a missing bucket without a name fails before anything is made or recorded") {
+  World w;
+  task::StorageMount uri;
+  uri.bucket = "missing";
+  uri.mode = "COPY";
+  // "/a" comes first (map order): its bucket is made, then "/b" fails and it is deleted again.
+  auto r = PrepareBuckets(TaskWith({{"/a", Named("fresh")}, {"/b", uri}}), "c1", w.parts);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::kNotFound);
+  CHECK(r.status().message() ==
+        "file_mounts./b: bucket 'missing' does not exist at http://store; give `name: missing` "
+        "to let herd make it");
+  CHECK(w.buckets.names.empty());
+  CHECK(w.buckets.deleted == std::vector<std::string>{"fresh"});
+  CHECK(w.Records().empty());
+}
+
+TEST_CASE("prepare makes, uploads and records; undo takes it back") {
+  World w;
+  TempDir src;
+  w.buckets.names.insert("existing");
+  task::StorageMount up = Named("outs");
+  up.source = src.path();
+  task::StorageMount old;
+  old.bucket = "existing";
+  old.prefix = "x/y";
+  old.mode = "COPY";
+  auto r = PrepareBuckets(
+      TaskWith({{"/ckpt", Named("ckpt", "MOUNT_CACHED", false)}, {"/in", old}, {"/out", up}}), "c1",
+      w.parts);
+  REQUIRE_MESSAGE(r.ok(), r.status().message());
+  CHECK(r->made == std::vector<std::string>{"ckpt", "outs"});
+  CHECK(r->flush);
+  CHECK(r->rclone_conf == "[herd-s3]\ntype = s3\nsecret_access_key = K\n");
+  REQUIRE(r->mounts.size() == 3);
+  CHECK(r->mounts[1].bucket_path == "existing/x/y");
+  CHECK(w.uploads == std::vector<std::string>{src.path() + " -> outs"});
+  auto recs = w.Records();
+  REQUIRE(recs.size() == 3);
+  CHECK(recs[0].name == "ckpt");
+  CHECK(recs[0].herd_made);
+  CHECK_FALSE(recs[0].persistent);
+  CHECK(recs[0].clusters == std::vector<std::string>{"c1"});
+  CHECK(recs[1].name == "existing");
+  CHECK_FALSE(recs[1].herd_made);
+
+  UndoPrepare(*r, "c1", w.parts);
+  CHECK(w.buckets.names == std::set<std::string>{"existing"});
+  recs = w.Records();
+  REQUIRE(recs.size() == 1);  // the bucket herd did not make stays known, without the cluster
+  CHECK(recs[0].clusters.empty());
+}
+
+TEST_CASE("a mount that fails on a node unmounts every node and undoes the launch") {
+  World w;
+  TempDir nodes;
+  testing::LocalShellRunner ssh;
+  ssh.homes = {{"n0", nodes.path() + "/n0"}, {"n1", nodes.path() + "/n1"}};
+  std::filesystem::create_directories(nodes.path() + "/n0");
+  std::filesystem::create_directories(nodes.path() + "/n1");
+  // An rclone that is refused by the store, as with keys the store does not take.
+  nodes.Write("bin/rclone",
+              "#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --log-file ] && echo 'ERROR : "
+              "AccessDenied: Access Denied' >> \"$2\"; shift; done\nexit 1\n");
+  std::filesystem::permissions(nodes.path() + "/bin/rclone", std::filesystem::perms::owner_all);
+  ssh.path_prefix = nodes.path() + "/bin";
+  task::StorageMount copy = Named("data", "COPY");
+  auto prepared = PrepareBuckets(TaskWith({{"~/data", copy}}), "c1", w.parts);
+  REQUIRE(prepared.ok());
+  std::vector<controller::SshTarget> targets(2);
+  targets[0].host = "n0";
+  targets[0].name = "c1-head";
+  targets[1].host = "n1";
+  targets[1].name = "c1-worker1";
+  Status s = MountOnNodes(ssh, targets, *prepared, w.parts, "c1");
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.message().find("c1-worker1") != std::string::npos);
+  CHECK(s.message().find("file_mounts.~/data: copy from s3://data failed: ERROR : AccessDenied: "
+                         "Access Denied") != std::string::npos);
+  for (const char* n : {"n0", "n1"}) {
+    CAPTURE(n);
+    const std::string d = nodes.path() + "/" + n + "/" + NodeStorageDir();
+    CHECK_FALSE(std::filesystem::exists(d + "/rclone.conf"));  // the keys are gone again
+    CHECK(std::filesystem::is_empty(d + "/mounts"));
+  }
+  CHECK(w.buckets.names.empty());  // the bucket this launch made
+  CHECK(w.Records().empty());
+}
+
+TEST_CASE("down deletes only a non-persistent bucket herd made that no cluster uses") {
+  World w;
+  w.buckets.names.insert("theirs");
+  task::StorageMount theirs;
+  theirs.bucket = "theirs";
+  auto a = PrepareBuckets(
+      TaskWith({{"/t", Named("tmp", "MOUNT", false)}, {"/k", Named("keep")}, {"/x", theirs}}), "c1",
+      w.parts);
+  REQUIRE(a.ok());
+  REQUIRE(PrepareBuckets(TaskWith({{"/t", Named("tmp", "MOUNT", false)}}), "c2", w.parts).ok());
+  testing::RecordingSshRunner ssh;
+  REQUIRE(ReleaseClusterStorage(ssh, {}, "c1", true, w.parts).ok());
+  CHECK(w.buckets.names.count("tmp") == 1);  // c2 still mounts it
+  REQUIRE(ReleaseClusterStorage(ssh, {}, "c2", true, w.parts).ok());
+  CHECK(w.buckets.names == std::set<std::string>{"keep", "theirs"});
+  auto recs = w.Records();
+  REQUIRE(recs.size() == 2);
+  CHECK(recs[0].clusters.empty());
+
+  // storage delete: refuses a bucket in use, deletes one herd made, forgets one it did not.
+  REQUIRE(PrepareBuckets(TaskWith({{"/k", Named("keep")}}), "c3", w.parts).ok());
+  auto busy = DeleteStorage("keep", w.parts);
+  CHECK(busy.status().code() == Code::kFailedPrecondition);
+  REQUIRE(ReleaseClusterStorage(ssh, {}, "c3", true, w.parts).ok());
+  CHECK(*DeleteStorage("keep", w.parts) == "Deleted bucket keep (s3, http://store).");
+  CHECK(DeleteStorage("theirs", w.parts)->find("herd did not make the bucket") !=
+        std::string::npos);
+  CHECK(w.buckets.names == std::set<std::string>{"theirs"});
+  CHECK(DeleteStorage("keep", w.parts).status().code() == Code::kNotFound);
+}
+
+}  // namespace
+}  // namespace herd::storage
