@@ -1178,7 +1178,7 @@ class TaskParser {
   Status ParseImageId(const Entry& e, const std::string& path, Resources& r,
                       std::vector<std::string>& notes) const {
     const std::string at = Child(path, "image_id");
-    if (!IsPlainScalar(e.value) || !e.value.Scalar().starts_with(kDockerImagePrefix)) {
+    if (!e.value.IsScalar() || !e.value.Scalar().starts_with(kDockerImagePrefix)) {
       Note(notes, e.key_node, at, "accepted for SkyPilot compatibility; herd does not act on it");
       return Status::Ok();
     }

@@ -227,8 +227,10 @@ class ContainerTest(HerdEnvTestCase):
 
     @classmethod
     def close_env(cls):
+        cls.left_after_down = None
         try:
             super().close_env()
+            cls.left_after_down = ours(herd_containers())
         finally:
             for c in ours(herd_containers()):  # what a failed `down` left
                 subprocess.run([*PODMAN, "rm", "-f", "-t", "0", c[0]], capture_output=True)
@@ -237,6 +239,8 @@ class ContainerTest(HerdEnvTestCase):
 
     @classmethod
     def check_nothing_left(cls):
+        # `down` itself removed the nodes' containers (close_env removes leftovers after looking).
+        assert cls.left_after_down == [], cls.left_after_down
         assert ours(herd_containers()) == [], herd_containers()
 
     def test_1_launch_runs_in_the_image_on_both_nodes(self):
