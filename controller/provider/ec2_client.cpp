@@ -238,26 +238,26 @@ std::vector<Ec2InstanceType> ParseEc2InstanceTypes(const pt::ptree& reply) {
   return out;
 }
 
+std::string AwsUriEncode(std::string_view s, bool keep_slash) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+        c == '.' || c == '_' || c == '~' || (keep_slash && c == '/')) {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
 std::string Ec2QueryBody(std::string_view action, const Ec2Params& params,
                          std::string_view version) {
-  // RFC 3986 percent-encoding of all but the unreserved characters (what curl_easy_escape does;
-  // libcurl is loaded only when a request is sent).
-  auto escape = [](const std::string& s) {
-    static constexpr char kHex[] = "0123456789ABCDEF";
-    std::string out;
-    for (unsigned char c : s) {
-      if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
-          c == '.' || c == '_' || c == '~') {
-        out += static_cast<char>(c);
-      } else {
-        out += '%';
-        out += kHex[c >> 4];
-        out += kHex[c & 15];
-      }
-    }
-    return out;
-  };
-  std::string body = "Action=" + escape(std::string(action)) + "&Version=" + std::string(version);
+  auto escape = [](std::string_view s) { return AwsUriEncode(s); };
+  std::string body = "Action=" + escape(action) + "&Version=" + std::string(version);
   for (const auto& [k, v] : params) body += "&" + escape(k) + "=" + escape(v);
   return body;
 }

@@ -79,6 +79,9 @@ struct Ec2Filter {
   std::vector<std::string> values;
 };
 
+// RFC 3986 percent-encoding of all but the unreserved characters (what curl_easy_escape does;
+// AWS's UriEncode), '/' kept when keep_slash (an S3 object key in a path).
+std::string AwsUriEncode(std::string_view s, bool keep_slash = false);
 // "Action=X&Version=...&k=v..." with RFC 3986 percent-encoding (version: another Query API's,
 // such as IAM's).
 std::string Ec2QueryBody(std::string_view action, const Ec2Params& params,

@@ -26,16 +26,8 @@ CREATE TABLE clusters (
 
 using Reset = sqlite::ResetOnExit;
 
-std::string_view ColumnText(sqlite3_stmt* s, int col) {
-  const unsigned char* data = sqlite3_column_text(s, col);
-  const int size = sqlite3_column_bytes(s, col);
-  if (data == nullptr || size <= 0) return {};
-  return {reinterpret_cast<const char*>(data), static_cast<std::size_t>(size)};
-}
-
-int BindText(sqlite3_stmt* s, int index, std::string_view text) {
-  return sqlite3_bind_text64(s, index, text.data(), text.size(), SQLITE_TRANSIENT, SQLITE_UTF8);
-}
+using sqlite::BindText;
+using sqlite::ColumnText;
 
 sqlite::Label LabelFor(const std::string& path) {
   return {"cluster store " + path, "a herd state file"};

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "controller/bootstrap/sha256.hpp"
+#include "controller/provider/ec2_client.hpp"
 #include "controller/storage/object_store.hpp"
 #include "shared/common/limits.hpp"
 
@@ -16,23 +17,6 @@ ObjectStore::~ObjectStore() = default;
 namespace {
 
 namespace pt = boost::property_tree;
-
-// AWS's URI encoding: unreserved characters as they are, '/' kept when keep_slash.
-std::string UriEncode(const std::string& s, bool keep_slash) {
-  static const char* kHex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' ||
-        (keep_slash && c == '/')) {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
-}
 
 // "<Code>: <Message>" of an S3 error body, or "HTTP <status>" when there is none (HEAD).
 std::string ErrorText(const controller::HttpResponse& r) {
@@ -89,7 +73,9 @@ class S3Store final : public ObjectStore {
       if (objects->empty()) break;
       for (const ObjectInfo& o : *objects) {
         HERD_ASSIGN_OR_RETURN(
-            auto r, Send("DELETE", a_.BucketUrl(bucket) + "/" + UriEncode(o.key, true), bucket));
+            auto r,
+            Send("DELETE", a_.BucketUrl(bucket) + "/" + controller::AwsUriEncode(o.key, true),
+                 bucket));
         if (r.status != 204 && r.status != 200 && r.status != 404) {
           return Failed(r, "DeleteObject " + o.key, bucket);
         }
@@ -104,7 +90,7 @@ class S3Store final : public ObjectStore {
                                               int max_keys) override {
     // Parameters in sorted order, already encoded: the signed canonical query is the URL's.
     std::string url = a_.BucketUrl(bucket) + "/?list-type=2&max-keys=" + std::to_string(max_keys);
-    if (!prefix.empty()) url += "&prefix=" + UriEncode(prefix, false);
+    if (!prefix.empty()) url += "&prefix=" + controller::AwsUriEncode(prefix, false);
     HERD_ASSIGN_OR_RETURN(auto r, Send("GET", url, bucket));
     if (r.status == 404) return NotFound("bucket '" + bucket + "' does not exist at " + Describe());
     if (r.status != 200) return Failed(r, "ListObjectsV2", bucket);

@@ -11,6 +11,17 @@ namespace herd::sqlite {
 
 void StmtDeleter::operator()(sqlite3_stmt* s) const { sqlite3_finalize(s); }
 
+std::string_view ColumnText(sqlite3_stmt* s, int col) {
+  const unsigned char* data = sqlite3_column_text(s, col);
+  const int size = sqlite3_column_bytes(s, col);
+  if (data == nullptr || size <= 0) return {};
+  return {reinterpret_cast<const char*>(data), static_cast<std::size_t>(size)};
+}
+
+int BindText(sqlite3_stmt* s, int index, std::string_view text) {
+  return sqlite3_bind_text64(s, index, text.data(), text.size(), SQLITE_TRANSIENT, SQLITE_UTF8);
+}
+
 ResetOnExit::~ResetOnExit() {
   sqlite3_reset(s_);
   sqlite3_clear_bindings(s_);

@@ -32,6 +32,11 @@ class ResetOnExit {
   sqlite3_stmt* s_;
 };
 
+// Column `col` of the current row as text ("" for NULL), valid until the statement moves on.
+std::string_view ColumnText(sqlite3_stmt* s, int col);
+// Binds text (copied by SQLite) to parameter `index`; SQLite's result code.
+int BindText(sqlite3_stmt* s, int index, std::string_view text);
+
 // What a store calls itself in messages: "job store /path" and what a damaged file is not.
 struct Label {
   std::string name;       // "job store /var/lib/herd/jobs.db"
