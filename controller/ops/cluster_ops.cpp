@@ -562,14 +562,24 @@ Status ClusterOps::Down(const std::string& cluster, const ProgressFn& progress) 
   SshRunner& ssh = *parts_.ssh;
   Report(progress, "Tearing down " + std::to_string(c.nodes.size()) + " node(s)", 0,
          static_cast<int>(c.nodes.size()));
-  if (c.status == ClusterStatus::kUp) {
-    // The nodes' job containers (image_id: docker:): podman keeps them, and their writable
-    // layers, beyond the node's processes. Best effort, nothing to do where none was started.
-    const std::string d = std::string(kDefaultAgentDir);
-    for (const auto& t : TargetsOf(c)) {
-      (void)ssh.Run(t,
-                    "cd && [ -d '" + d + "/state/containers' ] && '" + d + "/bin/herdlet' " +
-                        "--remove-containers \"$HOME/" + d + "/state\"; true",
+  // The nodes' job containers (image_id: docker:): podman keeps them, and their writable layers,
+  // beyond the node's processes. Best effort, nothing to do where none was started: a local
+  // node's home is looked at here, without a command on it; existing machines get it with the
+  // removal of what herd installed (below); cloud instances go as a whole.
+  const std::string agent_dir = std::string(kDefaultAgentDir);
+  const std::string remove_containers = "[ -d '" + agent_dir + "/state/containers' ] && '" +
+                                        agent_dir + "/bin/herdlet' --remove-containers \"$HOME/" +
+                                        agent_dir + "/state\"; ";
+  if (c.status == ClusterStatus::kUp && c.provider != "ssh" && c.provider != "aws") {
+    const std::vector<SshTarget> targets = TargetsOf(c);
+    for (std::size_t i = 0; i < targets.size() && i < c.nodes.size(); ++i) {
+      const std::string& home = c.nodes[i].host_home;
+      std::error_code ec;
+      const bool here = c.provider == "local" || !home.empty();
+      if (here && (home.empty() || !fs::exists(home + "/" + agent_dir + "/state/containers", ec))) {
+        continue;
+      }
+      (void)ssh.Run(targets[i], "cd && " + remove_containers + "true",
                     limits::kContainerRemoveTimeout + limits::kSshConnectTimeout);
     }
   }
@@ -587,12 +597,12 @@ Status ClusterOps::Down(const std::string& cluster, const ProgressFn& progress) 
     for (const auto& t : TargetsOf(c)) {
       (void)ssh.Run(
           t,
-          "S=$(cat '" + scope_file +
+          remove_containers + "S=$(cat '" + scope_file +
               "' 2>/dev/null); case \"$S\" in /sys/fs/cgroup/*) "
               "for g in \"$S\"/*/; do rmdir \"$g\" 2>/dev/null; done; rmdir \"$S\" 2>/dev/null;; "
               "esac; rm -rf '" +
               bo.remote_dir + "'",
-          limits::kSshConnectTimeout);
+          limits::kContainerRemoveTimeout + limits::kSshConnectTimeout);
     }
   }
   StopMux(MuxSocketPath(c.state_dir));
