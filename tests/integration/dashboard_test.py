@@ -67,6 +67,14 @@ class DashboardTest(unittest.TestCase):
         try:
             if getattr(cls, "browser", None):
                 cls.browser.close()
+            # The server's last words go with the test's output (ctest shows it on a failure): a
+            # browser call that got no answer in a full run (test_60, once) left nothing to tell
+            # whether the server or Chromium held it.
+            try:
+                with open(os.path.join(cls.home, "server.log"), errors="replace") as f:
+                    sys.stderr.write("herd-api server.log (end):\n" + "".join(f.readlines()[-60:]))
+            except OSError as e:
+                sys.stderr.write(f"no herd-api server.log: {e}\n")
         finally:
             api_server_test.ApiServerTest.tearDownClass.__func__(cls)
 
