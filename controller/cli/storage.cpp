@@ -48,17 +48,9 @@ class StorageCommand final : public Command {
     if (output_ == "json") {
       boost::json::array arr;
       for (const auto& r : *all) {
-        boost::json::array clusters;
-        for (const auto& c : r.clusters) clusters.emplace_back(c);
-        arr.push_back(boost::json::object{{"name", r.name},
-                                          {"store", r.store},
-                                          {"endpoint", r.endpoint},
-                                          {"source", r.source},
-                                          {"mode", r.mode},
-                                          {"herd_made", r.herd_made},
-                                          {"persistent", r.persistent},
-                                          {"clusters", clusters},
-                                          {"created_unix_ms", r.created_unix_ms}});
+        boost::json::object o = storage::StorageRecordJson(r);
+        o["name"] = r.name;
+        arr.push_back(std::move(o));
       }
       ctx.out << boost::json::serialize(arr) << "\n";
       return 0;

@@ -24,18 +24,7 @@ sqlite::Label LabelFor(const std::string& path) {
   return {"storage table " + path, "a herd storage table"};
 }
 
-std::string Encode(const StorageRecord& r) {
-  json::array clusters;
-  for (const auto& c : r.clusters) clusters.emplace_back(c);
-  return json::serialize(json::object{{"store", r.store},
-                                      {"endpoint", r.endpoint},
-                                      {"source", r.source},
-                                      {"mode", r.mode},
-                                      {"herd_made", r.herd_made},
-                                      {"persistent", r.persistent},
-                                      {"clusters", clusters},
-                                      {"created_unix_ms", r.created_unix_ms}});
-}
+std::string Encode(const StorageRecord& r) { return json::serialize(StorageRecordJson(r)); }
 
 Result<StorageRecord> Decode(const std::string& name, std::string_view text) {
   try {
@@ -60,6 +49,15 @@ using sqlite::BindText;
 using sqlite::ColumnText;
 
 }  // namespace
+
+json::object StorageRecordJson(const StorageRecord& r) {
+  json::array clusters;
+  for (const auto& c : r.clusters) clusters.emplace_back(c);
+  return json::object{{"store", r.store},         {"endpoint", r.endpoint},
+                      {"source", r.source},       {"mode", r.mode},
+                      {"herd_made", r.herd_made}, {"persistent", r.persistent},
+                      {"clusters", clusters},     {"created_unix_ms", r.created_unix_ms}};
+}
 
 std::string StorageDbPath() { return controller::HerdHome() + "/storage.db"; }
 

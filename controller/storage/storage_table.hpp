@@ -3,6 +3,7 @@
 // (WAL, busy timeout, one row per bucket with its record as JSON). It holds no credentials.
 #pragma once
 
+#include <boost/json/object.hpp>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -25,6 +26,10 @@ struct StorageRecord {
   std::vector<std::string> clusters;  // clusters that mount it now
   int64_t created_unix_ms = 0;
 };
+
+// The record's fields but its name, as JSON: what the table stores for it, and (with the name)
+// what `herd storage ls -o json` prints.
+boost::json::object StorageRecordJson(const StorageRecord& r);
 
 // <herd home>/storage.db
 std::string StorageDbPath();
