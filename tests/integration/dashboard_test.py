@@ -67,9 +67,8 @@ class DashboardTest(unittest.TestCase):
         try:
             if getattr(cls, "browser", None):
                 cls.browser.close()
-            # The server's last words go with the test's output (ctest shows it on a failure): a
-            # browser call that got no answer in a full run (test_60, once) left nothing to tell
-            # whether the server or Chromium held it.
+            # The server's last words go with the test's output (ctest shows it on a failure), so
+            # a browser call that gets no answer says whether the server saw the request.
             try:
                 with open(os.path.join(cls.home, "server.log"), errors="replace") as f:
                     sys.stderr.write("herd-api server.log (end):\n" + "".join(f.readlines()[-60:]))

@@ -375,7 +375,8 @@ TEST_CASE("status refresh: stopping shows AUTOSTOPPING, stopped is recorded, gon
   CHECK_FALSE(w.Stored("plain").has_value());
   CHECK(std::count(w.provider->calls.begin(), w.provider->calls.end(), "teardown cl") == 1);
   REQUIRE(r.notes.size() == 2);
-  CHECK(r.notes[0] == "Cluster cl: its machines are gone (i-0a terminated); its record is removed.");
+  CHECK(r.notes[0] ==
+        "Cluster cl: its machines are gone (i-0a terminated); its record is removed.");
 }
 
 }  // namespace
