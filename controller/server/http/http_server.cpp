@@ -13,6 +13,7 @@
 #include <openssl/ssl.h>
 
 #include <fcntl.h>
+#include <array>
 #include <atomic>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
@@ -351,7 +352,7 @@ class Conn : public ConnCore, public std::enable_shared_from_this<Conn<Stream>> 
       room = buffer_.max_size();
     }
     reading_ = true;
-    stream_.async_read_some(buffer_.prepare(std::min(room, kReadChunk)),
+    stream_.async_read_some(net::buffer(chunk_.data(), std::min(room, kReadChunk)),
                             beast::bind_front_handler(&Conn::on_read, shared_from_this()));
   }
 
@@ -370,16 +371,14 @@ class Conn : public ConnCore, public std::enable_shared_from_this<Conn<Stream>> 
       // kHandling: the client went away while its request was handled or its response streamed.
       return finish(gone ? "" : "read: " + ec.message(), false);
     }
-    buffer_.commit(n);
-    switch (state_) {
-      case State::kReading:
-        return parse_buffered();
-      case State::kLinger:
-        buffer_.consume(buffer_.size());
-        return do_read();
-      case State::kHandling:
-        return do_read();
+    if (state_ == State::kLinger) {
+      buffer_.consume(buffer_.size());
+      return do_read();
     }
+    // Room for n was there when the read began, and the buffer only shrank since.
+    buffer_.commit(net::buffer_copy(buffer_.prepare(n), net::buffer(chunk_.data(), n)));
+    if (state_ == State::kReading) return parse_buffered();
+    do_read();  // kHandling
   }
 
   void parse_buffered() {
@@ -638,7 +637,11 @@ class Conn : public ConnCore, public std::enable_shared_from_this<Conn<Stream>> 
   net::steady_timer read_timer_;
   uint64_t read_timer_generation_ = 0;
   net::steady_timer write_timer_;
+  // Bytes read but not yet parsed. A read never points into it: the parser consumes from it while
+  // a read is pending (a request that came with the one before it), and flat_buffer's consume()
+  // of everything moves its write position back to the start, under such a read's target.
   beast::flat_buffer buffer_;
+  std::array<char, kReadChunk> chunk_;  // the target of the pending read
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   const bool overloaded_;
   std::string remote_address_;
