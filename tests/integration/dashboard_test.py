@@ -212,8 +212,11 @@ class DashboardTest(unittest.TestCase):
         job = max(j["id"] for j in json.loads(self.alice.out("queue", self.CLUSTER, "-o",
                                                                "json")))
         ttl = 10
-        started = time.monotonic()
         page, _ = self.login(self.alice, "--session-ttl", str(ttl))
+        # The session and the cookie's Max-Age both start during the login, before this: waiting
+        # ttl + 1 from here outlasts both. (Counted from before the login, a slow login left the
+        # session valid at the click, and the cancel went through.)
+        started = time.monotonic()
         session = {c["name"]: c for c in page.cookies()}["herd_session"]["value"]
         page.wait_for("document.getElementById('who').textContent === 'alice'")
         page.goto(self.endpoint + f"/dashboard/#/job/{self.CLUSTER}/{job}")
