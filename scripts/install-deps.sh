@@ -8,7 +8,7 @@ PACKAGES=(
   libboost1.81-dev libboost-json1.81-dev libboost-system1.81-dev
   libyaml-cpp-dev libssl-dev libprotobuf-dev protobuf-compiler libuv1-dev doctest-dev
   libsqlite3-dev libcli11-dev libcurl4-openssl-dev libpq-dev postgresql-15
-  openssh-server openssh-client rsync iproute2 util-linux procps psmisc
+  openssh-server openssh-client rsync iproute2 iptables util-linux procps psmisc
   python3 python3-torch pdsh systemd slurm-wlm munge
   elfutils gdb
   clang-14 libfuzzer-14-dev

@@ -19,6 +19,7 @@ SshTarget TargetOf(const ClusterRecord& c, const NodeRecord& n) {
   t.known_hosts_file = c.known_hosts_path;
   t.control_dir = c.control_dir;
   t.name = n.name;
+  t.jump = n.jump;
   return t;
 }
 

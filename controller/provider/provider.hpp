@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "controller/ssh/ssh_target.hpp"
 #include "shared/common/status.hpp"
 
 namespace herd::controller {
@@ -23,6 +24,8 @@ struct NodeHandle {
   // The address the other nodes reach it at when that is not `ip` (a cloud VM's private address
   // behind its public one); "" means ip.
   std::string internal_ip{};
+  // The host ssh goes through to reach it (a Slurm login node behind a bastion); empty: none.
+  SshJump jump{};
 };
 
 struct ProvisionRequest {

@@ -1,5 +1,7 @@
 #include "controller/provider/slurm_config.hpp"
 
+#include "controller/ssh/ssh_command.hpp"
+
 #include <fnmatch.h>
 
 #include <algorithm>
@@ -7,6 +9,7 @@
 #include <cstdlib>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "shared/common/file_util.hpp"
 
@@ -134,19 +137,29 @@ Result<std::vector<SlurmClusterConfig>> ParseSlurmConfig(std::string_view text,
     }
     if (end == text.size()) break;
   }
+  // ssh_config: for each key, the first value among the blocks that match `name` wins.
+  auto values_for = [&](const std::string& name) {
+    std::map<std::string, std::string> first;
+    for (const auto& m : blocks) {
+      if (!Matches(m, name)) continue;
+      for (const auto& [k, v] : m.values) first.emplace(k, v);
+    }
+    return first;
+  };
+  auto named = [&](const std::string& name) {  // a Host line names it without a wildcard
+    return std::any_of(blocks.begin(), blocks.end(), [&](const Block& b) {
+      return std::find(b.patterns.begin(), b.patterns.end(), name) != b.patterns.end();
+    });
+  };
   std::vector<SlurmClusterConfig> out;
+  std::set<std::string> jump_hosts;  // Host entries used as another's ProxyJump: not clusters
   for (const auto& b : blocks) {
     for (const auto& name : b.patterns) {
       if (name.find_first_of("*?!") != std::string::npos) continue;
       if (std::any_of(out.begin(), out.end(), [&](const auto& c) { return c.name == name; })) {
         continue;
       }
-      // ssh_config: for each key, the first value among the matching blocks wins.
-      std::map<std::string, std::string> first;
-      for (const auto& m : blocks) {
-        if (!Matches(m, name)) continue;
-        for (const auto& [k, v] : m.values) first.emplace(k, v);
-      }
+      std::map<std::string, std::string> first = values_for(name);
       SlurmClusterConfig c;
       c.name = name;
       c.location = b.location;
@@ -155,11 +168,36 @@ Result<std::vector<SlurmClusterConfig>> ParseSlurmConfig(std::string_view text,
       if (first.count("port")) c.port = std::stoi(first["port"]);
       if (first.count("identityfile")) c.identity_file = ExpandTilde(first["identityfile"]);
       if (first.count("proxyjump") && Lower(first["proxyjump"]) != "none") {
-        c.proxy_jump = first["proxyjump"];
+        const std::string where = b.location + ": Host " + name + ": ProxyJump";
+        auto jump = ParseSshJump(first["proxyjump"], c.identity_file);
+        if (!jump.ok()) return InvalidArgument(where + ": " + jump.status().message());
+        c.jump = *jump;
+        // The jump host takes HostName, User, Port and IdentityFile from the blocks that match
+        // it (the form's own user and port win), as ssh would; one a Host line names is a
+        // bastion, not a cluster.
+        {
+          if (named(c.jump.host)) jump_hosts.insert(c.jump.host);
+          std::map<std::string, std::string> j = values_for(c.jump.host);
+          if (j.count("proxyjump") && Lower(j["proxyjump"]) != "none") {
+            return InvalidArgument(where + ": jump host " + c.jump.host +
+                                   " has a ProxyJump of its own; a chain is not supported");
+          }
+          const std::string& spec = first["proxyjump"];
+          const bool own_user = spec.find('@') != std::string::npos;
+          const std::string hostport = spec.substr(spec.rfind('@') + 1);  // npos + 1 == 0
+          const bool own_port = hostport.front() == '['
+                                    ? hostport.find("]:") != std::string::npos
+                                    : std::count(hostport.begin(), hostport.end(), ':') == 1;
+          if (j.count("hostname")) c.jump.host = j["hostname"];
+          if (!own_user && j.count("user")) c.jump.user = j["user"];
+          if (!own_port && j.count("port")) c.jump.port = std::stoi(j["port"]);
+          if (j.count("identityfile")) c.jump.identity_file = ExpandTilde(j["identityfile"]);
+        }
       }
       out.push_back(std::move(c));
     }
   }
+  std::erase_if(out, [&](const SlurmClusterConfig& c) { return jump_hosts.count(c.name) > 0; });
   return out;
 }
 

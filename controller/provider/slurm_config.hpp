@@ -11,13 +11,16 @@
 // As in ssh_config, keys are case-insensitive, `Key value` and `Key=value` both work, a Host line
 // may name several patterns, and for each key the first value found among the Host blocks that
 // match the cluster's name wins (so a trailing `Host *` block gives defaults). Only the names of
-// Host lines without wildcards are clusters. Other keys are accepted and ignored.
+// Host lines without wildcards are clusters, except a Host that is another's ProxyJump (a bastion
+// with its own HostName, User, Port, IdentityFile). ProxyJump takes one hop, "[user@]host[:port]";
+// without an IdentityFile of its own the jump uses the cluster's. Other keys are ignored.
 #pragma once
 
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "controller/ssh/ssh_target.hpp"
 #include "shared/common/status.hpp"
 
 namespace herd::controller {
@@ -28,7 +31,7 @@ struct SlurmClusterConfig {
   std::string user;      // "" lets ssh pick (the local user)
   int port = 22;
   std::string identity_file;  // "~" expanded; "" lets ssh pick its defaults
-  std::string proxy_jump;     // "" when none
+  SshJump jump;               // ProxyJump, resolved; empty when none
   std::string location;       // "file:line" of the Host line, for messages
 };
 

@@ -89,6 +89,11 @@ Status SaveRecord(const std::string& state_dir, const Record& r) {
     << "\ngpu_name=" << r.gpu_name << "\nhost=" << r.login.host << "\nport=" << r.login.port
     << "\nuser=" << r.login.user << "\nidentity_file=" << r.login.identity_file
     << "\nknown_hosts=" << r.login.known_hosts_file << "\n";
+  if (!r.login.jump.empty()) {
+    o << "jump_host=" << r.login.jump.host << "\njump_port=" << r.login.jump.port
+      << "\njump_user=" << r.login.jump.user
+      << "\njump_identity_file=" << r.login.jump.identity_file << "\n";
+  }
   for (const auto& n : r.nodes) {
     o << "node=" << n.herd_name << " " << n.slurm_name << " " << n.addr << "\n";
   }
@@ -116,6 +121,10 @@ Result<std::optional<Record>> LoadRecord(const std::string& state_dir) {
     if (k == "user") r.login.user = v;
     if (k == "identity_file") r.login.identity_file = v;
     if (k == "known_hosts") r.login.known_hosts_file = v;
+    if (k == "jump_host") r.login.jump.host = v;
+    if (k == "jump_port") r.login.jump.port = std::atoi(v.c_str());
+    if (k == "jump_user") r.login.jump.user = v;
+    if (k == "jump_identity_file") r.login.jump.identity_file = v;
     if (k == "node") {
       auto w = Split(v, ' ');
       if (w.size() == 3) r.nodes.push_back({w[0], w[1], w[2]});
@@ -155,6 +164,7 @@ std::vector<NodeHandle> HandlesOf(const Record& r) {
     h.ssh_port = r.login.port;
     h.ssh_user = r.login.user;
     h.identity_file = r.login.identity_file;
+    h.jump = r.login.jump;
     h.internal_ip = n.addr;
     out.push_back(std::move(h));
   }
@@ -383,17 +393,13 @@ Result<std::vector<NodeHandle>> SlurmProvider::Provision(const ProvisionRequest&
   HERD_ASSIGN_OR_RETURN(auto clusters, LoadSlurmConfig(config_file_));
   HERD_ASSIGN_OR_RETURN(SlurmClusterConfig cfg,
                         FindSlurmCluster(clusters, where.cluster, config_file_));
-  if (!cfg.proxy_jump.empty()) {
-    return InvalidArgument(cfg.location + ": Slurm cluster " + cfg.name +
-                           ": ProxyJump is not supported by herd yet; reach the login node "
-                           "directly (HostName)");
-  }
   Record r;
   r.cluster = cfg.name;
   r.login.host = cfg.hostname;
   r.login.port = cfg.port;
   r.login.user = cfg.user;
   r.login.identity_file = cfg.identity_file;
+  r.login.jump = cfg.jump;
   r.login.known_hosts_file = req.state_dir + "/known_hosts";
   r.login.name = "slurm cluster " + cfg.name + " login node";
   HERD_RETURN_IF_ERROR(EnsureDir(req.state_dir));

@@ -25,6 +25,9 @@ std::string OneLine(std::string_view text) {
 
 std::string DescribeTarget(const SshTarget& target) {
   std::string addr = target.host + ":" + std::to_string(target.port);
+  if (!target.jump.empty()) {
+    addr += " via " + target.jump.host + ":" + std::to_string(target.jump.port);
+  }
   if (target.name.empty()) return addr;
   return target.name + " (" + addr + ")";
 }
@@ -63,9 +66,94 @@ std::vector<std::string> SshOptions(const SshTarget& target) {
     o.push_back("-i");
     o.push_back(target.identity_file);
   }
+  if (!target.jump.empty())
+    opt("ProxyCommand=" + JumpProxyCommand(target.jump, target.known_hosts_file));
   o.push_back("-p");
   o.push_back(std::to_string(target.port));
   return o;
+}
+
+Result<SshJump> ParseSshJump(std::string_view spec, const std::string& identity_file) {
+  auto bad = [&](const std::string& why) {
+    return InvalidArgument("jump host '" + std::string(spec) + "': " + why);
+  };
+  if (spec.empty()) return bad("empty");
+  if (spec.find(',') != std::string_view::npos) {
+    return bad("a chain of jump hosts is not supported; name one");
+  }
+  if (spec.find_first_of(" \t\r\n'\"\\") != std::string_view::npos) {
+    return bad("blanks, quotes and backslashes are not allowed");
+  }
+  SshJump jump;
+  jump.identity_file = identity_file;
+  std::string_view rest = spec;
+  if (auto at = rest.rfind('@'); at != std::string_view::npos) {
+    jump.user = std::string(rest.substr(0, at));
+    rest.remove_prefix(at + 1);
+    if (jump.user.empty()) return bad("no user before '@'");
+  }
+  std::string_view port;
+  if (!rest.empty() && rest.front() == '[') {
+    auto close = rest.find(']');
+    if (close == std::string_view::npos) return bad("'[' without ']'");
+    jump.host = std::string(rest.substr(1, close - 1));
+    rest.remove_prefix(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return bad("expected ':PORT' after ']'");
+      port = rest.substr(1);
+      if (port.empty()) return bad("no port after ':'");
+    }
+  } else if (auto colon = rest.find(':'); colon != std::string_view::npos &&
+                                          rest.find(':', colon + 1) == std::string_view::npos) {
+    jump.host = std::string(rest.substr(0, colon));
+    port = rest.substr(colon + 1);
+    if (port.empty()) return bad("no port after ':'");
+  } else {
+    jump.host = std::string(rest);  // a name, an IPv4 address or a bare IPv6 address
+  }
+  if (jump.host.empty()) return bad("no host");
+  if (jump.host.front() == '-' || (!jump.user.empty() && jump.user.front() == '-')) {
+    return bad("a host or user may not start with '-'");
+  }
+  if (!port.empty()) {
+    int value = 0;
+    for (char c : port) {
+      if (c < '0' || c > '9' || value > 65535) return bad("port: expected a number 1-65535");
+      value = value * 10 + (c - '0');
+    }
+    if (value < 1 || value > 65535) return bad("port: expected a number 1-65535");
+    jump.port = value;
+  }
+  return jump;
+}
+
+std::string JumpProxyCommand(const SshJump& jump, const std::string& known_hosts_file) {
+  // ProxyCommand expands %-tokens and runs through the shell: '%' doubled, then quoted.
+  auto arg = [](const std::string& v) {
+    std::string escaped;
+    for (char c : v) {
+      if (c == '%') escaped += '%';
+      escaped += c;
+    }
+    return ShellQuote(escaped);
+  };
+  auto secs = [](auto d) {
+    return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(d).count());
+  };
+  std::string cmd = "ssh -T -o ControlMaster=no -o ControlPath=none";
+  cmd += " -o ConnectTimeout=" + secs(limits::kSshConnectTimeout);
+  cmd += " -o ServerAliveInterval=" + std::to_string(limits::kSshServerAliveInterval);
+  cmd += " -o ServerAliveCountMax=" + std::to_string(limits::kSshServerAliveCountMax);
+  cmd += " -o IdentitiesOnly=yes -o BatchMode=yes -o StrictHostKeyChecking=accept-new";
+  if (!known_hosts_file.empty()) {
+    cmd += " -o " + arg("UserKnownHostsFile=" + known_hosts_file) +
+           " -o GlobalKnownHostsFile=/dev/null";
+  }
+  cmd += " -o LogLevel=ERROR";
+  if (!jump.identity_file.empty()) cmd += " -i " + arg(jump.identity_file);
+  cmd += " -p " + std::to_string(jump.port) + " -W %h:%p ";
+  cmd += arg(jump.user.empty() ? jump.host : jump.user + "@" + jump.host);
+  return cmd;
 }
 
 std::string SshDestination(const SshTarget& target) {

@@ -13,8 +13,20 @@
 namespace herd::controller {
 
 // The options every ssh invocation of herd uses (after "ssh", before the destination): multiplexed
-// through a ControlMaster, bounded connect, keepalives, only the given key, never a prompt.
+// through a ControlMaster, bounded connect, keepalives, only the given key, never a prompt; and
+// the target's jump host as a ProxyCommand.
 std::vector<std::string> SshOptions(const SshTarget& target);
+
+// ssh's -J form "[user@]host[:port]" (an IPv6 address in brackets when a port follows). One hop:
+// a chain ("a,b") is refused, as are a host starting with '-', blanks and a bad port. The jump's
+// key is not part of the form: `identity_file` is copied into the result.
+Result<SshJump> ParseSshJump(std::string_view spec, const std::string& identity_file);
+
+// The ProxyCommand that reaches the target through `jump` (`ssh -W %h:%p` on the jump host), with
+// the same bounded, prompt-free options as SshOptions and the jump's own key; host keys checked
+// against `known_hosts_file` ("" the user's). For ssh's -o ProxyCommand= and for ssh_config;
+// paths are shell-quoted and their '%' doubled.
+std::string JumpProxyCommand(const SshJump& jump, const std::string& known_hosts_file);
 
 // "user@host" ("host" without a user; IPv6 literals as they are, ssh takes them bare).
 std::string SshDestination(const SshTarget& target);

@@ -5,6 +5,18 @@
 
 namespace herd::controller {
 
+// A host the connection goes through first (ssh's ProxyJump: a bastion in front of a Slurm login
+// node), reached with its own key; `host` empty means none.
+struct SshJump {
+  std::string host;
+  int port = 22;
+  std::string user;           // "" lets ssh pick (the local user)
+  std::string identity_file;  // "" lets ssh pick its defaults
+
+  bool empty() const { return host.empty(); }
+  bool operator==(const SshJump&) const = default;
+};
+
 struct SshTarget {
   std::string host;
   int port = 22;
@@ -13,6 +25,7 @@ struct SshTarget {
   std::string known_hosts_file;  // per-cluster file; "" uses the user's
   std::string control_dir;       // ControlMaster sockets live here; "" disables multiplexing
   std::string name;              // for messages: "demo-worker1"
+  SshJump jump{};                // reached through this host first; empty: directly
 };
 
 // "demo-worker1 (10.1.2.3:22)", or "10.1.2.3:22" when the target has no name: every error about a

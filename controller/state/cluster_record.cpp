@@ -58,15 +58,22 @@ class Reader {
 };
 
 json::object NodeToJson(const NodeRecord& n) {
-  return {{"name", n.name},
-          {"ip", n.ip},
-          {"ssh_port", n.ssh_port},
-          {"ssh_user", n.ssh_user},
-          {"identity_file", n.identity_file},
-          {"netns", n.netns},
-          {"host_home", n.host_home},
-          {"internal_ip", n.internal_ip},
-          {"is_head", n.is_head}};
+  json::object o{{"name", n.name},
+                 {"ip", n.ip},
+                 {"ssh_port", n.ssh_port},
+                 {"ssh_user", n.ssh_user},
+                 {"identity_file", n.identity_file},
+                 {"netns", n.netns},
+                 {"host_home", n.host_home},
+                 {"internal_ip", n.internal_ip},
+                 {"is_head", n.is_head}};
+  if (!n.jump.empty()) {
+    o["jump"] = json::object{{"host", n.jump.host},
+                             {"port", n.jump.port},
+                             {"user", n.jump.user},
+                             {"identity_file", n.jump.identity_file}};
+  }
+  return o;
 }
 
 Result<NodeRecord> NodeFromJson(const json::value& v) {
@@ -82,6 +89,14 @@ Result<NodeRecord> NodeFromJson(const json::value& v) {
   HERD_RETURN_IF_ERROR(r.Str("host_home", n.host_home));
   HERD_RETURN_IF_ERROR(r.Str("internal_ip", n.internal_ip));
   HERD_RETURN_IF_ERROR(r.Bool("is_head", n.is_head));
+  if (const json::value* jump = v.get_object().if_contains("jump")) {
+    if (!jump->is_object()) return InvalidArgument("key 'jump' is not an object");
+    Reader j(jump->get_object());
+    HERD_RETURN_IF_ERROR(j.Str("host", n.jump.host));
+    HERD_RETURN_IF_ERROR(j.Integer("port", n.jump.port));
+    HERD_RETURN_IF_ERROR(j.Str("user", n.jump.user));
+    HERD_RETURN_IF_ERROR(j.Str("identity_file", n.jump.identity_file));
+  }
   return n;
 }
 

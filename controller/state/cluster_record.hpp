@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "controller/ssh/ssh_target.hpp"
 #include "shared/common/status.hpp"
 
 namespace herd::controller {
@@ -21,6 +22,8 @@ struct NodeRecord {
   bool is_head = false;
   // Where the other nodes reach it (a cloud VM's private IP); "" means ip.
   std::string internal_ip{};
+  // The host ssh goes through first (ProxyJump); empty: reached directly.
+  SshJump jump{};
 
   bool operator==(const NodeRecord&) const = default;
 };

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "controller/ssh/ssh_command.hpp"
 #include "controller/state/herd_home.hpp"
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
@@ -51,6 +52,9 @@ void HostBlock(std::ostringstream& out, const ClusterRecord& c, const std::strin
     out << "  UserKnownHostsFile " << Quote(EscapePercent(c.known_hosts_path)) << "\n";
   }
   out << "  StrictHostKeyChecking accept-new\n";
+  if (!n.jump.empty()) {
+    out << "  ProxyCommand " << JumpProxyCommand(n.jump, c.known_hosts_path) << "\n";
+  }
   out << "  ConnectTimeout "
       << std::chrono::duration_cast<std::chrono::seconds>(limits::kSshConnectTimeout).count()
       << "\n";

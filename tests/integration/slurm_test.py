@@ -84,6 +84,12 @@ class SlurmTest(HerdEnvTestCase):
                     f"  IdentityFile {cls.key}\n"
                     # A login node that does not answer: nothing listens on that port.
                     f"Host deadcluster\n  HostName {cls.ips[0]}\n  Port 9\n  User root\n"
+                    f"  IdentityFile {cls.key}\n"
+                    # The same login node reached through a bastion (the second compute
+                    # node's sshd stands for one): test_d refuses the direct way.
+                    f"Host jumpcluster\n  HostName {cls.ips[0]}\n  User root\n"
+                    f"  IdentityFile {cls.key}\n  ProxyJump gate\n"
+                    f"Host gate\n  HostName {cls.ips[2]}\n  User root\n"
                     f"  IdentityFile {cls.key}\n")
 
     @classmethod
@@ -248,6 +254,37 @@ class SlurmTest(HerdEnvTestCase):
         # The job's cluster went with it: no allocation left.
         self.assertTrue(wait_for(lambda: self.jobs("PD", "R", "CG", "CF") == [], timeout=60))
         self.assertEqual([c for c in self.status() if c.startswith("hslmj")], [])
+
+    def test_d_login_node_behind_a_bastion(self):
+        """ProxyJump: the login node refuses ssh from this machine and takes it from the
+        bastion; a launch, its job's output and down all go through the bastion."""
+        route = subprocess.run(["ip", "-o", "route", "get", self.ips[0]], capture_output=True,
+                               text=True, check=True).stdout.split()
+        here = route[route.index("src") + 1]
+        rule = ["-p", "tcp", "--dport", "22", "-s", here, "-j", "REJECT"]
+        login_ns = ["ip", "netns", "exec", f"herd-{HOSTS_NAME}-0", "iptables"]
+        subprocess.run(login_ns + ["-I", "INPUT"] + rule, check=True)
+        try:
+            direct = subprocess.run(
+                ["ssh", "-F", "/dev/null", "-i", self.key, "-o", "BatchMode=yes", "-o",
+                 "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o",
+                 "ConnectTimeout=5", f"root@{self.ips[0]}", "true"],
+                capture_output=True, timeout=30)
+            self.assertEqual(direct.returncode, 255, direct.stderr)  # refused: the way is shut
+            # The bastion is not a cluster of its own.
+            self.assertNotIn("slurm/gate", self.h.herd("check").stdout.decode())
+            p = self.h.herd("launch", "-c", "hslj", "--infra", "slurm/jumpcluster/gpu", "-y",
+                            "--", "echo", "through", "the", "gate", "$SKYPILOT_NODE_RANK",
+                            timeout=240)
+            self.assertIn(b"through the gate 0\n", p.stdout)
+            self.assertEqual(self.status()["hslj"]["status"], "UP")
+            self.assertEqual(len(self.jobs("R")), 1)
+            self.h.herd("down", "hslj", "-y")
+            self.assertEqual(self.jobs("PD", "R", "CG", "CF", "S"), [])
+            self.assertNotIn("hslj", self.status())
+        finally:
+            subprocess.run(login_ns + ["-D", "INPUT"] + rule, check=False)
+            self.h.herd("down", "hslj", "-y", check=False)
 
 
 if __name__ == "__main__":

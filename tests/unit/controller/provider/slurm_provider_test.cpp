@@ -126,8 +126,51 @@ TEST_CASE("~/.slurm/config: hosts, keys in any case, Key=value, defaults from Ho
   // The first value among the matching blocks wins: h100 takes the first block's HostName.
   CHECK((*c)[1].name == "h100");
   CHECK((*c)[1].hostname == "login.example.com");
-  CHECK((*c)[1].proxy_jump == "bastion");
   CHECK((*c)[1].user == "alice");
+  // The jump host takes what the blocks matching it say (Host *), and the cluster's key otherwise.
+  CHECK((*c)[1].jump == SshJump{"bastion", 22, "bob", (*c)[0].identity_file});
+}
+
+TEST_CASE("~/.slurm/config: ProxyJump as user@host:port, or naming a Host entry (not a cluster)") {
+  auto c = ParseSlurmConfig(
+      "Host gpu\n"
+      "  HostName 10.0.0.5\n"
+      "  User alice\n"
+      "  IdentityFile /keys/alice\n"
+      "  ProxyJump gate\n"
+      "Host cpu\n"
+      "  HostName 10.0.0.6\n"
+      "  IdentityFile /keys/alice\n"
+      "  ProxyJump jo@[fd00::1]:2200\n"
+      "Host direct\n"
+      "  HostName 10.0.0.7\n"
+      "  ProxyJump none\n"
+      "Host gate\n"
+      "  HostName bastion.example.com\n"
+      "  User gatekeeper\n"
+      "  Port 2022\n"
+      "  IdentityFile /keys/gate\n",
+      "cfg");
+  REQUIRE_MESSAGE(c.ok(), c.status().ToString());
+  REQUIRE(c->size() == 3);  // gate is gpu's bastion, not a cluster
+  CHECK((*c)[0].jump == SshJump{"bastion.example.com", 2022, "gatekeeper", "/keys/gate"});
+  CHECK((*c)[1].jump == SshJump{"fd00::1", 2200, "jo", "/keys/alice"});
+  CHECK((*c)[2].name == "direct");
+  CHECK((*c)[2].jump.empty());
+
+  auto chain = ParseSlurmConfig("Host a\n  ProxyJump b,c\n", "cfg");
+  REQUIRE_FALSE(chain.ok());
+  CHECK(chain.status().message() ==
+        "cfg:1: Host a: ProxyJump: jump host 'b,c': a chain of jump hosts is not supported; name "
+        "one");
+  auto nested = ParseSlurmConfig("Host a\n  ProxyJump b\nHost b\n  ProxyJump c\n", "cfg");
+  REQUIRE_FALSE(nested.ok());
+  CHECK(nested.status().message().find("cfg:1: Host a: ProxyJump: jump host b has a ProxyJump") ==
+        0);
+  for (const char* bad : {"-oProxyCommand=x", "h:0", "h:99999", "h:", "@h", "[::1", "a b"}) {
+    auto r = ParseSlurmConfig(std::string("Host a\n  ProxyJump ") + bad + "\n", "cfg");
+    CHECK_MESSAGE(!r.ok(), bad);
+  }
 }
 
 TEST_CASE("~/.slurm/config: a Host without HostName is its own address") {
@@ -170,8 +213,8 @@ TEST_CASE("slurm infra names") {
   CHECK_FALSE(ParseSlurmInfra("slurm/").ok());
   CHECK_FALSE(ParseSlurmInfra("slurm/a/").ok());
   CHECK_FALSE(ParseSlurmInfra("slurm/a/b/c").ok());
-  std::vector<SlurmClusterConfig> cs{{"one", "h1", "", 22, "", "", ""},
-                                     {"two", "h2", "", 22, "", "", ""}};
+  std::vector<SlurmClusterConfig> cs{{"one", "h1", "", 22, "", {}, ""},
+                                     {"two", "h2", "", 22, "", {}, ""}};
   CHECK(FindSlurmCluster(cs, "", "cfg")->name == "one");
   auto none = FindSlurmCluster(cs, "three", "cfg");
   REQUIRE_FALSE(none.ok());

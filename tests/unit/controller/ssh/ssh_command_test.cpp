@@ -154,6 +154,37 @@ TEST_CASE("rsync argv: archive mode, .gitignore filter, the same ssh options") {
   CHECK(BuildRsyncArgv(t, "a", "b", false).status().code() == Code::kInvalidArgument);
 }
 
+TEST_CASE("a target behind a jump host: a ProxyCommand with the jump's key, in ssh and rsync") {
+  SshTarget t = Worker();
+  auto jump = ParseSshJump("gate@bastion.example:2022", "/keys/my 50%");
+  REQUIRE(jump.ok());
+  t.jump = *jump;
+  const std::string expected =
+      "ProxyCommand=ssh -T -o ControlMaster=no -o ControlPath=none -o ConnectTimeout=10 "
+      "-o ServerAliveInterval=5 -o ServerAliveCountMax=3 -o IdentitiesOnly=yes -o BatchMode=yes "
+      "-o StrictHostKeyChecking=accept-new "
+      "-o 'UserKnownHostsFile=/h/.herd/clusters/demo/known_hosts' "
+      "-o GlobalKnownHostsFile=/dev/null -o LogLevel=ERROR -i '/keys/my 50%%' -p 2022 "
+      "-W %h:%p 'gate@bastion.example'";
+  auto argv = BuildSshArgv(t, "true");
+  CHECK(HasOption(argv, expected));
+  CHECK(HasPair(argv, "-p", "2222"));  // the target's own port, reached from the jump host
+  CHECK(DescribeTarget(t) == "demo-worker1 (10.1.2.3:2222 via bastion.example:2022)");
+  // rsync's -e keeps the ProxyCommand one argument.
+  auto rsync = BuildRsyncArgv(t, "a", "b", false);
+  REQUIRE(rsync.ok());
+  std::vector<std::string> words = SplitLikeRsync((*rsync)[3]);
+  CHECK(std::find(words.begin(), words.end(), expected) != words.end());
+
+  CHECK(*ParseSshJump("10.0.0.1", "") == SshJump{"10.0.0.1", 22, "", ""});
+  CHECK(*ParseSshJump("fd00::2", "") == SshJump{"fd00::2", 22, "", ""});
+  CHECK(*ParseSshJump("[fd00::2]:23", "k") == SshJump{"fd00::2", 23, "", "k"});
+  for (const char* bad :
+       {"", "a,b", "-oX", "u@-h", "h:0", "h:65536", "h:x", "[::1", "@h", "a b", "h'"}) {
+    CHECK_MESSAGE(ParseSshJump(bad, "").status().code() == Code::kInvalidArgument, bad);
+  }
+}
+
 TEST_CASE("ssh's own failures become errors naming the machine") {
   SshTarget t = Worker();
   CHECK(DescribeTarget(t) == "demo-worker1 (10.1.2.3:2222)");

@@ -282,6 +282,17 @@ TEST_CASE("ssh -G resolves the aliases through ~/.ssh/config and the Include") {
   auto w2 = SshG(UserConfig(t), "demo-worker2");
   CHECK(w2["hostname"] == "10.77.0.3");
   CHECK(w2["user"] == "ubuntu");
+  CHECK(w2.count("proxycommand") == 0);
+
+  // A node behind a jump host: reached through it with the jump's own key.
+  ClusterRecord jumped = c;
+  jumped.nodes[2].jump = {"192.0.2.9", 2022, "gate", t.dir() + "/k/gate"};
+  REQUIRE(herd::controller::WriteSshConfig(jumped).ok());
+  auto w2j = SshG(UserConfig(t), "demo-worker2");
+  CHECK(w2j["hostname"] == "10.77.0.3");
+  CHECK(w2j["proxycommand"].find("-i '" + t.dir() +
+                                 "/k/gate' -p 2022 -W %h:%p "
+                                 "'gate@192.0.2.9'") != std::string::npos);
 
   auto box = SshG(UserConfig(t), "box");
   CHECK(box["hostname"] == "192.0.2.7");
