@@ -36,7 +36,7 @@ CKPT, SCRATCH = "herd-br-ckpt", "herd-br-scratch"
 SNAPSHOT = "/checkpoints/gpt_snapshot.pt"
 # Short but real: a snapshot after every epoch; enough epochs that the run is still training when
 # the first snapshot has reached the bucket and the worker is killed.
-EPOCHS, ITERS = 12, 8
+EPOCHS, ITERS = 8, 8
 
 
 def has_torch():
@@ -181,8 +181,12 @@ run: |
             except ProcessLookupError:
                 pass
 
-        self.until(job_id, "the end", lambda j: j["status"] not in ("RUNNING", "RECOVERING",
-                                                                    "STARTING"), 400)
+        self.until(job_id, "RECOVERING", lambda j: j["status"] == "RECOVERING", 90)
+        recovering_at = time.time()
+        self.until(job_id, "attempt 2 RUNNING",
+                   lambda j: j["status"] == "RUNNING" and j["recoveries"] == 1, 240)
+        running_again_at = time.time()
+        self.until(job_id, "the end", lambda j: j["status"] not in ("RUNNING", "RECOVERING"), 300)
         j = self.job(job_id)
         self.assertEqual(j["status"], "SUCCEEDED", self.controller_log(job_id))
         self.assertEqual([a["outcome"] for a in j["attempts"]], ["NODE_LOST", "SUCCEEDED"])
@@ -227,9 +231,10 @@ run: |
         # The job ended: its non-persistent bucket went with it.
         self.assertNotIn(SCRATCH, ls)
         self.assertIsNone(self.s3.objects(SCRATCH))
-        print(f"\nsnapshot in the bucket -> worker killed; attempt 2 resumed at epoch {epoch}; "
-              f"kill -> end {ended_at - killed_at:.1f} s; whole job {ended_at - t0:.1f} s",
-              file=sys.stderr)
+        print(f"\nsnapshot in the bucket -> worker killed; -> RECOVERING "
+              f"{recovering_at - killed_at:.1f} s, -> RUNNING again {running_again_at - killed_at:.1f}"
+              f" s; attempt 2 resumed at epoch {epoch}; kill -> end {ended_at - killed_at:.1f} s; "
+              f"whole job {ended_at - t0:.1f} s", file=sys.stderr)
 
 
 if __name__ == "__main__":
