@@ -119,6 +119,7 @@ StorageParts SystemStorageParts() {
 Result<PreparedStorage> PrepareBuckets(const task::Task& task, const std::string& cluster,
                                        StorageParts& parts, int64_t managed_job) {
   PreparedStorage out;
+  out.managed_job = managed_job;
   if (task.storage_mounts.empty()) return out;
   std::unique_ptr<ObjectStore> store;
   std::vector<StorageRecord> records;
@@ -221,8 +222,9 @@ void UndoPrepare(const PreparedStorage& prepared, const std::string& cluster, St
   for (const auto& b : prepared.job_added) {
     if (Contains(prepared.made, b)) continue;
     auto r = (*table)->Get(b);
-    if (!r.ok() || !*r || (**r).managed_jobs.empty()) continue;
-    (**r).managed_jobs.pop_back();
+    if (!r.ok() || !*r) continue;
+    auto& jobs = (**r).managed_jobs;
+    jobs.erase(std::remove(jobs.begin(), jobs.end(), prepared.managed_job), jobs.end());
     (void)(*table)->Put(**r);
   }
 }

@@ -47,7 +47,8 @@ struct PreparedStorage {
   std::string rclone_conf;             // "[herd-s3]\n..." (secret)
   std::vector<std::string> made;       // buckets this launch created
   std::vector<std::string> added;      // records the cluster joined in this launch
-  std::vector<std::string> job_added;  // records the managed job joined in this launch
+  int64_t managed_job = 0;             // the managed job the launch is an attempt of (0: none)
+  std::vector<std::string> job_added;  // records that job joined in this launch
   // Some mount is MOUNT or MOUNT_CACHED: a run's writes must be uploaded before it is done.
   bool flush = false;
 };

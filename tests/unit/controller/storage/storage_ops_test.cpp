@@ -251,6 +251,13 @@ TEST_CASE("a managed job's non-persistent bucket outlives each attempt's cluster
   CHECK(recs[0].herd_made);
   CHECK(recs[0].clusters.empty());
   CHECK(recs[0].managed_jobs == std::vector<int64_t>{7});
+  // A launch of another job's that failed takes that job out again, and only it.
+  auto other_job = PrepareBuckets(task, "job-8-1", w.parts, 8);
+  REQUIRE(other_job.ok());
+  CHECK(w.Records()[0].managed_jobs == std::vector<int64_t>{7, 8});
+  UndoPrepare(*other_job, "job-8-1", w.parts);
+  CHECK(w.Records()[0].managed_jobs == std::vector<int64_t>{7});
+  CHECK(w.Records()[0].clusters.empty());
   // Attempt 3 runs; another cluster mounts the bucket too (an ordinary launch).
   REQUIRE(PrepareBuckets(task, "job-7-3", w.parts, 7).ok());
   REQUIRE(PrepareBuckets(task, "other", w.parts).ok());
