@@ -5,6 +5,7 @@
 
 #include "controller/cli/common.hpp"
 #include "controller/core/table.hpp"
+#include "controller/jobs/managed_jobs.hpp"
 #include "controller/storage/storage_ops.hpp"
 
 namespace herd::cli {
@@ -26,6 +27,16 @@ class StorageCommand final : public Command {
   int Run(CliContext& ctx) override {
     storage::StorageParts parts = storage::SystemStorageParts();
     if (ls_->parsed()) return List(ctx, parts);
+    // A bucket held by a managed job is deleted only once the job ended (a job whose controller
+    // died counts as ended: FAILED_CONTROLLER); a job no longer listed is gone.
+    parts.managed_job_ended = [](int64_t id) {
+      auto jobs = controller::ListManagedJobs();
+      if (!jobs.ok()) return false;
+      for (const auto& j : *jobs) {
+        if (j.id == id) return jobs::IsTerminal(j.state);
+      }
+      return true;
+    };
     int rc = 0;
     for (const auto& name : names_) {
       if (!yes_ && !ConfirmOnTty(ctx, "Delete storage " + name + "?")) continue;
@@ -64,6 +75,9 @@ class StorageCommand final : public Command {
     for (const auto& r : *all) {
       std::string clusters;
       for (const auto& c : r.clusters) clusters += (clusters.empty() ? "" : ",") + c;
+      for (int64_t j : r.managed_jobs) {
+        clusters += (clusters.empty() ? "" : ",") + std::string("managed job ") + std::to_string(j);
+      }
       t.AddRow({r.name, Ago(r.created_unix_ms), r.store + " (" + r.endpoint + ")",
                 r.source.empty() ? "-" : r.source, r.mode, clusters.empty() ? "-" : clusters,
                 r.herd_made ? "yes" : "no", r.persistent ? "yes" : "no"});

@@ -393,6 +393,7 @@ class Controller {
     }
     job_.message = reason;
     TearDown(cluster.empty() ? job_.cluster : cluster);
+    if (auto s = ops_.ReleaseManagedJobStorage(job_.id); !s.ok()) Log("buckets: " + s.message());
     job_.state = state;
     job_.ended_unix_ms = NowUnixMs();
     Save();
@@ -407,6 +408,7 @@ class Controller {
     o.infra = job_.infra;
     o.task_id = job_.task_id;
     o.attempt = attempt;
+    o.managed_job = job_.id;  // the job's buckets outlive this attempt's cluster
     // A git workdir is cloned afresh for each attempt and removed once the launch synced it.
     task::Task attempt_task = task_;
     if (Status s = task::ResolveGitWorkdir(attempt_task, HerdHome() + "/git-workdirs"); !s.ok()) {
@@ -840,6 +842,9 @@ int CancelManagedJobs(ops::ClusterOps& ops, const std::vector<int64_t>& ids, boo
           if (auto s = ops.Down(job->cluster); !s.ok()) {
             err << "herd: tearing down " << job->cluster << ": " << s.message() << "\n";
           }
+        }
+        if (auto s = ops.ReleaseManagedJobStorage(id); !s.ok()) {
+          err << "herd: managed job " << id << ": buckets: " << s.message() << "\n";
         }
         job->state = ManagedState::kCancelled;
         job->ended_unix_ms = NowUnixMs();

@@ -285,7 +285,8 @@ Result<LaunchResult> ClusterOps::Launch(const Task& task, const LaunchOptions& o
   // launch before any node is provisioned.
   Report(o.progress, "Preparing " + std::to_string(task.storage_mounts.size()) + " bucket(s)", 0,
          static_cast<int>(task.storage_mounts.size()));
-  HERD_ASSIGN_OR_RETURN(auto prepared, storage::PrepareBuckets(task, o.cluster, *parts_.storage));
+  HERD_ASSIGN_OR_RETURN(auto prepared,
+                        storage::PrepareBuckets(task, o.cluster, *parts_.storage, o.managed_job));
   auto result = LaunchPrepared(task, o, &prepared);
   if (!result.ok()) storage::UndoPrepare(prepared, o.cluster, *parts_.storage);
   return result;
@@ -359,6 +360,8 @@ Result<LaunchResult> ClusterOps::LaunchPrepared(const Task& task, const LaunchOp
     HERD_RETURN_IF_ERROR(store->Put(c));
   }
 
+  // A stopped cluster's bucket mounts are made again once its agents run.
+  const bool was_stopped = !fresh && c.status == ClusterStatus::kStopped;
   bool ssh_ready = false;  // the provider just brought every node's sshd up and waited for it
   std::unique_ptr<Provider> provider;
   bool provisioned = false;
@@ -441,11 +444,20 @@ Result<LaunchResult> ClusterOps::LaunchPrepared(const Task& task, const LaunchOp
     result.agents_restarted = boot.restarted;
   }
   HERD_RETURN_IF_ERROR(SyncFiles(c, task, true, o.progress));
+  if (was_stopped && parts_.storage) {
+    std::vector<std::string> remounted_by_launch;
+    if (prepared != nullptr) {
+      for (const auto& m : prepared->mounts) remounted_by_launch.push_back(m.target);
+    }
+    HERD_RETURN_IF_ERROR(storage::RemountCluster(ssh, TargetsOf(c), c.state_dir, c.name,
+                                                 *parts_.storage, remounted_by_launch));
+  }
   if (prepared != nullptr) {
     Report(o.progress, "Mounting " + std::to_string(prepared->mounts.size()) + " bucket(s)", 0,
            static_cast<int>(c.nodes.size()));
     HERD_RETURN_IF_ERROR(
         storage::MountOnNodes(ssh, TargetsOf(c), *prepared, *parts_.storage, c.name));
+    HERD_RETURN_IF_ERROR(storage::RecordClusterMounts(c.state_dir, prepared->mounts));
   }
 
   result.cluster = c;
@@ -620,6 +632,13 @@ Status ClusterOps::Down(const std::string& cluster, const ProgressFn& progress) 
   Report(progress, "Tearing down " + std::to_string(c.nodes.size()) + " node(s)",
          static_cast<int>(c.nodes.size()), static_cast<int>(c.nodes.size()));
   return Status::Ok();
+}
+
+Status ClusterOps::ReleaseManagedJobStorage(int64_t managed_job) {
+  // One stat for users without buckets, as ClusterHasBuckets.
+  std::error_code ec;
+  if (!parts_.storage || !fs::exists(storage::StorageDbPath(), ec)) return Status::Ok();
+  return storage::ReleaseManagedJobStorage(managed_job, *parts_.storage);
 }
 
 Status ClusterOps::SetAutostop(const std::string& cluster, int idle_minutes, bool down) {

@@ -88,6 +88,9 @@ struct LaunchOptions {
   // number; ""/0 for an ordinary launch (the head makes the id, attempt 1).
   std::string task_id;
   int attempt = 0;
+  // The managed job this launch is an attempt of (0: none): it holds the task's buckets beyond
+  // this cluster (storage::PrepareBuckets).
+  int64_t managed_job = 0;
 };
 
 struct LaunchResult {
@@ -162,6 +165,9 @@ class ClusterOps {
   Status Stop(const std::string& cluster, const ProgressFn& progress = {});
   Result<ClusterRecord> Start(const std::string& cluster, const ProgressFn& progress = {});
   Status Down(const std::string& cluster, const ProgressFn& progress = {});
+  // The end of a managed job: its hold on its buckets goes, and the non-persistent ones herd made
+  // that no cluster mounts any more are deleted (storage::ReleaseManagedJobStorage).
+  Status ReleaseManagedJobStorage(int64_t managed_job);
   // After idle_minutes without an active job the head stops (or, with down, tears down) the
   // cluster by itself; idle_minutes < 0 cancels. Needs a provider the head node can drive: `local`.
   Status SetAutostop(const std::string& cluster, int idle_minutes, bool down);

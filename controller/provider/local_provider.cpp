@@ -19,6 +19,9 @@
 #include <sstream>
 #include <thread>
 
+#include <yaml-cpp/yaml.h>
+
+#include "controller/provider/aws_provider.hpp"
 #include "controller/provider/netns.hpp"
 #include "controller/provider/node_files.hpp"
 #include "controller/provider/user_nodes.hpp"
@@ -270,10 +273,24 @@ bool LinkExists(const std::string& ns, const std::string& dev) {
   return netns::Ip(ns, {"link", "show", "dev", dev}).ok();
 }
 
+// Node i's addresses and routes, as `ip -batch` lines: its subnet (QuickAckRoute) and the
+// configured host routes through this machine's end of the uplink. Those carry `proto static`,
+// which nothing else in the node uses: the ones of an earlier config are flushed first.
+std::vector<std::string> NodeNetworkCommands(const Record& r, int i,
+                                             const std::vector<std::string>& host_routes) {
+  std::vector<std::string> lines = {
+      "link set lo up", "addr replace " + NodeIp(r.subnet, i) + "/24 dev eth0", "link set eth0 up",
+      QuickAckRoute(r.subnet, "eth0", NodeIp(r.subnet, i)), "route flush proto static"};
+  for (const auto& p : host_routes) {
+    lines.push_back("route replace " + p + " via " + HostIp(r.subnet) + " dev eth0 proto static");
+  }
+  return lines;
+}
+
 // Creates what is missing of the cluster's network; what exists stays. Run under HostLock.
 // Commands go in batches (`ip -batch`, one process per namespace at most), so a 64-node cluster
 // costs tens of `ip` processes, not thousands.
-Status EnsureNetwork(const Record& r) {
+Status EnsureNetwork(const Record& r, const std::vector<std::string>& host_routes) {
   const std::string br = LocalProvider::BridgeNetns(r.cluster);
   HERD_RETURN_IF_ERROR(netns::Ensure(br));
   HERD_ASSIGN_OR_RETURN(std::vector<std::string> names, netns::LinkNames(br));
@@ -340,12 +357,8 @@ Status EnsureNetwork(const Record& r) {
   HERD_RETURN_IF_ERROR(ForEachParallel(
       static_cast<size_t>(r.num_nodes),
       [&](size_t i) -> Status {
-        return netns::IpBatch(
-            LocalProvider::NodeNetns(r.cluster, static_cast<int>(i)),
-            {"link set lo up",
-             "addr replace " + NodeIp(r.subnet, static_cast<int>(i)) + "/24 dev eth0",
-             "link set eth0 up",
-             QuickAckRoute(r.subnet, "eth0", NodeIp(r.subnet, static_cast<int>(i)))});
+        return netns::IpBatch(LocalProvider::NodeNetns(r.cluster, static_cast<int>(i)),
+                              NodeNetworkCommands(r, static_cast<int>(i), host_routes));
       },
       [&](size_t i) { return LocalProvider::NodeName(r.cluster, static_cast<int>(i)); }));
 
@@ -572,11 +585,12 @@ std::vector<NodeHandle> Handles(const Record& r, const std::string& state_dir) {
 }
 
 Result<std::vector<NodeHandle>> BringUp(const Record& r, const std::string& state_dir,
-                                        const std::string* public_key) {
+                                        const std::string* public_key, const LocalConfig& config) {
   {
     HostLock lock;
     HERD_RETURN_IF_ERROR(lock.Acquire());
-    HERD_RETURN_IF_ERROR(EnsureNetwork(r).WithContext("local cluster " + r.cluster + " network"));
+    HERD_RETURN_IF_ERROR(EnsureNetwork(r, config.host_routes)
+                             .WithContext("local cluster " + r.cluster + " network"));
   }
   HERD_RETURN_IF_ERROR(MakeDir(state_dir + "/nodes", 0700));
   HERD_RETURN_IF_ERROR(ForEachParallel(
@@ -616,6 +630,79 @@ Status RefuseNamespaceCluster(const std::string& cluster, const std::string& sta
 }
 
 }  // namespace
+
+Result<LocalConfig> LoadLocalConfig(const std::string& file) {
+  LocalConfig c;
+  std::error_code ec;
+  if (!fs::exists(file, ec)) return c;
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(file);
+  } catch (const YAML::Exception& e) {
+    return InvalidArgument(file + ":" + std::to_string(e.mark.line + 1) + ":" +
+                           std::to_string(e.mark.column + 1) + ": " + e.msg);
+  }
+  auto where = [&](const YAML::Node& n, const std::string& path) {
+    return file + ":" + std::to_string(n.Mark().line + 1) + ":" +
+           std::to_string(n.Mark().column + 1) + ": " + path;
+  };
+  if (!root || root.IsNull()) return c;
+  if (!root.IsMap()) return InvalidArgument(where(root, "") + "expected a mapping");
+  YAML::Node local = root["local"];
+  if (!local || local.IsNull()) return c;
+  if (!local.IsMap()) return InvalidArgument(where(local, "local") + ": expected a mapping");
+  for (const auto& kv : local) {
+    const std::string key = kv.first.as<std::string>();
+    if (key != "host_routes") {
+      return InvalidArgument(where(kv.first, "local." + key) +
+                             ": unknown field (known: host_routes)");
+    }
+    const YAML::Node& v = kv.second;
+    if (v.IsNull()) continue;
+    if (!v.IsSequence()) {
+      return InvalidArgument(where(v, "local.host_routes") + ": expected a list of IPv4 prefixes");
+    }
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const YAML::Node& item = v[i];
+      const std::string path = "local.host_routes[" + std::to_string(i) + "]";
+      const std::string text = item.IsScalar() ? item.Scalar() : std::string();
+      const auto slash = text.find('/');
+      const bool len_ok = slash == std::string::npos ||
+                          (text.size() - slash - 1 >= 1 && text.size() - slash - 1 <= 2 &&
+                           std::all_of(text.begin() + static_cast<std::ptrdiff_t>(slash) + 1,
+                                       text.end(), ::isdigit));
+      auto parsed = len_ok ? ParsePrefix(text) : std::nullopt;
+      if (!parsed) {
+        return InvalidArgument(where(item, path) +
+                               ": expected an IPv4 address or prefix (a.b.c.d or a.b.c.d/len)");
+      }
+      const auto [addr, len] = *parsed;
+      const uint32_t mask = len == 0 ? 0 : ~((len == 32 ? 0u : (1u << (32 - len)) - 1));
+      const uint32_t net = addr & mask;
+      const uint32_t clusters = (10u << 24) | (213u << 16);                // 10.213.0.0/16
+      const bool in_free_24 = len >= 24 && (net >> 8) == (clusters >> 8);  // inside 10.213.0.0/24
+      if (Overlaps(net, len, 127u << 24, 8)) {
+        return InvalidArgument(
+            where(item, path) + ": " + text +
+            " is or covers loopback (127.0.0.0/8), which every node has of its own");
+      }
+      if (Overlaps(net, len, clusters, 16) && !in_free_24) {
+        return InvalidArgument(
+            where(item, path) + ": " + text +
+            " overlaps the local clusters' subnets (10.213.1.0 to "
+            "10.213.255.255); 10.213.0.0/24 is free for this machine's services");
+      }
+      c.host_routes.push_back(std::to_string(net >> 24) + "." + std::to_string((net >> 16) & 255) +
+                              "." + std::to_string((net >> 8) & 255) + "." +
+                              std::to_string(net & 255) + "/" + std::to_string(len));
+    }
+  }
+  return c;
+}
+
+Result<LocalConfig> LocalProvider::Config() const {
+  return LoadLocalConfig(config_file_.empty() ? DefaultHerdConfigFile() : config_file_);
+}
 
 std::string LocalProvider::NodeName(const std::string& cluster, int index) {
   return index == 0 ? cluster + "-head" : cluster + "-worker" + std::to_string(index);
@@ -657,6 +744,7 @@ Result<std::vector<NodeHandle>> LocalProvider::Provision(const ProvisionRequest&
     return UserNodes::Provision(req);
   }
   HERD_RETURN_IF_ERROR(CheckTools());
+  HERD_ASSIGN_OR_RETURN(LocalConfig config, Config());
   HERD_RETURN_IF_ERROR(MakeDir(req.state_dir, 0700));
 
   Record record;
@@ -685,7 +773,7 @@ Result<std::vector<NodeHandle>> LocalProvider::Provision(const ProvisionRequest&
                       << ".0/24, " << record.num_nodes << " node(s)";
     }
   }
-  return BringUp(record, req.state_dir, &req.ssh_public_key);
+  return BringUp(record, req.state_dir, &req.ssh_public_key, config);
 }
 
 Result<std::vector<NodeHandle>> LocalProvider::Start(const std::string& cluster,
@@ -696,8 +784,9 @@ Result<std::vector<NodeHandle>> LocalProvider::Start(const std::string& cluster,
     return UserNodes::Start(cluster, state_dir);
   }
   HERD_RETURN_IF_ERROR(CheckTools());
+  HERD_ASSIGN_OR_RETURN(LocalConfig config, Config());
   HERD_ASSIGN_OR_RETURN(Record record, LoadExisting(cluster, state_dir));
-  return BringUp(record, state_dir, nullptr);
+  return BringUp(record, state_dir, nullptr, config);
 }
 
 Status LocalProvider::Stop(const std::string& cluster, const std::string& state_dir) {

@@ -9,6 +9,9 @@
 //   netns herd-C-<i>  eth0 = 10.213.S.<i+1>; sshd on port 22; hostname C-head / C-worker<i>
 //   root namespace    veth herdl<S> = 10.213.S.254
 //   state_dir/local_provider.state, state_dir/nodes/<node>/{home,hosts,sshd_config,...}
+// A node reaches its subnet and, through 10.213.S.254, the prefixes of `local.host_routes`
+// (LocalConfig): this machine's own addresses there answer (a store for bucket mounts that every
+// local cluster's nodes use); herd adds no forwarding or NAT.
 #pragma once
 
 #include <string>
@@ -18,8 +21,27 @@
 
 namespace herd::controller {
 
+// The `local:` section of herd's config.yaml (DefaultHerdConfigFile):
+//   local:
+//     host_routes: [192.168.1.5, 10.213.0.0/24]
+// host_routes: IPv4 prefixes (an address alone is a /32) that every namespace node routes through
+// this machine (`route PREFIX via 10.213.S.254`), so that a service listening on one of this
+// machine's own addresses there is reached from the nodes of every local cluster, whichever subnet
+// each got. Loopback (127.0.0.0/8) and the clusters' subnets (10.213.1.0 to 10.213.255.255) are
+// refused; 10.213.0.0/24 is never a cluster's and free for this. User-mode nodes share this
+// machine's network and need none of it.
+struct LocalConfig {
+  std::vector<std::string> host_routes;  // "a.b.c.d/len", host bits cleared
+};
+// The file's `local:` section; defaults when the file or the section does not exist; errors name
+// "file:line:col: local.field".
+Result<LocalConfig> LoadLocalConfig(const std::string& file);
+
 class LocalProvider : public Provider {
  public:
+  // config_file: where LoadLocalConfig reads (at every Provision and Start); "" =
+  // DefaultHerdConfigFile().
+  explicit LocalProvider(std::string config_file = "") : config_file_(std::move(config_file)) {}
   std::string name() const override { return "local"; }
   Result<std::vector<NodeHandle>> Provision(const ProvisionRequest& request) override;
   Status Stop(const std::string& cluster, const std::string& state_dir) override;
@@ -40,6 +62,11 @@ class LocalProvider : public Provider {
   // Every namespace name this provider may have made for the cluster that exists now (also
   // without a state record: what Teardown removes after a crash).
   static std::vector<std::string> ExistingNamespaces(const std::string& cluster);
+
+ private:
+  Result<LocalConfig> Config() const;
+
+  std::string config_file_;
 };
 
 }  // namespace herd::controller

@@ -1,6 +1,7 @@
 #include "controller/storage/storage_ops.hpp"
 
 #include <algorithm>
+#include <boost/json.hpp>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -8,6 +9,7 @@
 #include "controller/ssh/parallel.hpp"
 #include "controller/ssh/ssh_command.hpp"
 #include "controller/ssh/subprocess.hpp"
+#include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 #include "shared/common/unix_time.hpp"
@@ -76,6 +78,28 @@ void DeleteMade(const std::vector<std::string>& made, StorageParts& parts) {
   }
 }
 
+template <typename T>
+bool Contains(const std::vector<T>& v, const T& x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
+
+// A bucket the table may delete now: herd made it, it is not persistent and nothing uses it.
+bool Unused(const StorageRecord& r) {
+  return r.herd_made && !r.persistent && r.clusters.empty() && r.managed_jobs.empty();
+}
+
+// Writes r back, or deletes its bucket and record when nothing uses it any more (Unused).
+// `store` is opened on first need.
+Status PutOrDelete(const StorageRecord& r, StorageTable& table, StorageParts& parts,
+                   std::unique_ptr<ObjectStore>& store) {
+  if (!Unused(r)) return table.Put(r);
+  if (!store) {
+    HERD_ASSIGN_OR_RETURN(store, parts.open_store(r.store));
+  }
+  HERD_RETURN_IF_ERROR(store->DeleteBucket(r.name));
+  return table.Remove(r.name);
+}
+
 }  // namespace
 
 StorageParts SystemStorageParts() {
@@ -93,8 +117,9 @@ StorageParts SystemStorageParts() {
 }
 
 Result<PreparedStorage> PrepareBuckets(const task::Task& task, const std::string& cluster,
-                                       StorageParts& parts) {
+                                       StorageParts& parts, int64_t managed_job) {
   PreparedStorage out;
+  out.managed_job = managed_job;
   if (task.storage_mounts.empty()) return out;
   std::unique_ptr<ObjectStore> store;
   std::vector<StorageRecord> records;
@@ -157,14 +182,19 @@ Result<PreparedStorage> PrepareBuckets(const task::Task& task, const std::string
     if (*old) {
       r.herd_made = r.herd_made || (*old)->herd_made;
       r.clusters = (*old)->clusters;
+      r.managed_jobs = (*old)->managed_jobs;
       r.created_unix_ms = (*old)->created_unix_ms;
       if (r.source.empty()) r.source = (*old)->source;
     } else {
       r.created_unix_ms = parts.now_unix_ms();
     }
-    if (std::find(r.clusters.begin(), r.clusters.end(), cluster) == r.clusters.end()) {
+    if (!Contains(r.clusters, cluster)) {
       r.clusters.push_back(cluster);
       out.added.push_back(r.name);
+    }
+    if (managed_job > 0 && !Contains(r.managed_jobs, managed_job)) {
+      r.managed_jobs.push_back(managed_job);
+      out.job_added.push_back(r.name);
     }
     if (Status s = (*table)->Put(r); !s.ok()) {
       DeleteMade(out.made, parts);
@@ -180,11 +210,21 @@ void UndoPrepare(const PreparedStorage& prepared, const std::string& cluster, St
   if (!table.ok()) return;
   for (const auto& b : prepared.made) (void)(*table)->Remove(b);
   for (const auto& b : prepared.added) {
-    if (std::find(prepared.made.begin(), prepared.made.end(), b) != prepared.made.end()) continue;
+    if (Contains(prepared.made, b)) continue;
     auto r = (*table)->Get(b);
     if (!r.ok() || !*r) continue;
     auto& clusters = (**r).clusters;
     clusters.erase(std::remove(clusters.begin(), clusters.end(), cluster), clusters.end());
+    (void)(*table)->Put(**r);
+  }
+  // A managed job that joined here leaves again; one that held the bucket before (an earlier
+  // attempt) keeps holding it.
+  for (const auto& b : prepared.job_added) {
+    if (Contains(prepared.made, b)) continue;
+    auto r = (*table)->Get(b);
+    if (!r.ok() || !*r) continue;
+    auto& jobs = (**r).managed_jobs;
+    jobs.erase(std::remove(jobs.begin(), jobs.end(), prepared.managed_job), jobs.end());
     (void)(*table)->Put(**r);
   }
 }
@@ -262,17 +302,24 @@ Status ReleaseClusterStorage(controller::SshRunner& ssh,
   std::unique_ptr<ObjectStore> store;
   for (StorageRecord r : uses) {
     r.clusters.erase(std::find(r.clusters.begin(), r.clusters.end(), cluster));
-    if (r.herd_made && !r.persistent && r.clusters.empty()) {
-      if (!store) {
-        HERD_ASSIGN_OR_RETURN(store, parts.open_store(r.store));
-      }
-      if (Status s = store->DeleteBucket(r.name); !s.ok()) {
-        return s.WithContext("cluster " + cluster + ": deleting its non-persistent bucket " +
-                             r.name);
-      }
-      HERD_RETURN_IF_ERROR(table->Remove(r.name));
-    } else {
-      HERD_RETURN_IF_ERROR(table->Put(r));
+    if (Status s = PutOrDelete(r, *table, parts, store); !s.ok()) {
+      return s.WithContext("cluster " + cluster + ": deleting its non-persistent bucket " + r.name);
+    }
+  }
+  return Status::Ok();
+}
+
+Status ReleaseManagedJobStorage(int64_t job, StorageParts& parts) {
+  HERD_ASSIGN_OR_RETURN(auto table, parts.open_table());
+  HERD_ASSIGN_OR_RETURN(auto all, table->List());
+  std::unique_ptr<ObjectStore> store;
+  for (StorageRecord r : all) {
+    auto it = std::find(r.managed_jobs.begin(), r.managed_jobs.end(), job);
+    if (it == r.managed_jobs.end()) continue;
+    r.managed_jobs.erase(it);
+    if (Status s = PutOrDelete(r, *table, parts, store); !s.ok()) {
+      return s.WithContext("managed job " + std::to_string(job) +
+                           ": deleting its non-persistent bucket " + r.name);
     }
   }
   return Status::Ok();
@@ -290,6 +337,17 @@ Result<std::string> DeleteStorage(const std::string& name, StorageParts& parts) 
     return FailedPrecondition("storage " + name + " is mounted by cluster(s) " + list +
                               ": take them down first (`herd down " + rec->clusters.front() + "`)");
   }
+  std::string running;
+  for (int64_t j : rec->managed_jobs) {
+    if (parts.managed_job_ended && parts.managed_job_ended(j)) continue;
+    running += (running.empty() ? "" : ", ") + std::to_string(j);
+  }
+  if (!running.empty()) {
+    return FailedPrecondition("storage " + name + " is held by managed job(s) " + running +
+                              " for their next attempts: it goes when they end (`herd jobs "
+                              "cancel " +
+                              running.substr(0, running.find(',')) + "`)");
+  }
   std::string done;
   if (rec->herd_made) {
     HERD_ASSIGN_OR_RETURN(auto store, parts.open_store(rec->store));
@@ -301,6 +359,72 @@ Result<std::string> DeleteStorage(const std::string& name, StorageParts& parts) 
   }
   HERD_RETURN_IF_ERROR(table->Remove(name));
   return done;
+}
+
+std::string ClusterMountsPath(const std::string& state_dir) {
+  return state_dir + "/storage_mounts.json";
+}
+
+Result<std::vector<NodeMount>> ClusterMounts(const std::string& state_dir) {
+  const std::string path = ClusterMountsPath(state_dir);
+  HERD_ASSIGN_OR_RETURN(auto text, ReadFileIfExists(path));
+  std::vector<NodeMount> out;
+  if (!text) return out;
+  try {
+    const boost::json::value parsed = boost::json::parse(*text);
+    for (const auto& v : parsed.as_array()) {
+      const auto& o = v.as_object();
+      out.push_back({std::string(o.at("target").as_string()), std::string(o.at("mode").as_string()),
+                     std::string(o.at("bucket_path").as_string())});
+    }
+  } catch (const std::exception& e) {
+    return IoError(path + ": damaged record of the cluster's bucket mounts: " + e.what());
+  }
+  return out;
+}
+
+Status RecordClusterMounts(const std::string& state_dir, const std::vector<NodeMount>& mounts) {
+  HERD_ASSIGN_OR_RETURN(std::vector<NodeMount> kept, ClusterMounts(state_dir));
+  bool changed = false;
+  for (const NodeMount& m : mounts) {
+    if (m.mode == "COPY") continue;
+    auto same = std::find_if(kept.begin(), kept.end(),
+                             [&](const NodeMount& k) { return k.target == m.target; });
+    if (same != kept.end()) {
+      if (same->mode == m.mode && same->bucket_path == m.bucket_path) continue;
+      kept.erase(same);
+    }
+    kept.push_back(m);
+    changed = true;
+  }
+  if (!changed) return Status::Ok();
+  boost::json::array arr;
+  for (const NodeMount& m : kept) {
+    arr.push_back(boost::json::object{
+        {"target", m.target}, {"mode", m.mode}, {"bucket_path", m.bucket_path}});
+  }
+  return WriteFileAtomic(ClusterMountsPath(state_dir), boost::json::serialize(arr) + "\n", 0600,
+                         Durability::kProcessCrash);
+}
+
+Status RemountCluster(controller::SshRunner& ssh, const std::vector<controller::SshTarget>& targets,
+                      const std::string& state_dir, const std::string& cluster, StorageParts& parts,
+                      const std::vector<std::string>& skip) {
+  HERD_ASSIGN_OR_RETURN(std::vector<NodeMount> kept, ClusterMounts(state_dir));
+  PreparedStorage prepared;
+  for (NodeMount& m : kept) {
+    if (!Contains(skip, m.target)) prepared.mounts.push_back(std::move(m));
+  }
+  if (prepared.mounts.empty()) return Status::Ok();
+  // Buckets are S3 (or S3-compatible) for now: the one store PrepareBuckets opens.
+  auto store = parts.open_store("s3");
+  if (!store.ok()) {
+    return Status(store.status().code(), "file_mounts." + prepared.mounts.front().target + ": " +
+                                             store.status().message());
+  }
+  prepared.rclone_conf = "[" + std::string(kRcloneRemote) + "]\n" + (*store)->RcloneConfig();
+  prepared.flush = true;
+  return MountOnNodes(ssh, targets, prepared, parts, cluster);
 }
 
 }  // namespace herd::storage

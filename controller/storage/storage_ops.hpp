@@ -4,7 +4,12 @@
 //           SSH; a failure unmounts everything again and deletes the buckets this launch made);
 //   run:    WrapRunWithFlush (node_mounts.hpp) when a mount is writable (MOUNT, MOUNT_CACHED);
 //   stop/down: ReleaseClusterStorage (flush, unmount; on down, buckets herd made with
-//           persistent: false and no other cluster using them are deleted);
+//           persistent: false and no other cluster or managed job using them are deleted);
+//   start:  RemountCluster (the cluster's MOUNT/MOUNT_CACHED mounts, as RecordClusterMounts
+//           kept them at launch, made again on the started nodes);
+//   managed jobs: PrepareBuckets with the job's id records the job as a holder, so that its
+//           non-persistent buckets outlive each attempt's cluster; ReleaseManagedJobStorage at
+//           the job's end lets them go;
 //   `herd storage ls/delete`: the table (storage_table.hpp) and DeleteStorage.
 #pragma once
 
@@ -31,24 +36,30 @@ struct StorageParts {
                        const std::string& bucket_path)>
       upload;
   std::function<int64_t()> now_unix_ms;
+  // Whether managed job `id` has ended (DeleteStorage lets an ended job's hold go). Unset: every
+  // holding job counts as running.
+  std::function<bool(int64_t id)> managed_job_ended;
 };
 StorageParts SystemStorageParts();
 
 struct PreparedStorage {
   std::vector<NodeMount> mounts;
-  std::string rclone_conf;         // "[herd-s3]\n..." (secret)
-  std::vector<std::string> made;   // buckets this launch created
-  std::vector<std::string> added;  // records the cluster joined in this launch
+  std::string rclone_conf;             // "[herd-s3]\n..." (secret)
+  std::vector<std::string> made;       // buckets this launch created
+  std::vector<std::string> added;      // records the cluster joined in this launch
+  int64_t managed_job = 0;             // the managed job the launch is an attempt of (0: none)
+  std::vector<std::string> job_added;  // records that job joined in this launch
   // Some mount is MOUNT or MOUNT_CACHED: a run's writes must be uploaded before it is done.
   bool flush = false;
 };
 
 // Errors name the mount: "file_mounts.<remote>: bucket 'b' ...". On error, the buckets this call
-// made are deleted again and the table is left as it was for them.
+// made are deleted again and the table is left as it was for them. managed_job > 0: the cluster is
+// an attempt of that managed job, which is recorded as holding every bucket too.
 Result<PreparedStorage> PrepareBuckets(const task::Task& task, const std::string& cluster,
-                                       StorageParts& parts);
+                                       StorageParts& parts, int64_t managed_job = 0);
 // Undoes PrepareBuckets after a launch failed: deletes the buckets it made and takes the cluster
-// out of the records it joined.
+// (and the managed job, where this call added it) out of the records it joined.
 void UndoPrepare(const PreparedStorage& prepared, const std::string& cluster, StorageParts& parts);
 // Mounts on every target; on any failure every target is unmounted and the buckets in
 // prepared.made are deleted (nothing is left mounted or created), and the error names the node
@@ -61,13 +72,35 @@ Status MountOnNodes(controller::SshRunner& ssh, const std::vector<controller::Ss
 bool ClusterHasBuckets(const std::string& cluster, StorageParts& parts);
 // Stop/down of `cluster`: when the table says it mounts buckets, flushes and unmounts them on
 // every reachable target. On down (cluster_gone) the cluster leaves every record, and a bucket herd
-// made with persistent: false that no cluster uses any more is deleted with its record.
+// made with persistent: false that no cluster and no managed job uses any more is deleted with
+// its record.
 Status ReleaseClusterStorage(controller::SshRunner& ssh,
                              const std::vector<controller::SshTarget>& targets,
                              const std::string& cluster, bool cluster_gone, StorageParts& parts);
+// The end of managed job `job`: it leaves every record, and a bucket herd made with persistent:
+// false that nothing uses any more is deleted with its record (one a cluster still mounts goes
+// with that cluster's down).
+Status ReleaseManagedJobStorage(int64_t job, StorageParts& parts);
 // `herd storage delete NAME`: deletes a bucket herd made (emptied first) and its record; a bucket
-// herd did not make only leaves the table (the message says so). NotFound when not in the table.
+// herd did not make only leaves the table (the message says so). NotFound when not in the table;
+// FailedPrecondition while a cluster mounts it or a managed job that has not ended holds it.
 // Returns what was done, for the user.
 Result<std::string> DeleteStorage(const std::string& name, StorageParts& parts);
+
+// The cluster's bucket mounts that a start makes again, kept in its state dir
+// (<state_dir>/storage_mounts.json; it goes with the cluster's directory at down).
+std::string ClusterMountsPath(const std::string& state_dir);
+// Adds the MOUNT and MOUNT_CACHED mounts of a launch to what the cluster keeps (a mount on the
+// same target replaces the one kept). COPY mounts are not kept: what they downloaded stays on the
+// node's disk through a stop.
+Status RecordClusterMounts(const std::string& state_dir, const std::vector<NodeMount>& mounts);
+// What RecordClusterMounts kept (none when nothing was kept).
+Result<std::vector<NodeMount>> ClusterMounts(const std::string& state_dir);
+// `herd start` (and a launch that starts a stopped cluster): mounts what the cluster keeps on
+// every target again, with keys from the user's chain as at launch, except the targets in `skip`
+// (the launch mounts those itself). Errors as MountOnNodes', with nothing left mounted.
+Status RemountCluster(controller::SshRunner& ssh, const std::vector<controller::SshTarget>& targets,
+                      const std::string& state_dir, const std::string& cluster, StorageParts& parts,
+                      const std::vector<std::string>& skip = {});
 
 }  // namespace herd::storage

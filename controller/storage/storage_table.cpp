@@ -38,6 +38,9 @@ Result<StorageRecord> Decode(const std::string& name, std::string_view text) {
     r.herd_made = o.at("herd_made").as_bool();
     r.persistent = o.at("persistent").as_bool();
     for (const auto& c : o.at("clusters").as_array()) r.clusters.emplace_back(c.as_string());
+    if (const json::value* jobs = o.if_contains("managed_jobs")) {  // absent in older records
+      for (const auto& j : jobs->as_array()) r.managed_jobs.push_back(j.to_number<int64_t>());
+    }
     r.created_unix_ms = o.at("created_unix_ms").to_number<int64_t>();
     return r;
   } catch (const std::exception& e) {
@@ -53,10 +56,12 @@ using sqlite::ColumnText;
 json::object StorageRecordJson(const StorageRecord& r) {
   json::array clusters;
   for (const auto& c : r.clusters) clusters.emplace_back(c);
-  return json::object{{"store", r.store},         {"endpoint", r.endpoint},
-                      {"source", r.source},       {"mode", r.mode},
-                      {"herd_made", r.herd_made}, {"persistent", r.persistent},
-                      {"clusters", clusters},     {"created_unix_ms", r.created_unix_ms}};
+  json::array jobs;
+  for (int64_t j : r.managed_jobs) jobs.emplace_back(j);
+  return json::object{
+      {"store", r.store},     {"endpoint", r.endpoint},   {"source", r.source},
+      {"mode", r.mode},       {"herd_made", r.herd_made}, {"persistent", r.persistent},
+      {"clusters", clusters}, {"managed_jobs", jobs},     {"created_unix_ms", r.created_unix_ms}};
 }
 
 std::string StorageDbPath() { return controller::HerdHome() + "/storage.db"; }

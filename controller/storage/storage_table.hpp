@@ -24,6 +24,9 @@ struct StorageRecord {
   bool herd_made = false;  // herd created the bucket (only those are deleted with a cluster)
   bool persistent = true;  // false: deleted when the last cluster using it goes down
   std::vector<std::string> clusters;  // clusters that mount it now
+  // Managed jobs whose clusters mount it: the bucket outlives each attempt's cluster (a
+  // non-persistent one is deleted once the job ended and no cluster mounts it).
+  std::vector<int64_t> managed_jobs;
   int64_t created_unix_ms = 0;
 };
 

@@ -7,34 +7,16 @@ bucket name S3 refuses), each a one-line error naming the mount, nothing left mo
 
 import json
 import os
-import shutil
-import signal
-import socket
-import subprocess
 import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from herd_env import HerdEnvTestCase, netns_available, pids_with_marker, wait_for  # noqa: E402
+from s3_server import KEY, S3Server, have_tools  # noqa: E402
 
 CLUSTER = "stor"
-S3RVER = os.path.join(os.environ.get("HERD_S3RVER_DIR",
-                                     os.path.expanduser("~/.cache/herd/s3rver")),
-                      "node_modules", ".bin", "s3rver")
-KEY = "S3RVER"  # s3rver's fixed access key and secret
 # The buckets of this suite (names S3 takes; s3rver keeps them in the test's own directory).
 CKPT, DATA, SRC = "herd-st-ckpt", "herd-st-data", "herd-st-src"
-
-
-def have_tools():
-    return os.path.exists(S3RVER) and shutil.which("rclone") and shutil.which("node") and \
-        os.path.exists("/dev/fuse")
-
-
-def free_port(addr):
-    with socket.socket() as s:
-        s.bind((addr, 0))
-        return s.getsockname()[1]
 
 
 @unittest.skipUnless(netns_available() and have_tools(),
@@ -56,33 +38,15 @@ class StorageTest(HerdEnvTestCase):
     @classmethod
     def after_launch(cls):
         ip = cls.h.clusters()[CLUSTER]["nodes"][0]["ip"]
-        cls.s3_dir = os.path.join(cls.h.dir, "s3rver-data")
-        os.makedirs(cls.s3_dir)
+        cls.s3 = S3Server(os.path.join(cls.h.dir, "s3rver-data"))
         cls.start_s3rver(ip.rsplit(".", 1)[0] + ".254")
-        cls.h.env.update(AWS_ACCESS_KEY_ID=KEY, AWS_SECRET_ACCESS_KEY=KEY, AWS_REGION="us-east-1")
-        for k in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
-            cls.h.env.pop(k, None)
 
     @classmethod
     def start_s3rver(cls, addr):
         """s3rver on addr (over the data it already holds); herd and the test's rclone use it."""
-        if cls.s3 is not None:
-            os.killpg(cls.s3.pid, signal.SIGKILL)
-            cls.s3.wait(timeout=10)
-        port = free_port(addr)
-        cls.s3 = subprocess.Popen(["node", S3RVER, "-d", cls.s3_dir, "-a", addr, "-p",
-                                   str(port), "--silent"], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, start_new_session=True)
-        cls.endpoint = f"http://{addr}:{port}"
-        cls.h.env["AWS_ENDPOINT_URL_S3"] = cls.endpoint
-
-        def up():
-            try:
-                socket.create_connection((addr, port), timeout=1).close()
-                return True
-            except OSError:
-                return False
-        assert wait_for(up, 20), "s3rver did not start"
+        cls.s3.start(addr)
+        cls.endpoint = cls.s3.endpoint
+        cls.s3.use_in(cls.h.env)
 
     @classmethod
     def close_env(cls):
@@ -94,8 +58,7 @@ class StorageTest(HerdEnvTestCase):
         finally:
             try:
                 if cls.s3 is not None:
-                    os.killpg(cls.s3.pid, signal.SIGKILL)
-                    cls.s3.wait(timeout=10)
+                    cls.s3.stop()
             finally:
                 super().close_env()
 
@@ -110,22 +73,14 @@ class StorageTest(HerdEnvTestCase):
             f.write(text)
         return path
 
-    def rclone(self, *args, check=True):
+    def rclone(self, *args):
         """rclone on this machine against the server (the test's own view of the bucket)."""
-        env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
-        env.update(RCLONE_CONFIG_T_TYPE="s3", RCLONE_CONFIG_T_PROVIDER="Other",
-                   RCLONE_CONFIG_T_ACCESS_KEY_ID=KEY, RCLONE_CONFIG_T_SECRET_ACCESS_KEY=KEY,
-                   RCLONE_CONFIG_T_ENDPOINT=self.endpoint, RCLONE_CONFIG_T_FORCE_PATH_STYLE="true")
-        p = subprocess.run(["rclone", *args], capture_output=True, text=True, env=env, timeout=60)
-        if check:
-            self.assertEqual(p.returncode, 0, p.stderr)
+        p = self.s3.rclone(*args)
+        self.assertEqual(p.returncode, 0, p.stderr)
         return p
 
     def objects(self, bucket):
-        assert self.s3.poll() is None, "s3rver is gone"
-        p = self.rclone("lsf", "-R", "--files-only", "--retries", "1", f"t:{bucket}",
-                        check=False)
-        return sorted(p.stdout.split()) if p.returncode == 0 else None
+        return self.s3.objects(bucket)
 
     def mounts(self):
         """The rclone FUSE mounts on each node (in the node's own mount namespace)."""
@@ -265,6 +220,36 @@ run: |
             self.assertIn(f"form.yaml:{where}: file_mounts./d", p.stderr.decode())
             self.assertIn(what, p.stderr.decode())
 
+    def test_d_start_after_stop_mounts_the_buckets_again(self):
+        self.h.herd("stop", CLUSTER, "-y")
+        # Stopped: nothing of rclone runs for the cluster's nodes.
+        self.assertEqual(wait_for(lambda: not pids_with_marker(".herd/agent/storage"), 10), True)
+        p = self.h.herd("start", CLUSTER, "-y")
+        self.assertEqual(self.h.clusters()[CLUSTER]["status"], "UP", p.stderr)
+        # The MOUNT and MOUNT_CACHED buckets of the launches before are mounted again on every
+        # node; the COPY one was a download, still on the nodes' disks.
+        for alias, paths in self.mounts().items():
+            self.assertEqual(sorted(x.rsplit("/", 1)[1] for x in paths), ["checkpoints", "src"],
+                             alias)
+        ls = self.storage_ls()
+        self.assertEqual(ls[CKPT]["clusters"], [CLUSTER])
+        # The mounts read and write through to the buckets.
+        task = self.write("after.yaml", """name: after
+num_nodes: 2
+run: |
+  cat ~/checkpoints/ckpt-$SKYPILOT_NODE_RANK.txt ~/data/hello.txt
+  echo "after start $SKYPILOT_NODE_RANK" > ~/src/after-start-$SKYPILOT_NODE_RANK.txt
+""")
+        e = self.h.herd("exec", CLUSTER, task)
+        out = e.stdout.decode()
+        self.assertIn("epoch 3 of rank 0", out)
+        self.assertIn("epoch 3 of rank 1", out)
+        self.assertEqual(out.count("hello from the bucket"), 2, out)
+        self.assertEqual(self.objects(SRC), ["a.txt", "after-start-0.txt", "after-start-1.txt",
+                                             "out-0.txt", "out-1.txt"])
+        self.assertEqual(self.rclone("cat", f"t:{SRC}/after-start-1.txt").stdout,
+                         "after start 1\n")
+
     def test_z_down_unmounts_deletes_non_persistent_and_storage_delete(self):
         self.h.herd("down", CLUSTER, "-y")
         # The bridge address went with the cluster: the same data, served on loopback now.
@@ -274,7 +259,8 @@ run: |
         ls = self.storage_ls()
         self.assertNotIn(CKPT, ls)
         self.assertEqual(ls[SRC]["clusters"], [])
-        self.assertEqual(self.objects(SRC), ["a.txt", "out-0.txt", "out-1.txt"])
+        self.assertEqual(self.objects(SRC), ["a.txt", "after-start-0.txt", "after-start-1.txt",
+                                             "out-0.txt", "out-1.txt"])
         d = self.h.herd("storage", "delete", "-y", SRC, DATA)
         self.assertIn(f"Deleted bucket {SRC}", d.stderr.decode())
         self.assertIn("herd did not make the bucket", d.stderr.decode())

@@ -2,8 +2,11 @@
 // real storage table in a scratch directory and nodes that are local directories
 // (LocalShellRunner) with an rclone that refuses: a missing bucket fails before anything is made
 // or recorded (and what this launch made is deleted again); a failed mount unmounts every node
-// and undoes the launch's buckets; down deletes only non-persistent buckets herd made.
+// and undoes the launch's buckets; down deletes only non-persistent buckets herd made; a managed
+// job's non-persistent bucket outlives its attempts' clusters until the job ends; a started
+// cluster mounts again what its launches mounted.
 #include <doctest/doctest.h>
+#include <sqlite3.h>
 
 #include <filesystem>
 #include <set>
@@ -208,6 +211,183 @@ TEST_CASE("down deletes only a non-persistent bucket herd made that no cluster u
         std::string::npos);
   CHECK(w.buckets.names == std::set<std::string>{"theirs"});
   CHECK(DeleteStorage("keep", w.parts).status().code() == Code::kNotFound);
+}
+
+TEST_CASE("a managed job's non-persistent bucket outlives each attempt's cluster until it ends") {
+  World w;
+  testing::RecordingSshRunner ssh;
+  const auto task = TaskWith({{"/checkpoints", Named("ckpt", "MOUNT_CACHED", false)}});
+  // Attempt 1 makes the bucket; the job holds it besides the cluster.
+  auto first = PrepareBuckets(task, "job-7-1", w.parts, 7);
+  REQUIRE(first.ok());
+  CHECK(first->made == std::vector<std::string>{"ckpt"});
+  auto recs = w.Records();
+  REQUIRE(recs.size() == 1);
+  CHECK(recs[0].managed_jobs == std::vector<int64_t>{7});
+  // The node is lost: attempt 1's cluster goes down; the bucket (and its checkpoint) stays.
+  REQUIRE(ReleaseClusterStorage(ssh, {}, "job-7-1", true, w.parts).ok());
+  CHECK(w.buckets.names == std::set<std::string>{"ckpt"});
+  CHECK(w.buckets.deleted.empty());
+  recs = w.Records();
+  REQUIRE(recs.size() == 1);
+  CHECK(recs[0].clusters.empty());
+  CHECK(recs[0].herd_made);
+  // `herd storage delete` refuses while the job runs.
+  auto busy = DeleteStorage("ckpt", w.parts);
+  REQUIRE_FALSE(busy.ok());
+  CHECK(busy.status().code() == Code::kFailedPrecondition);
+  CHECK(busy.status().message() ==
+        "storage ckpt is held by managed job(s) 7 for their next attempts: it goes when they end "
+        "(`herd jobs cancel 7`)");
+  // Attempt 2 finds the bucket (not made again, still herd's), and its failed launch undone
+  // leaves the job's hold as it was.
+  auto second = PrepareBuckets(task, "job-7-2", w.parts, 7);
+  REQUIRE(second.ok());
+  CHECK(second->made.empty());
+  CHECK(second->job_added.empty());
+  UndoPrepare(*second, "job-7-2", w.parts);
+  recs = w.Records();
+  REQUIRE(recs.size() == 1);
+  CHECK(recs[0].herd_made);
+  CHECK(recs[0].clusters.empty());
+  CHECK(recs[0].managed_jobs == std::vector<int64_t>{7});
+  // A launch of another job's that failed takes that job out again, and only it.
+  auto other_job = PrepareBuckets(task, "job-8-1", w.parts, 8);
+  REQUIRE(other_job.ok());
+  CHECK(w.Records()[0].managed_jobs == std::vector<int64_t>{7, 8});
+  UndoPrepare(*other_job, "job-8-1", w.parts);
+  CHECK(w.Records()[0].managed_jobs == std::vector<int64_t>{7});
+  CHECK(w.Records()[0].clusters.empty());
+  // Attempt 3 runs; another cluster mounts the bucket too (an ordinary launch).
+  REQUIRE(PrepareBuckets(task, "job-7-3", w.parts, 7).ok());
+  REQUIRE(PrepareBuckets(task, "other", w.parts).ok());
+  // The job ends: its last cluster goes, then its hold; `other` still mounts the bucket.
+  REQUIRE(ReleaseClusterStorage(ssh, {}, "job-7-3", true, w.parts).ok());
+  REQUIRE(ReleaseManagedJobStorage(7, w.parts).ok());
+  CHECK(w.buckets.names == std::set<std::string>{"ckpt"});
+  recs = w.Records();
+  REQUIRE(recs.size() == 1);
+  CHECK(recs[0].clusters == std::vector<std::string>{"other"});
+  CHECK(recs[0].managed_jobs.empty());
+  // With `other` gone, nothing uses it: deleted with its record.
+  REQUIRE(ReleaseClusterStorage(ssh, {}, "other", true, w.parts).ok());
+  CHECK(w.buckets.deleted == std::vector<std::string>{"ckpt"});
+  CHECK(w.Records().empty());
+}
+
+TEST_CASE("a managed job's end deletes its non-persistent buckets, keeps persistent ones") {
+  World w;
+  testing::RecordingSshRunner ssh;
+  w.buckets.names.insert("theirs");
+  task::StorageMount theirs;
+  theirs.bucket = "theirs";
+  theirs.persistent = false;  // not herd's: never deleted
+  REQUIRE(PrepareBuckets(TaskWith({{"/t", Named("tmp", "MOUNT", false)},
+                                   {"/k", Named("keep", "MOUNT_CACHED")},
+                                   {"/x", theirs}}),
+                         "job-3-1", w.parts, 3)
+              .ok());
+  // Another job's hold is left alone.
+  REQUIRE(PrepareBuckets(TaskWith({{"/t", Named("shared", "MOUNT", false)}}), "job-4-1", w.parts, 4)
+              .ok());
+  REQUIRE(ReleaseClusterStorage(ssh, {}, "job-3-1", true, w.parts).ok());
+  CHECK(w.buckets.deleted.empty());
+  REQUIRE(ReleaseManagedJobStorage(3, w.parts).ok());
+  CHECK(w.buckets.deleted == std::vector<std::string>{"tmp"});
+  CHECK(w.buckets.names == std::set<std::string>{"keep", "shared", "theirs"});
+  // A job that held nothing: nothing changes.
+  REQUIRE(ReleaseManagedJobStorage(99, w.parts).ok());
+  CHECK(w.Records().size() == 3);
+  // `storage delete` of a bucket an ended job still holds (its controller died before the end):
+  // allowed once the job counts as ended.
+  REQUIRE(ReleaseClusterStorage(ssh, {}, "job-4-1", true, w.parts).ok());
+  CHECK(DeleteStorage("shared", w.parts).status().code() == Code::kFailedPrecondition);
+  w.parts.managed_job_ended = [](int64_t id) { return id == 4; };
+  CHECK(*DeleteStorage("shared", w.parts) == "Deleted bucket shared (s3, http://store).");
+  CHECK(w.buckets.names == std::set<std::string>{"keep", "theirs"});
+}
+
+TEST_CASE("records written before managed jobs held buckets still read") {
+  World w;
+  REQUIRE(w.parts.open_table().ok());  // the schema
+  {
+    // A row as an older herd wrote it, without the field.
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open((w.dir / "storage.db").c_str(), &db) == SQLITE_OK);
+    const char* row =
+        "INSERT INTO buckets (name, record) VALUES ('old', '{\"store\":\"s3\",\"endpoint\":"
+        "\"\",\"source\":\"\",\"mode\":\"MOUNT\",\"herd_made\":true,\"persistent\":false,"
+        "\"clusters\":[\"c1\"],\"created_unix_ms\":1}')";
+    CHECK(sqlite3_exec(db, row, nullptr, nullptr, nullptr) == SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto recs = w.Records();
+  REQUIRE(recs.size() == 1);
+  CHECK(recs[0].clusters == std::vector<std::string>{"c1"});
+  CHECK(recs[0].managed_jobs.empty());
+  CHECK(StorageRecordJson(recs[0]).at("managed_jobs").as_array().empty());
+}
+
+// A recorded `bash -c '<script>'` with the script's own quotes as they were ('\'' -> ').
+std::string Unquoted(std::string command) {
+  for (std::size_t at; (at = command.find("'\\''")) != std::string::npos;) {
+    command.replace(at, 4, "'");
+  }
+  return command;
+}
+
+TEST_CASE("a started cluster mounts again what its launches mounted, COPY and skipped ones aside") {
+  World w;
+  TempDir state;
+  CHECK(ClusterMounts(state.path())->empty());
+  REQUIRE(RecordClusterMounts(state.path(), {{"/checkpoints", "MOUNT_CACHED", "ckpt"},
+                                             {"~/data", "COPY", "data/sub"},
+                                             {"~/out", "MOUNT", "outs/run1"}})
+              .ok());
+  // A later launch mounts another bucket on ~/out: it replaces the one kept there.
+  REQUIRE(RecordClusterMounts(state.path(), {{"~/out", "MOUNT", "outs/run2"}}).ok());
+  auto kept = ClusterMounts(state.path());
+  REQUIRE(kept.ok());
+  REQUIRE(kept->size() == 2);
+  CHECK((*kept)[0].target == "/checkpoints");
+  CHECK((*kept)[1].bucket_path == "outs/run2");
+
+  testing::RecordingSshRunner ssh;
+  std::vector<controller::SshTarget> targets(2);
+  targets[0].host = "n0";
+  targets[1].host = "n1";
+  REQUIRE(RemountCluster(ssh, targets, state.path(), "c1", w.parts).ok());
+  auto runs = ssh.Calls("run ");
+  REQUIRE(runs.size() == 2);
+  for (const auto& recorded : runs) {
+    const std::string r = Unquoted(recorded);
+    CAPTURE(r);
+    CHECK(r.find("herd_mount '/checkpoints' 'MOUNT_CACHED' 'ckpt' ") != std::string::npos);
+    CHECK(r.find("herd_mount '~/out' 'MOUNT' 'outs/run2' ") != std::string::npos);
+    CHECK(r.find("'COPY'") == std::string::npos);
+  }
+  // The targets a launch mounts itself are left to it.
+  testing::RecordingSshRunner ssh2;
+  REQUIRE(RemountCluster(ssh2, targets, state.path(), "c1", w.parts, {"~/out"}).ok());
+  for (const auto& recorded : ssh2.Calls("run ")) {
+    const std::string r = Unquoted(recorded);
+    CHECK(r.find("'/checkpoints'") != std::string::npos);
+    CHECK(r.find("'~/out'") == std::string::npos);
+  }
+  // A cluster that kept nothing runs nothing.
+  TempDir none;
+  testing::RecordingSshRunner ssh3;
+  REQUIRE(RemountCluster(ssh3, targets, none.path(), "c2", w.parts).ok());
+  CHECK(ssh3.Calls().empty());
+  // A store that cannot be opened (no keys any more) names the mount; nothing runs.
+  w.parts.open_store = [](const std::string&) -> Result<std::unique_ptr<ObjectStore>> {
+    return FailedPrecondition("no AWS credentials found");
+  };
+  testing::RecordingSshRunner ssh4;
+  Status s = RemountCluster(ssh4, targets, state.path(), "c1", w.parts);
+  CHECK(s.code() == Code::kFailedPrecondition);
+  CHECK(s.message() == "file_mounts./checkpoints: no AWS credentials found");
+  CHECK(ssh4.Calls().empty());
 }
 
 }  // namespace
