@@ -201,10 +201,12 @@ Status ClusterOps::SyncFiles(const ClusterRecord& c, const Task& task, bool moun
       targets.push_back(t);
     }
   }
+  std::vector<std::string> synced;  // what went into the synced machines' homes (or absolute)
   if (!task.workdir.empty()) {
     if (!fs::is_directory(task.workdir)) {
       return InvalidArgument("workdir: " + task.workdir + " is not a directory");
     }
+    synced.push_back("sky_workdir");
     Report(progress, "Syncing workdir " + task.workdir, 0, static_cast<int>(targets.size()));
     std::string src = fs::absolute(task.workdir).string() + "/";
     HERD_RETURN_IF_ERROR(ForEachParallel(
@@ -222,6 +224,7 @@ Status ClusterOps::SyncFiles(const ClusterRecord& c, const Task& task, bool moun
       bool dir = fs::is_directory(local);
       std::string src = fs::absolute(local).string() + (dir ? "/" : "");
       std::string parent = dir ? dst : fs::path(dst).parent_path().string();
+      synced.push_back(dst);
       HERD_RETURN_IF_ERROR(ForEachParallel(
           targets.size(),
           [&](std::size_t i) -> Status {
@@ -234,6 +237,11 @@ Status ClusterOps::SyncFiles(const ClusterRecord& c, const Task& task, bool moun
           },
           [&](std::size_t i) { return DescribeTarget(targets[i]); }));
     }
+  }
+  if (IsSlurm(c.infra) && !synced.empty()) {
+    // The nodes behind the login node may not share its home: the provider copies them on.
+    HERD_ASSIGN_OR_RETURN(auto provider, parts_.providers(c.infra, nullptr));
+    HERD_RETURN_IF_ERROR(provider->SpreadFiles(c.name, c.state_dir + "/provider", synced));
   }
   return Status::Ok();
 }

@@ -20,6 +20,11 @@ Result<AutostopGrant> Provider::GrantAutostop(const std::string& cluster, const 
                             " is on " + name() + " (existing machines are not stopped by herd)");
 }
 
+Status Provider::SpreadFiles(const std::string&, const std::string&,
+                             const std::vector<std::string>&) {
+  return Status::Ok();
+}
+
 Result<MachinesView> Provider::Machines(const std::string&, const std::string&) {
   return MachinesView{};
 }

@@ -107,6 +107,12 @@ class Provider {
   // in Provision's order); returns once they were started, not once they registered.
   virtual Status StartAgents(const std::string& cluster, const std::string& state_dir,
                              const std::string& herdlet_path, const std::vector<AgentFiles>& files);
+  // Copies what the controller synced into the home of the machine it reaches the nodes through
+  // (`paths`: relative to that home, or absolute) onto every node that does not share that home
+  // (a Slurm cluster's compute nodes behind its login node). Nothing to do by default: every node
+  // was synced itself.
+  virtual Status SpreadFiles(const std::string& cluster, const std::string& state_dir,
+                             const std::vector<std::string>& paths);
   // What the provider's scheduler says of the cluster's machines; known = false by default.
   virtual Result<AllocationState> Allocation(const std::string& cluster,
                                              const std::string& state_dir);

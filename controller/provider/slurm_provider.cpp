@@ -1,5 +1,7 @@
 #include "controller/provider/slurm_provider.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -307,7 +309,7 @@ std::string BatchScript(const std::string& prefix) {
          "P=\"$HERD_SLURM_PREFIX\"; pid=\n"
          "cleanup() {\n"
          "  if [ -n \"$pid\" ]; then kill \"$pid\" 2>/dev/null; wait \"$pid\" 2>/dev/null; fi\n"
-         "  rm -rf \"$P\" \"$P.tar\" \"$P.herdlet\" \"$P.ready\"\n"
+         "  rm -rf \"$P\" \"$P.tar\" \"$P.herdlet\" \"$P.ready\" \"$P.files.tar\"\n"
          "}\n"
          "trap \"cleanup; exit 0\" TERM INT HUP\n"
          "n=0\n"
@@ -609,6 +611,39 @@ Status SlurmProvider::StartAgents(const std::string& cluster, const std::string&
               {}, limits::kSshWaitTotal)
           .status());
   return Status::Ok();
+}
+
+Status SlurmProvider::SpreadFiles(const std::string& cluster, const std::string& state_dir,
+                                  const std::vector<std::string>& paths) {
+  if (paths.empty()) return Status::Ok();
+  HERD_ASSIGN_OR_RETURN(auto rec, LoadRecord(state_dir));
+  if (!rec || rec->job.empty()) {
+    return FailedPrecondition("cluster " + cluster + " has no Slurm allocation");
+  }
+  // Absolute names in the tar (-P): the nodes' user has the login node's home path, shared or
+  // not. The probe's name is per call, so two spreads never take each other's probe.
+  std::string names;
+  for (const auto& p : paths) {
+    names += " " + (p.rfind('/', 0) == 0 ? Quote(p) : "\"$HOME\"/" + Quote(p));
+  }
+  const std::string probe =
+      ".herd-home-probe-" + rec->job + "-" + std::to_string(::getpid()) + "-" +
+      std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+  const std::string tar = rec->remote_dir + "/files.tar";
+  const std::string node_tar = rec->prefix + ".files.tar";
+  // The node's copy stays until the allocation ends (the batch script removes it): nodes may
+  // share /tmp, and one node's unpacking must not take the file from another.
+  const std::string unpack =
+      "if [ ! -e \"$HOME/" + probe + "\" ]; then exec tar -xPf " + Quote(node_tar) + "; fi";
+  const std::string script =
+      "trap 'rm -f \"$HOME/" + probe + "\" " + Quote(tar) + "' EXIT; : > \"$HOME/" + probe +
+      "\" && tar -cPf " + Quote(tar) + names + " && sbcast -f --jobid=" + rec->job + " " +
+      Quote(tar) + " " + Quote(node_tar) + " && srun --overlap --jobid=" + rec->job +
+      " --nodes=" + std::to_string(rec->nodes.size()) +
+      " --ntasks-per-node=1 --mem=0 --gres=none --kill-on-bad-exit=1 /bin/bash -c " + Quote(unpack);
+  return OnLogin(*ssh_, rec->login, "copying the workdir and file_mounts to the nodes", script, {},
+                 limits::kSshWaitTotal)
+      .status();
 }
 
 Result<AllocationState> SlurmProvider::Allocation(const std::string&,

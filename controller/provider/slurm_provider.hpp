@@ -103,6 +103,10 @@ class SlurmProvider : public Provider {
                                         const std::string& state_dir) override;
   Status Teardown(const std::string& cluster, const std::string& state_dir) override;
   bool StartsAgents() const override { return true; }
+  // tar on the login node, sbcast to every node, and one `srun --overlap` step that unpacks it
+  // on each node that does not see the login node's home (a probe file tells).
+  Status SpreadFiles(const std::string& cluster, const std::string& state_dir,
+                     const std::vector<std::string>& paths) override;
   Status StartAgents(const std::string& cluster, const std::string& state_dir,
                      const std::string& herdlet_path,
                      const std::vector<AgentFiles>& files) override;

@@ -286,6 +286,43 @@ class SlurmTest(HerdEnvTestCase):
             subprocess.run(login_ns + ["-D", "INPUT"] + rule, check=False)
             self.h.herd("down", "hslj", "-y", check=False)
 
+    def test_e_workdir_and_file_mounts_reach_nodes_without_a_shared_home(self):
+        """The nodes have homes of their own: the workdir and file_mounts synced to the login
+        node go on to each of them (sbcast and an srun step), for launch and exec."""
+        work = os.path.join(self.h.dir, "spread-work")
+        data = os.path.join(self.h.dir, "spread-data")
+        os.makedirs(work)
+        os.makedirs(data)
+        with open(os.path.join(work, "hello.txt"), "w") as f:
+            f.write("workdir v1")
+        with open(os.path.join(data, "x.txt"), "w") as f:
+            f.write("mounted data")
+        task = os.path.join(self.h.dir, "spread.yaml")
+        with open(task, "w") as f:
+            f.write(f"num_nodes: 2\nresources:\n  infra: slurm/testcluster/gpu\n"
+                    f"workdir: {work}\nfile_mounts:\n  ~/spread-data: {data}\n"
+                    "run: |\n  echo \"rank $SKYPILOT_NODE_RANK on $(hostname): $(cat hello.txt)"
+                    " / $(cat ~/spread-data/x.txt)\"\n")
+        try:
+            p = self.h.herd("launch", "-c", "hsle", "-y", task, timeout=240)
+            out = p.stdout.decode()
+            for rank in (0, 1):
+                self.assertIn(f"rank {rank} on {HOSTS_NAME}-worker{rank + 1}: workdir v1 / "
+                              "mounted data\n", out)
+            # Each node really has its own copy (no shared home), and no probe or tar is left.
+            for n in (1, 2):
+                home = os.path.join(self.hosts_state, "nodes", f"{HOSTS_NAME}-worker{n}", "home")
+                with open(os.path.join(home, "sky_workdir", "hello.txt")) as f:
+                    self.assertEqual(f.read(), "workdir v1")
+                self.assertEqual([f for f in os.listdir(home) if f.startswith(".herd-home")], [])
+            with open(os.path.join(work, "hello.txt"), "w") as f:
+                f.write("workdir v2")
+            p = self.h.herd("exec", "hsle", task, timeout=120)
+            self.assertEqual(p.stdout.decode().count(": workdir v2 / mounted data\n"), 2)
+        finally:
+            self.h.herd("down", "hsle", "-y", check=False)
+        self.assertEqual([f for f in os.listdir("/tmp") if f.startswith("herd-hsle-")], [])
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
