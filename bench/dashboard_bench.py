@@ -239,8 +239,10 @@ def main():
                            ("" if total_jobs <= 100 else
                             " && (document.querySelector('.pager-range') || {}).textContent === "
                             f"'Jobs 1\\u2013100 of {total_jobs}'")),
-            "page: infra": ("#/infra", f"document.querySelectorAll('main tbody tr').length === "
-                                       f"{2 * a.clusters}"),
+            # (The h1 too: the page before may have drawn as many rows.)
+            "page: infra": ("#/infra", "document.querySelector('main h1').textContent === "
+                                       "'Infra' && document.querySelectorAll('main tbody tr')"
+                                       f".length === {2 * a.clusters}"),
         }
         api_time("/dashboard/api/me")
         for _ in range(a.reps):

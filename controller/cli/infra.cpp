@@ -6,12 +6,13 @@
 // head's queue: each rank's GPU indices). Heads are asked at once, each within
 // limits::kStatusHeadTimeout. With CLUSTER names: only those clusters and the infra they are on.
 #include <algorithm>
+#include <charconv>
 #include <map>
 #include <optional>
 #include <ostream>
-#include <set>
 
 #include "controller/cli/common.hpp"
+#include "controller/cli/infra_json.hpp"
 #include "controller/core/table.hpp"
 #include "controller/optimizer/infra.hpp"
 #include "controller/provider/ssh_pool_provider.hpp"
@@ -19,29 +20,12 @@
 #include "herd/v1/client.pb.h"
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
-#include "shared/proto/job_state.hpp"
 
 namespace herd::cli {
 namespace {
 
 using controller::ClusterRecord;
 using controller::ClusterStatus;
-
-// "UP", "RECONNECTING", "LOST" or "STOPPED" (as `herd nodes` says).
-std::string NodeWord(const herd::v1::NodeHealth& h, bool alive) {
-  switch (h.condition()) {
-    case herd::v1::NODE_CONDITION_UP:
-      return "UP";
-    case herd::v1::NODE_CONDITION_RECONNECTING:
-      return "RECONNECTING";
-    case herd::v1::NODE_CONDITION_LOST:
-      return "LOST";
-    case herd::v1::NODE_CONDITION_STOPPED:
-      return "STOPPED";
-    default:
-      return alive ? "UP" : "LOST";
-  }
-}
 
 // What one head says: its nodes, then its unfinished jobs (their ranks' GPUs). Asked in a child
 // process (AskEachHead), both come back in one string: "N<length of nodes>:<nodes><queue>"
@@ -76,80 +60,13 @@ Result<HeadView> ParseAnswer(const std::optional<std::string>& answer) {
   HeadView v;
   if (a.empty() || a[0] != 'N' || colon == std::string::npos) return Unavailable("no answer");
   std::size_t len = 0;
-  try {
-    len = std::stoul(a.substr(1, colon - 1));
-  } catch (const std::exception&) {
-    return Unavailable("a garbled answer");
-  }
-  if (colon + 1 + len > a.size() || !v.nodes.ParseFromString(a.substr(colon + 1, len)) ||
+  const auto [end, ec] = std::from_chars(a.data() + 1, a.data() + colon, len);
+  if (ec != std::errc() || end != a.data() + colon || len > a.size() - colon - 1 ||
+      !v.nodes.ParseFromString(a.substr(colon + 1, len)) ||
       !v.queue.ParseFromString(a.substr(colon + 1 + len))) {
     return Unavailable("a garbled answer");
   }
   return v;
-}
-
-// GPUs each node's unfinished jobs hold (node id -> count).
-std::map<std::string, int> GpusInUse(const herd::v1::QueueReply& queue) {
-  std::map<std::string, int> used;
-  for (const auto& j : queue.jobs()) {
-    if (proto::IsTerminal(j.state())) continue;
-    for (int r = 0; r < j.rank_gpus_size() && r < j.node_ids_size(); ++r) {
-      used[j.node_ids(r)] += j.rank_gpus(r).indices_size();
-    }
-  }
-  return used;
-}
-
-boost::json::object ClusterJson(const ClusterRecord& c, const Result<HeadView>* head) {
-  boost::json::object o;
-  o["name"] = c.name;
-  o["infra"] = c.infra;
-  o["status"] = std::string(controller::Name(c.status));
-  o["resources"] = c.resources;
-  int gpus = 0, in_use = 0;
-  boost::json::array nodes;
-  if (head != nullptr && head->ok()) {
-    const auto used = GpusInUse((*head)->queue);
-    const auto& reply = (*head)->nodes;
-    for (int i = 0; i < reply.nodes_size(); ++i) {
-      const auto& n = reply.nodes(i);
-      const bool alive = i < reply.alive_size() && reply.alive(i);
-      const herd::v1::NodeHealth h =
-          i < reply.health_size() ? reply.health(i) : herd::v1::NodeHealth{};
-      auto u = used.find(n.node_id());
-      const int node_in_use = u == used.end() ? 0 : u->second;
-      boost::json::array names;
-      for (const auto& g : n.gpu_names()) names.push_back(boost::json::string(g));
-      nodes.push_back(boost::json::object{{"node_id", n.node_id()},
-                                          {"hostname", n.hostname()},
-                                          {"address", n.addresses_size() ? n.addresses(0) : ""},
-                                          {"is_head", n.is_head()},
-                                          {"cpus", n.cpus()},
-                                          {"gpus", n.gpu_count()},
-                                          {"gpu_names", std::move(names)},
-                                          {"gpus_in_use", node_in_use},
-                                          {"alive", alive},
-                                          {"status", NodeWord(h, alive)},
-                                          {"drained", h.drained()}});
-      gpus += n.gpu_count();
-      in_use += node_in_use;
-    }
-  } else {
-    // Not asked (not UP) or not answering: the nodes as the record has them, GPUs unknown.
-    for (const auto& n : c.nodes) {
-      nodes.push_back(boost::json::object{{"node_id", n.name},
-                                          {"hostname", ""},
-                                          {"address", n.ip},
-                                          {"is_head", n.is_head},
-                                          {"status", std::string(controller::Name(c.status))}});
-    }
-    if (head != nullptr) o["error"] = head->status().message();
-  }
-  o["nodes"] = std::move(nodes);
-  o["gpus"] = gpus;
-  o["gpus_in_use"] = in_use;
-  o["gpus_known"] = head != nullptr && head->ok();
-  return o;
 }
 
 class InfraCommand final : public Command {
@@ -243,7 +160,10 @@ class InfraCommand final : public Command {
       }
       const auto h = heads.find(c->name);
       add(infra, kind_of(infra), usable, reason)
-          .clusters.push_back(ClusterJson(*c, h == heads.end() ? nullptr : &h->second));
+          .clusters.push_back(
+              h == heads.end() ? InfraClusterJson(*c, nullptr, nullptr, nullptr)
+              : h->second.ok() ? InfraClusterJson(*c, &h->second->nodes, &h->second->queue, nullptr)
+                               : InfraClusterJson(*c, nullptr, nullptr, &h->second.status()));
     }
     boost::json::array out;
     for (auto& item : items) {

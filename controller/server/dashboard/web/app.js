@@ -294,7 +294,8 @@ function gpuChart(g) {
                         stroke: "#1f5fbf", "stroke-width": 2, class: "in-use"}));
   s.append(svg("path", {d: step(1).replace(/^M[^L]*L/, "M"), fill: "none", stroke: "#5f6b7a",
                         "stroke-dasharray": "6 4", class: "total"}));
-  for (const p of samples) {
+  // A dot per sample (its figures on hover) while they are few enough to tell apart.
+  for (const p of samples.length <= 200 ? samples : []) {
     const dot = svg("circle", {cx: x(p[0]), cy: y(p[2]), r: 3, fill: "#1f5fbf"});
     dot.append(svg("title", {}, `${new Date(p[0]).toLocaleTimeString()}: ${p[2]} of ${p[1]} ` +
                                 `GPUs in use`));
@@ -311,7 +312,7 @@ function gpuChart(g) {
 
 // A node's GPUs as a bar of cells, one per GPU, filled when in use (with the numbers beside).
 function gpuBar(total, inUse) {
-  const n = Math.min(total, 64), cell = 12;
+  const n = Math.min(total, 64), cell = total > 16 ? 6 : 12;
   const s = svg("svg", {class: "gpu-bar", width: Math.max(1, n) * cell, height: 12,
                         viewBox: `0 0 ${Math.max(1, n) * cell} 12`, "aria-hidden": "true"});
   for (let i = 0; i < n; i++) {
@@ -402,31 +403,27 @@ async function clusterPage(name) {
   const seen = pageState();
   const render = async () => {
     // Everything the page shows, asked at once: the cluster's own state (not every cluster's),
-    // its jobs, its nodes as the head sees them, and its GPUs (now, and the samples).
-    let nodesError = null, gpusError = null;
-    const optional = (p, onError) => p.catch(e => {
-      if (e instanceof Unauthenticated) throw e;
-      onError(e.message);
-      return null;
-    });
-    const [c, jobs, nodes, gpus] = await Promise.all([
+    // its jobs, and its nodes as its head sees them with their GPUs (now, and the samples).
+    let gpusError = null;
+    const [c, jobs, gpus] = await Promise.all([
       api(`/clusters/${q}`), api(`/clusters/${q}/jobs`),
-      optional(api(`/clusters/${q}/nodes`), m => { nodesError = m; }),
-      optional(api(`/clusters/${q}/gpus`), m => { gpusError = m; })]);
+      api(`/clusters/${q}/gpus`).catch(e => {
+        if (e instanceof Unauthenticated) throw e;
+        gpusError = e.message;
+        return null;
+      })]);
     // The server's clock moves with every answer: only a change of anything else redraws (a
     // new sample, a GPU taken or freed), so a refresh leaves the focus where it is.
     const gpusSeen = gpus && Object.assign({}, gpus, {now_ms: 0});
-    if (!changed(seen, [c, jobs, nodes, nodesError, gpusSeen, gpusError])) return;
-    const live = new Map((nodes || []).map(n => [n.node_id, n]));
-    const used = new Map(((gpus && gpus.cluster && gpus.cluster.nodes) || [])
+    if (!changed(seen, [c, jobs, gpusSeen, gpusError])) return;
+    const live = new Map(((gpus && gpus.cluster && gpus.cluster.nodes) || [])
                            .map(n => [n.node_id, n]));
+    const known = !!(gpus && gpus.cluster && gpus.cluster.gpus_known);
     const nodeRows = (c.nodes || []).map(n => {
       const l = live.get(n.name) || {};
-      const g = used.get(n.name);
-      const gpuCell = g && g.gpus !== undefined ? `${g.gpus_in_use} of ${g.gpus} in use` :
-                      l.gpus === undefined ? "-" : String(l.gpus);
       return [h("td", {class: "wrap"}, n.name), n.ip, n.is_head ? "head" : "worker",
-              gpuCell, stateCell(l.status || (l.alive ? "UP" : "-"))];
+              known && l.gpus !== undefined ? `${l.gpus_in_use} of ${l.gpus} in use` : "-",
+              stateCell(known ? l.status || "-" : "-")];
     });
     const refresh = () => render().catch(showError);
     show(
@@ -445,7 +442,8 @@ async function clusterPage(name) {
                      `/clusters/${q}/down`, () => { location.hash = "#/clusters"; })),
       h("h2", {}, "Nodes"),
       table(["Node", "IP", "Role", "GPUs", "Agent"], nodeRows),
-      nodesError ? h("p", {class: "muted"}, "Live node state: " + nodesError) : null,
+      gpus && gpus.cluster && gpus.cluster.error ?
+        h("p", {class: "muted"}, "Live node state: " + gpus.cluster.error) : null,
       h("h2", {}, "GPUs in use"),
       gpus ? gpuChart(gpus) : h("p", {class: "muted"}, "GPUs: " + gpusError),
       h("h2", {}, "Timeline"),
