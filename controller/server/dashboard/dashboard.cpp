@@ -534,9 +534,11 @@ class Dashboard::Impl : public std::enable_shared_from_this<Dashboard::Impl> {
     const User as = RunAs(user, cluster);
     std::vector<std::string> cap;
     if (t.segments.size() == 4 && m == "GET") {
-      // One cluster's `status` (the cluster page asks for its own, not for every cluster's).
+      // One cluster's `status` (the cluster page asks for its own, not for every cluster's); for
+      // an admin with its "user", as the clusters route gives it.
+      const std::string owner = user.role == Role::kAdmin ? as.name : "";
       return Collect(as, {"status", cluster, "-o", "json"}, limits::kApiMaxBodyBytes, res,
-                     [res, cluster](Result<Output> o) {
+                     [res, cluster, owner](Result<Output> o) {
                        if (!o.ok()) return res->Respond(ErrorResponse(o.status()));
                        if (o->exit_code != 0)
                          return res->Respond(ErrorResponse(CommandFailed(o->exit_code, o->err)));
@@ -546,7 +548,9 @@ class Dashboard::Impl : public std::enable_shared_from_this<Dashboard::Impl> {
                          return res->Respond(
                              ErrorResponse(NotFound("cluster " + cluster + " does not exist")));
                        }
-                       res->Respond(JsonResponse(v->as_array()[0]));
+                       boost::json::value c = v->as_array()[0];
+                       if (!owner.empty() && c.is_object()) c.as_object()["user"] = owner;
+                       res->Respond(JsonResponse(c));
                      });
     }
     if (t.Match({"dashboard", "api", "clusters", ":c", "gpus"}) && m == "GET") {

@@ -596,8 +596,17 @@ TEST_CASE("one cluster's state: `status C`, and a cluster not listed is not foun
   REQUIRE(r.status == 200);
   CHECK(boost::json::parse(r.body).at("status").as_string() == "UP");
   CHECK(f.ran.back().args == std::vector<std::string>{"status", "c1", "-o", "json"});
+  CHECK_FALSE(boost::json::parse(r.body).as_object().contains("user"));
   f.reply = "[]";
   CHECK(f.Call("GET", "/dashboard/api/clusters/c2", alice).status == 404);
+  // The admin sees another user's cluster as its owner's, with the owner named.
+  REQUIRE(f.store->ClaimName(NameKind::kCluster, "bobs", "bob", 1).ok());
+  const std::string admin = f.Login("admin");
+  f.reply = R"([{"name": "bobs", "status": "UP"}])";
+  r = f.Call("GET", "/dashboard/api/clusters/bobs", admin);
+  REQUIRE(r.status == 200);
+  CHECK(f.ran.back().user == "bob");
+  CHECK(boost::json::parse(r.body).at("user").as_string() == "bob");
 }
 
 }  // namespace
