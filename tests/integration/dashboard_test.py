@@ -193,7 +193,7 @@ class DashboardTest(unittest.TestCase):
         text = page.text("main")
         for h in POOL_HOSTS:
             self.assertIn(h, text)
-        self.assertIn("2 host(s) in the pool, 0 held by clusters", text)
+        self.assertIn("0 of its 2 host(s) held by clusters", text)
         self.assertRegex(page.text("#infra-summary"), r"^\d+ of \d+ GPUs in use on \d+ node")
         self.assertTrue(page.eval(NO_XSS))
         # The keyboard alone reaches the cluster's link, and Enter follows it.
@@ -209,12 +209,17 @@ class DashboardTest(unittest.TestCase):
 
     def test_37_script_in_a_cluster_name_is_shown_as_text(self):
         page = self.alice_page
-        page.goto(self.endpoint + "/dashboard/#/cluster/" +
-                  page.eval(f"encodeURIComponent({json.dumps(XSS_NAME)})"))
-        page.wait_for("document.querySelector('main .error')", what="an error")
-        # The server refuses the name (it is no cluster name); the page says so, in text.
-        self.assertIn("cluster", page.text("main .error").lower())
-        self.assertTrue(page.eval(NO_XSS))
+        # A name in the page's address: the page asks the server for it, the server refuses it
+        # (no cluster name; with a '/' no path segment either) and the page says so, in text.
+        for name, why in ((XSS_LINE.split("<script>")[0], "invalid cluster"),
+                          (XSS_NAME, "encoded '/'")):
+            page.goto(self.endpoint + "/dashboard/#/cluster/" +
+                      page.eval(f"encodeURIComponent({json.dumps(name)})"))
+            # The page's error alone in main (not what the page before left there).
+            page.wait_for("document.querySelector('main').children.length === 1 && "
+                          "document.querySelector('main > p.error[role=alert]')", what="an error")
+            self.assertIn(why, page.text("main .error"))
+            self.assertTrue(page.eval(NO_XSS))
         self.shoot(page, "cluster-bad-name")
 
     def test_40_job_page_shows_new_log_lines_as_they_come(self):

@@ -360,11 +360,10 @@ async function infraPage() {
       }
       const held = inf.clusters.reduce((k, c) => k + (c.nodes || []).length, 0);
       const about = [inf.usable ? "usable" : "not usable", inf.reason ? ": " + inf.reason : ""];
-      if (inf.hosts) about.push(`; ${inf.hosts.length} host(s) in the pool, ${held} held by ` +
-                                "clusters");
+      if (inf.hosts) about.push(`; ${held} of its ${inf.hosts.length} host(s) held by clusters`);
       sections.push(h("section", {class: "infra", "aria-label": "Infra " + inf.infra},
         h("h2", {}, inf.infra, " ", h("span", {class: "kind"}, inf.kind)),
-        h("p", {class: inf.usable ? "muted" : "error"}, about.join("")),
+        h("p", {class: "muted"}, about.join("")),
         inf.hosts && inf.hosts.length ?
           h("p", {class: "muted wrap"}, "Hosts: " + inf.hosts.join(", ")) : null,
         rows.length ?
