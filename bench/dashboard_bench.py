@@ -52,7 +52,8 @@ case "$1" in
           esac ;;
   infra) case "$2" in
            -o) cat "$HERD_BENCH_DATA/infra-all.json" ;;
-           *) cat "$HERD_BENCH_DATA/infra-$2.json" 2>/dev/null || { echo "herd: no cluster $2" >&2; exit 102; } ;;
+           *) cat "$HERD_BENCH_DATA/infra-$2.json" 2>/dev/null ||
+                { echo "herd: no cluster $2" >&2; exit 102; } ;;
          esac ;;
   queue) case "$2" in
            -o) cat "$HERD_BENCH_DATA/queue-all.json" ;;

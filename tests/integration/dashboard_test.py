@@ -7,8 +7,8 @@ cluster's nodes with their GPUs, alice's SSH node pool with its hosts), log line
 a cancel from the page
 (CANCELLED, and in `herd api audit`), bob not seeing alice's cluster, an expired session acting on
 nothing, a cross-origin POST refused, script in a job name, a log line and a cluster name (in the
-page's address) shown as text, the keyboard alone, and logout. Screenshots of each page at 1280 and 390 pixels go to
-$HERD_TEST_ARTIFACTS. Needs root, ip netns, herd-api and chromium; skipped otherwise."""
+page's address) shown as text, the keyboard alone, and logout. Screenshots of each page at 1280
+and 390 pixels go to $HERD_TEST_ARTIFACTS. Needs root, ip netns, herd-api and chromium; skipped otherwise."""
 
 import http.client
 import json

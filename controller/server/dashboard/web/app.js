@@ -283,9 +283,10 @@ function gpuChart(g) {
     return d + ` L${x(t1)},${y(samples[samples.length - 1][i])}`;
   };
   const last = samples[samples.length - 1];
+  const peak = Math.max(...samples.map(v => v[2]));
   const s = svg("svg", {class: "gpu-chart", viewBox: `0 0 ${W} ${H}`, role: "img",
                         "aria-label": `GPUs in use over time: ${last[2]} of ${last[1]} at the ` +
-                                      `last sample, at most ${Math.max(...samples.map(v => v[2]))}`});
+                                      `last sample, at most ${peak}`});
   for (const v of [0, ymax]) {
     s.append(svg("line", {x1: left, x2: W - right, y1: y(v), y2: y(v), stroke: "#eef1f5"}));
     s.append(svg("text", {x: left - 6, y: y(v) + 4, "text-anchor": "end"}, v));
@@ -338,7 +339,9 @@ async function infraPage() {
           clusters: (item.clusters || []).map(c => Object.assign({user: item.user}, c))}));
       } else {
         have.usable = have.usable || item.usable;
-        for (const c of item.clusters || []) have.clusters.push(Object.assign({user: item.user}, c));
+        for (const c of item.clusters || []) {
+          have.clusters.push(Object.assign({user: item.user}, c));
+        }
         if (item.hosts && !have.hosts) have.hosts = item.hosts;
       }
     }
