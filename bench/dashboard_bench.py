@@ -2,18 +2,21 @@
 """issue 25: how fast the web dashboard's pages render with 50 clusters and 5 000 jobs.
 
 Starts `herd-api` in a private home on 127.0.191.2 (TLS, its own CA) with a stand-in `herd`: a
-shell script that answers `status -o json` with --clusters clusters and `queue NAME -o json` with
---jobs-per-cluster jobs each (files written once, so the figure is the server's and the page's
-work, not a head's), `nodes` with 2 nodes. Warm workers are off (a stand-in cannot be one), so every
-read is a `herd` process of the server's: the figures include a process start per command.
+shell script that answers `status -o json` with --clusters clusters (`status NAME` with that one),
+`queue NAME -o json` with --jobs-per-cluster jobs each (files written once, so the figure is the
+server's and the page's work, not a head's), `nodes` with 2 nodes, and `infra [NAME] -o json`
+with every cluster's (or that one's) 2 nodes of 2 GPUs, 1 in use. Warm workers are off (a
+stand-in cannot be one), so every read is a `herd` process of the server's: the figures include a
+process start per command.
 
 Then, logged in as the admin through the one-time link in headless Chromium
 (tests/integration/browser.py), for --reps runs each:
-  - the JSON routes alone (/dashboard/api/clusters, .../clusters/C/jobs, .../jobs), timed from
-    Python;
+  - the JSON routes alone (/dashboard/api/clusters, .../clusters/C/jobs, .../clusters/C/gpus,
+    .../jobs, .../infra), timed from Python;
   - each page, timed inside the page from the route change to the moment its table holds every
     row (clusters: 50 rows; a cluster: its 100 jobs and the timeline; jobs: its first page of
-    100 rows, from one request for every cluster's jobs, and the pager counting all 5 000).
+    100 rows, from one request for every cluster's jobs, and the pager counting all 5 000; a
+    cluster also its GPU chart; infra: every cluster's 2 node rows).
 Prints p50/p90/max per item against the 300 ms target and writes them as JSON under --out.
 
 Usage: dashboard_bench.py [--herd-api PATH] [--clusters 50] [--jobs-per-cluster 100] [--reps 10]
@@ -43,7 +46,15 @@ TARGET_MS = 300
 FAKE_HERD = """#!/bin/sh
 # The bench's stand-in for herd: canned -o json answers.
 case "$1" in
-  status) cat "$HERD_BENCH_DATA/status.json" ;;
+  status) case "$2" in
+            -o) cat "$HERD_BENCH_DATA/status.json" ;;
+            *) cat "$HERD_BENCH_DATA/status-$2.json" 2>/dev/null || echo "[]" ;;
+          esac ;;
+  infra) case "$2" in
+           -o) cat "$HERD_BENCH_DATA/infra-all.json" ;;
+           *) cat "$HERD_BENCH_DATA/infra-$2.json" 2>/dev/null ||
+                { echo "herd: no cluster $2" >&2; exit 102; } ;;
+         esac ;;
   queue) case "$2" in
            -o) cat "$HERD_BENCH_DATA/queue-all.json" ;;
            *) cat "$HERD_BENCH_DATA/queue-$2.json" 2>/dev/null || { echo "herd: no cluster $2" >&2; exit 102; } ;;
@@ -60,6 +71,13 @@ def write_data(d, clusters, jobs_per_cluster):
     states = ["SUCCEEDED", "FAILED", "CANCELLED", "RUNNING", "PENDING"]
     cl = []
     every = []  # `queue -o json` without a cluster: every cluster's jobs, each with its cluster
+    infra_cl = []  # `infra -o json`: every cluster with its nodes' GPUs
+
+    def infra_item(clusters_):
+        return {"infra": "local", "kind": "local", "usable": True, "reason": "bench",
+                "gpus": sum(c["gpus"] for c in clusters_),
+                "gpus_in_use": sum(c["gpus_in_use"] for c in clusters_),
+                "nodes": sum(len(c["nodes"]) for c in clusters_), "clusters": clusters_}
     for c in range(clusters):
         name = f"bench-{c:02d}"
         nodes = [{"name": f"{name}-{i}", "ip": f"10.0.{c}.{i + 1}", "is_head": i == 0}
@@ -83,11 +101,25 @@ def write_data(d, clusters, jobs_per_cluster):
                          "message": "", "attempt": 1, "task_id": 0})
         with open(os.path.join(d, f"queue-{name}.json"), "w") as f:
             json.dump(jobs, f)
+        with open(os.path.join(d, f"status-{name}.json"), "w") as f:
+            json.dump([cl[-1]], f)
+        infra_cl.append({"name": name, "infra": "local", "status": "UP",
+                         "resources": "2x(cpus=4, L4:2)", "gpus": 4, "gpus_in_use": 2,
+                         "gpus_known": True,
+                         "nodes": [{"node_id": n["name"], "hostname": n["name"],
+                                    "address": n["ip"], "is_head": n["is_head"], "cpus": 4,
+                                    "gpus": 2, "gpu_names": ["L4", "L4"], "gpus_in_use": 1,
+                                    "alive": True, "status": "UP", "drained": False}
+                                   for n in nodes]})
+        with open(os.path.join(d, f"infra-{name}.json"), "w") as f:
+            json.dump([infra_item([infra_cl[-1]])], f)
         every.extend(dict(j, cluster=name) for j in jobs)
     with open(os.path.join(d, "queue-all.json"), "w") as f:
         json.dump(every, f)
     with open(os.path.join(d, "status.json"), "w") as f:
         json.dump(cl, f)
+    with open(os.path.join(d, "infra-all.json"), "w") as f:
+        json.dump([infra_item(infra_cl)], f)
     with open(os.path.join(d, "nodes.json"), "w") as f:
         json.dump([{"node_id": f"n{i}", "address": "", "hostname": "", "cpus": 4, "gpus": 2,
                     "gpu_source": "fake", "is_head": i == 0, "alive": True, "status": "UP",
@@ -199,6 +231,7 @@ def main():
                                f"{a.clusters}"),
             "page: a cluster": (f"#/cluster/{mid}",
                                 "document.querySelector('svg.timeline') && "
+                                "document.querySelector('svg.gpu-chart') && "
                                 f"document.querySelectorAll('main tbody tr').length === "
                                 f"{a.jobs_per_cluster + 2}"),
             # A page of rows (JOBS_PER_PAGE in app.js) and the pager counting them all.
@@ -207,12 +240,19 @@ def main():
                            ("" if total_jobs <= 100 else
                             " && (document.querySelector('.pager-range') || {}).textContent === "
                             f"'Jobs 1\\u2013100 of {total_jobs}'")),
+            # (The h1 too: the page before may have drawn as many rows.)
+            "page: infra": ("#/infra", "document.querySelector('main h1').textContent === "
+                                       "'Infra' && document.querySelectorAll('main tbody tr')"
+                                       f".length === {2 * a.clusters}"),
         }
         api_time("/dashboard/api/me")
         for _ in range(a.reps):
             results.setdefault("api: clusters", []).append(api_time("/dashboard/api/clusters"))
             results.setdefault("api: a cluster's jobs", []).append(
                 api_time(f"/dashboard/api/clusters/{mid}/jobs"))
+            results.setdefault("api: a cluster's GPUs", []).append(
+                api_time(f"/dashboard/api/clusters/{mid}/gpus"))
+            results.setdefault("api: infra", []).append(api_time("/dashboard/api/infra"))
             results.setdefault("api: every job (a page)", []).append(
                 api_time("/dashboard/api/jobs?offset=0&limit=100"))
             for label, (hash_, done) in pages.items():

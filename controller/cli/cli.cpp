@@ -31,13 +31,13 @@ int RunCliArgs(std::vector<std::string> args, std::ostream& out, std::ostream& e
   app.add_flag("-q,--quiet", quiet, "no progress output");
 
   std::vector<std::unique_ptr<cli::Command>> commands;
-  for (auto make : {cli::MakeCheckCommand, cli::MakeCertsCommand,    cli::MakeLaunchCommand,
-                    cli::MakeExecCommand,  cli::MakeStatusCommand,   cli::MakeQueueCommand,
-                    cli::MakeLogsCommand,  cli::MakeCancelCommand,   cli::MakeStopCommand,
-                    cli::MakeStartCommand, cli::MakeDownCommand,     cli::MakeAutostopCommand,
-                    cli::MakeJobsCommand,  cli::MakeNodesCommand,    cli::MakeMuxCommand,
-                    cli::MakeServeCommand, cli::MakeApiCommand,      cli::MakeGpusCommand,
-                    cli::MakeStackCommand, cli::MakeDashboardCommand}) {
+  for (auto make : {cli::MakeCheckCommand, cli::MakeCertsCommand,     cli::MakeLaunchCommand,
+                    cli::MakeExecCommand,  cli::MakeStatusCommand,    cli::MakeQueueCommand,
+                    cli::MakeLogsCommand,  cli::MakeCancelCommand,    cli::MakeStopCommand,
+                    cli::MakeStartCommand, cli::MakeDownCommand,      cli::MakeAutostopCommand,
+                    cli::MakeJobsCommand,  cli::MakeNodesCommand,     cli::MakeMuxCommand,
+                    cli::MakeServeCommand, cli::MakeApiCommand,       cli::MakeGpusCommand,
+                    cli::MakeStackCommand, cli::MakeDashboardCommand, cli::MakeInfraCommand}) {
     commands.push_back(make());
     commands.back()->Add(app);
   }

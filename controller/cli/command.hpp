@@ -81,5 +81,6 @@ std::unique_ptr<Command> MakeApiCommand();
 std::unique_ptr<Command> MakeStorageCommand();
 std::unique_ptr<Command> MakeGpusCommand();
 std::unique_ptr<Command> MakeDashboardCommand();
+std::unique_ptr<Command> MakeInfraCommand();
 
 }  // namespace herd::cli

@@ -2,28 +2,13 @@
 #include <ostream>
 
 #include "controller/cli/common.hpp"
+#include "controller/cli/infra_json.hpp"
 #include "controller/core/table.hpp"
 
 namespace herd::cli {
 namespace {
 
 using namespace herd::v1;
-
-// UP, RECONNECTING, LOST or STOPPED; from `alive` alone for a head that sends no health.
-std::string NodeConditionWord(const NodeHealth& h, bool alive) {
-  switch (h.condition()) {
-    case NODE_CONDITION_UP:
-      return "UP";
-    case NODE_CONDITION_RECONNECTING:
-      return "RECONNECTING";
-    case NODE_CONDITION_LOST:
-      return "LOST";
-    case NODE_CONDITION_STOPPED:
-      return "STOPPED";
-    default:
-      return alive ? "UP" : "LOST";
-  }
-}
 
 class NodesCommand final : public Command {
  public:

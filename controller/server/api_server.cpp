@@ -96,6 +96,7 @@ const std::map<std::string, bool>& Verbs() {
       {"logs", false},       {"cancel", true},     {"stop", true},        {"start", true},
       {"down", true},        {"autostop", true},   {"nodes", false},      {"jobs.launch", true},
       {"jobs.queue", false}, {"jobs.logs", false}, {"jobs.cancel", true}, {"stack", false},
+      {"infra", false},
   };
   return verbs;
 }

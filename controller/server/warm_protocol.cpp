@@ -12,7 +12,7 @@ bool IsWarmRead(const std::vector<std::string>& args) {
   if (args.empty()) return false;
   if (std::find(args.begin(), args.end(), "--") != args.end()) return false;
   const std::string& verb = args[0];
-  if (verb == "status" || verb == "queue" || verb == "nodes") return true;
+  if (verb == "status" || verb == "queue" || verb == "nodes" || verb == "infra") return true;
   if (verb == "logs") return std::find(args.begin(), args.end(), "--no-follow") != args.end();
   return verb == "jobs" && args.size() > 1 && args[1] == "queue";
 }

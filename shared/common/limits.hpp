@@ -724,6 +724,21 @@ static_assert(kDashboardSessionMaxTtl <= kApiTokenMaxLifetime,
               "a session never outlives what a token may");
 static_assert(kDashboardLogWindowBytes <= kApiMaxFrameBytes * 4,
               "a window is a few of the frames the server streams a log in");
+// GPUs in use over time per cluster (the cluster page's chart): the server records a sample of a
+// cluster's GPUs (in use, total) when it serves the cluster's state to a page (the cluster and
+// infra pages poll), at most one per cluster per kDashboardGpuSampleInterval, in the API store.
+inline constexpr Duration kDashboardGpuSampleInterval = 30s;
+// What the store keeps: samples younger than kDashboardGpuSampleRetention (of every cluster, one
+// that is gone too), and at most kDashboardGpuSamplesPerCluster of each cluster, the oldest
+// dropped first; the page gets them all.
+inline constexpr Duration kDashboardGpuSampleRetention = std::chrono::hours(24);
+inline constexpr std::size_t kDashboardGpuSamplesPerCluster = 2880;
+static_assert(kDashboardGpuSampleInterval *
+                      static_cast<std::int64_t>(kDashboardGpuSamplesPerCluster) >=
+                  kDashboardGpuSampleRetention,
+              "the per-cluster cap holds a whole retention window of samples");
+static_assert(kDashboardGpuSampleInterval > kStatusHeadTimeout,
+              "one sample's question to the heads ends before the next is due");
 
 // ---- Autostop on clouds (agent/head/cloud_autostop, controller/provider/iam_client) -----------
 // The head's EC2 call when an aws cluster has been idle long enough (curl --aws-sigv4 with the

@@ -2,11 +2,13 @@
 protocol, browser.py): a server on 127.0.191.1 with its users (api_server_test's setup), alice's
 2-node local cluster launched through it, and each user in a browser context of their own,
 logged in with the one-time link of `herd dashboard`. Checked: the session cookie's attributes,
-a spent link, the clusters, cluster and job pages, log lines arriving live, a cancel from the page
+a spent link, the clusters, cluster and job pages, the cluster's GPU chart, the infra page (the
+cluster's nodes with their GPUs, alice's SSH node pool with its hosts), log lines arriving live,
+a cancel from the page
 (CANCELLED, and in `herd api audit`), bob not seeing alice's cluster, an expired session acting on
-nothing, a cross-origin POST refused, script in a job name and a log line shown as text, the
-keyboard alone, and logout. Screenshots of each page at 1280 and 390 pixels go to
-$HERD_TEST_ARTIFACTS. Needs root, ip netns, herd-api and chromium; skipped otherwise."""
+nothing, a cross-origin POST refused, script in a job name, a log line and a cluster name (in the
+page's address) shown as text, the keyboard alone, and logout. Screenshots of each page at 1280
+and 390 pixels go to $HERD_TEST_ARTIFACTS. Needs root, ip netns, herd-api and chromium; skipped otherwise."""
 
 import http.client
 import json
@@ -24,6 +26,8 @@ from browser import Browser, chromium_available  # noqa: E402
 from herd_env import netns_available  # noqa: E402
 
 HOST = "127.0.191.1"
+# Alice's SSH node pool on the server (never connected to: the infra page lists its hosts).
+POOL_HOSTS = ["127.0.231.10", "127.0.231.11"]
 ARTIFACTS = os.environ.get("HERD_TEST_ARTIFACTS") or tempfile.mkdtemp(prefix="herd-dash-art-")
 XSS_NAME = '<script>window.__xss=1</script>"><img src=x onerror="window.__xss=2">'
 XSS_LINE = '"><img src=x onerror="window.__xss=3"><script>window.__xss=4</script>'
@@ -57,6 +61,11 @@ class DashboardTest(unittest.TestCase):
                         "  for i in $(seq 1 900); do echo \"rank $SKYPILOT_NODE_RANK line $i\";"
                         " sleep 0.3; done\n")
             cls.alice.herd("launch", "-c", cls.CLUSTER, "-y", "-d", task, timeout=300)
+            # The server runs alice's commands in her home there: her pools file goes in it.
+            pools = os.path.join(cls.home, "users", "alice", "herd", "ssh_node_pools.yaml")
+            with open(pools, "w") as f:
+                f.write("lab:\n  user: root\n  hosts:\n" +
+                        "".join(f"    - {h}\n" for h in POOL_HOSTS))
             cls.browser = Browser()
         except BaseException:
             cls.tearDownClass()
@@ -140,6 +149,78 @@ class DashboardTest(unittest.TestCase):
         self.assertTrue(page.eval("!!document.querySelector('svg.timeline')"))
         self.assertTrue(page.eval(NO_XSS))
         self.shoot(page, "cluster")
+
+    def test_32_cluster_page_draws_the_gpus_in_use_over_time(self):
+        page = self.alice_page
+        page.goto(self.endpoint + f"/dashboard/#/cluster/{self.CLUSTER}")
+        page.wait_for("document.querySelector('svg.gpu-chart path.in-use')", timeout=60,
+                      what="the GPU chart")
+        self.assertIn("GPUs in use now", page.text("#gpu-now"))
+        # The sample the page's visit made is in the chart: one dot per sample.
+        self.assertGreaterEqual(page.eval("document.querySelectorAll('svg.gpu-chart circle')"
+                                          ".length"), 1)
+        # Each node's GPUs from its head: "N of M in use".
+        cells = page.eval("[...document.querySelectorAll('main table')[0].tBodies[0].rows]"
+                          ".map(r => r.cells[3].textContent)")
+        self.assertEqual(len(cells), 2)
+        for cell in cells:
+            self.assertRegex(cell, r"^\d+ of \d+ in use$")
+        self.shoot(page, "cluster-gpus")
+
+    def test_35_infra_page_shows_the_clusters_nodes_with_their_gpus_and_the_pool(self):
+        page = self.alice_page
+        page.goto(self.endpoint + "/dashboard/#/clusters")
+        page.wait_for("document.querySelector('main h1').textContent === 'Clusters'")
+        # Linked from the nav.
+        page.eval("[...document.querySelectorAll('nav a')].find(a => "
+                  "a.textContent === 'Infra').click()")
+        page.wait_for("location.hash === '#/infra'")
+        rows = ("[...document.querySelectorAll('main tbody tr')].filter(r => "
+                f"r.cells[0].textContent === '{self.CLUSTER}')")
+        page.wait_for(f"{rows}.length === 2", timeout=60, what="the cluster's 2 node rows")
+        nodes = page.eval(f"{rows}.map(r => [...r.cells].map(c => c.textContent))")
+        for cells in nodes:
+            # Cluster, Node, Address, GPUs, In use, Free, (bar), Status
+            self.assertTrue(cells[1].startswith(self.CLUSTER), cells)
+            gpus, used, free = (int(cells[3]), int(cells[4]), int(cells[5]))
+            self.assertEqual(gpus, used + free, cells)
+            self.assertEqual(cells[7], "UP", cells)
+        self.assertIn("(head)", nodes[0][1] + nodes[1][1])
+        sections = page.eval("[...document.querySelectorAll('main section.infra h2')]"
+                             ".map(h => h.textContent)")
+        self.assertTrue(any(s.startswith("local") for s in sections), sections)
+        self.assertTrue(any(s.startswith("ssh/lab") for s in sections), sections)
+        text = page.text("main")
+        for h in POOL_HOSTS:
+            self.assertIn(h, text)
+        self.assertIn("0 of its 2 host(s) held by clusters", text)
+        self.assertRegex(page.text("#infra-summary"), r"^\d+ of \d+ GPUs in use on \d+ node")
+        self.assertTrue(page.eval(NO_XSS))
+        # The keyboard alone reaches the cluster's link, and Enter follows it.
+        page.eval("document.activeElement.blur()")
+        for _ in range(30):
+            page.key("Tab", keycode=9)
+            if page.eval("document.activeElement.textContent") == self.CLUSTER:
+                break
+        self.assertEqual(page.eval("document.activeElement.textContent"), self.CLUSTER)
+        self.shoot(page, "infra")
+        page.key("Enter", keycode=13, text="\r")
+        page.wait_for(f"location.hash === '#/cluster/{self.CLUSTER}'")
+
+    def test_37_script_in_a_cluster_name_is_shown_as_text(self):
+        page = self.alice_page
+        # A name in the page's address: the page asks the server for it, the server refuses it
+        # (no cluster name; with a '/' no path segment either) and the page says so, in text.
+        for name, why in ((XSS_LINE.split("<script>")[0], "invalid cluster"),
+                          (XSS_NAME, "encoded '/'")):
+            page.goto(self.endpoint + "/dashboard/#/cluster/" +
+                      page.eval(f"encodeURIComponent({json.dumps(name)})"))
+            # The page's error alone in main (not what the page before left there).
+            page.wait_for("document.querySelector('main').children.length === 1 && "
+                          "document.querySelector('main > p.error[role=alert]')", what="an error")
+            self.assertIn(why, page.text("main .error"))
+            self.assertTrue(page.eval(NO_XSS))
+        self.shoot(page, "cluster-bad-name")
 
     def test_40_job_page_shows_new_log_lines_as_they_come(self):
         page = self.alice_page
@@ -275,7 +356,8 @@ class DashboardTest(unittest.TestCase):
         for _ in range(40):
             page.key("Tab", keycode=9)
             seen.append(page.eval("(document.activeElement.textContent || '').trim()"))
-        for label in ("Skip to content", "Clusters", "Jobs", "Log out", "Stop", "Start", "Down"):
+        for label in ("Skip to content", "Clusters", "Jobs", "Infra", "Log out", "Stop", "Start",
+                      "Down"):
             self.assertIn(label, seen)
         # Enter on a focused link follows it.
         page.eval("[...document.querySelectorAll('nav a')].find(a => "

@@ -159,6 +159,7 @@ class Dashboard::Impl : public std::enable_shared_from_this<Dashboard::Impl> {
       return GatherEveryUser(user, {"queue", "-o", "json"}, "jobs", /*tag_user=*/false,
                              limits::kApiMaxResponseBytes, res, page);
     }
+    if (t.Match({"dashboard", "api", "infra"}) && m == "GET") return Infra(user, res);
     if (t.Match({"dashboard", "api", "managed"}) && m == "GET") {
       return JsonCommand(user, {"jobs", "queue", "-o", "json"}, res);
     }
@@ -370,9 +371,11 @@ class Dashboard::Impl : public std::enable_shared_from_this<Dashboard::Impl> {
     std::size_t offset = 0;
     std::size_t limit = SIZE_MAX;
   };
+  // `seen`, when given, gets every user's items before the answer goes out.
+  using ItemsFn = std::function<void(const boost::json::array& items)>;
   void GatherEveryUser(const User& user, std::vector<std::string> args, const std::string& key,
                        bool tag_user, std::size_t max_bytes, const Res& res,
-                       std::optional<Page> page = std::nullopt) {
+                       std::optional<Page> page = std::nullopt, ItemsFn seen = nullptr) {
     std::vector<User> whose = {user};
     if (user.role == Role::kAdmin) {
       auto users = host_.store->ListUsers();
@@ -390,7 +393,7 @@ class Dashboard::Impl : public std::enable_shared_from_this<Dashboard::Impl> {
     for (const auto& u : whose) {
       const std::string name = u.name;
       Collect(u, args, max_bytes, res,
-              [g, res, name, key, max_bytes, tag_user, page](Result<Output> o) {
+              [g, res, name, key, max_bytes, tag_user, page, seen](Result<Output> o) {
                 std::lock_guard<std::mutex> l(g->mu);
                 if (!o.ok()) {
                   g->errors.push_back(name + ": " + o.status().message());
@@ -408,6 +411,7 @@ class Dashboard::Impl : public std::enable_shared_from_this<Dashboard::Impl> {
                                                     : std::string("not a JSON array")));
                 }
                 if (--g->left > 0) return;
+                if (seen) seen(g->items);
                 boost::json::array errors;
                 for (auto& e : g->errors) errors.push_back(boost::json::string(e));
                 boost::json::object out{{"errors", errors}};
@@ -435,6 +439,83 @@ class Dashboard::Impl : public std::enable_shared_from_this<Dashboard::Impl> {
     }
   }
 
+  // The infra page: each user's `infra -o json` (an admin's page: every user's, each infra with
+  // its "user"). What it says of each cluster's GPUs is a sample for the cluster's chart.
+  void Infra(const User& user, const Res& res) {
+    auto self = shared_from_this();
+    GatherEveryUser(user, {"infra", "-o", "json"}, "infra", /*tag_user=*/true,
+                    limits::kApiMaxBodyBytes, res, std::nullopt,
+                    [self](const boost::json::array& items) {
+                      for (const auto& item : items) self->SampleGpus(item);
+                    });
+  }
+
+  // Records a GPU sample of every cluster of one `infra -o json` item whose head answered.
+  void SampleGpus(const boost::json::value& item) {
+    const auto* o = item.if_object();
+    const auto* clusters = o ? o->if_contains("clusters") : nullptr;
+    if (!clusters || !clusters->is_array()) return;
+    for (const auto& cv : clusters->as_array()) {
+      const auto* c = cv.if_object();
+      if (!c) continue;
+      const auto* known = c->if_contains("gpus_known");
+      const auto* name = c->if_contains("name");
+      const auto* gpus = c->if_contains("gpus");
+      const auto* in_use = c->if_contains("gpus_in_use");
+      if (!known || !known->is_bool() || !known->as_bool() || !name || !name->is_string() ||
+          !gpus || !gpus->is_int64() || !in_use || !in_use->is_int64()) {
+        continue;
+      }
+      auto r = host_.store->RecordGpuSample(std::string(name->as_string()), gpus->as_int64(),
+                                            in_use->as_int64(), host_.now_ms());
+      if (!r.ok()) {
+        HERD_LOG(kWarn) << "GPU sample of " << name->as_string() << ": " << r.status().message();
+      }
+    }
+  }
+
+  // A cluster's GPUs now (`infra C -o json`: its nodes with GPUs free and in use; recorded as a
+  // sample) and its samples of the retention window, oldest first: {"cluster", "samples":
+  // [[at_ms, gpus, in_use], ...], "interval_ms", "now_ms"}.
+  void Gpus(const User& as, const std::string& cluster, const Res& res) {
+    auto self = shared_from_this();
+    Collect(as, {"infra", cluster, "-o", "json"}, limits::kApiMaxBodyBytes, res,
+            [self, res, cluster](Result<Output> o) {
+              if (!o.ok()) return res->Respond(ErrorResponse(o.status()));
+              if (o->exit_code != 0)
+                return res->Respond(ErrorResponse(CommandFailed(o->exit_code, o->err)));
+              auto v = ParseOutput(o->out);
+              if (!v.ok()) return res->Respond(ErrorResponse(v.status()));
+              boost::json::value now;
+              if (v->is_array()) {
+                for (const auto& item : v->as_array()) {
+                  self->SampleGpus(item);
+                  const auto* io = item.if_object();
+                  const auto* cl = io ? io->if_contains("clusters") : nullptr;
+                  if (!cl || !cl->is_array()) continue;
+                  for (const auto& c : cl->as_array()) {
+                    const auto* co = c.if_object();
+                    const auto* n = co ? co->if_contains("name") : nullptr;
+                    if (n && n->is_string() && n->as_string() == cluster) now = c;
+                  }
+                }
+              }
+              const int64_t now_ms = self->host_.now_ms();
+              auto samples = self->host_.store->ListGpuSamples(
+                  cluster, now_ms - Ms(limits::kDashboardGpuSampleRetention));
+              if (!samples.ok()) return res->Respond(ErrorResponse(samples.status()));
+              boost::json::array arr;
+              arr.reserve(samples->size());
+              for (const auto& s : *samples)
+                arr.push_back(boost::json::array{s.at_ms, s.gpus, s.in_use});
+              res->Respond(JsonResponse(
+                  boost::json::object{{"cluster", std::move(now)},
+                                      {"samples", std::move(arr)},
+                                      {"interval_ms", Ms(limits::kDashboardGpuSampleInterval)},
+                                      {"now_ms", now_ms}}));
+            });
+  }
+
   // Whom a cluster's commands run as: the session's user, or for an admin the cluster's owner.
   User RunAs(const User& user, const std::string& cluster) {
     if (user.role != Role::kAdmin) return user;
@@ -452,6 +533,29 @@ class Dashboard::Impl : public std::enable_shared_from_this<Dashboard::Impl> {
     }
     const User as = RunAs(user, cluster);
     std::vector<std::string> cap;
+    if (t.segments.size() == 4 && m == "GET") {
+      // One cluster's `status` (the cluster page asks for its own, not for every cluster's); for
+      // an admin with its "user", as the clusters route gives it.
+      const std::string owner = user.role == Role::kAdmin ? as.name : "";
+      return Collect(as, {"status", cluster, "-o", "json"}, limits::kApiMaxBodyBytes, res,
+                     [res, cluster, owner](Result<Output> o) {
+                       if (!o.ok()) return res->Respond(ErrorResponse(o.status()));
+                       if (o->exit_code != 0)
+                         return res->Respond(ErrorResponse(CommandFailed(o->exit_code, o->err)));
+                       auto v = ParseOutput(o->out);
+                       if (!v.ok()) return res->Respond(ErrorResponse(v.status()));
+                       if (!v->is_array() || v->as_array().empty()) {
+                         return res->Respond(
+                             ErrorResponse(NotFound("cluster " + cluster + " does not exist")));
+                       }
+                       boost::json::value c = v->as_array()[0];
+                       if (!owner.empty() && c.is_object()) c.as_object()["user"] = owner;
+                       res->Respond(JsonResponse(c));
+                     });
+    }
+    if (t.Match({"dashboard", "api", "clusters", ":c", "gpus"}) && m == "GET") {
+      return Gpus(as, cluster, res);
+    }
     if (t.Match({"dashboard", "api", "clusters", ":c", "jobs"}) && m == "GET") {
       return JsonCommand(as, {"queue", cluster, "-o", "json"}, res);
     }

@@ -19,8 +19,14 @@
 //   GET  /dashboard/, /dashboard/FILE       the pages
 //   GET  /dashboard/api/me                  {"name", "role", "expires_at_ms"}
 //   GET  /dashboard/api/clusters            `status -o json` (admins: every user's, with "user")
+//   GET  /dashboard/api/clusters/C          `status C -o json`'s one cluster
 //   GET  /dashboard/api/clusters/C/jobs     `queue C -o json`
 //   GET  /dashboard/api/clusters/C/nodes    `nodes C -o json`
+//   GET  /dashboard/api/clusters/C/gpus     {"cluster": `infra C -o json`'s cluster (its nodes
+//        with GPUs and GPUs in use), "samples": [[at_ms, gpus, in_use], ...] oldest first,
+//        "interval_ms", "now_ms"}; records a sample (ApiStore::RecordGpuSample)
+//   GET  /dashboard/api/infra               `infra -o json` (admins: every user's, each infra with
+//        "user"); records a sample of each cluster whose head answered
 //   GET  /dashboard/api/clusters/C/jobs/J/log?offset=N   a window of the log from byte N:
 //        {"offset", "next_offset", "text", "more"} (at most limits::kDashboardLogWindowBytes)
 //   GET  /dashboard/api/clusters/C/jobs/J/events?offset=N  the log followed live (server-sent

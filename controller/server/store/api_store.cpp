@@ -206,9 +206,20 @@ Status CreateSchemaV1(SqlDb& db) {
       });
 }
 
+// Version 2: the dashboard's GPU samples, one row per cluster and time.
+Status CreateSchemaV2(SqlDb& db) {
+  return ExecAll(db,
+                 {
+                     "CREATE TABLE gpu_samples (cluster TEXT NOT NULL, at_ms BIGINT NOT NULL, "
+                     "gpus BIGINT NOT NULL, in_use BIGINT NOT NULL, PRIMARY KEY (cluster, at_ms))",
+                     "CREATE INDEX gpu_samples_by_time ON gpu_samples (at_ms)",
+                 });
+}
+
 const std::vector<Migration>& Migrations() {
   static const std::vector<Migration> kMigrations = {
       {1, "users, tokens, requests, audit, names, leases, secrets", CreateSchemaV1},
+      {2, "gpu_samples", CreateSchemaV2},
   };
   return kMigrations;
 }
@@ -869,6 +880,62 @@ Result<std::vector<std::string>> ApiStore::ListSecretKeys(std::string_view owner
   std::vector<std::string> keys;
   for (const SqlRow& row : rows) keys.push_back(row.Text(0));
   return keys;
+}
+
+// ---- GPU samples --------------------------------------------------------------------------------
+
+GpuSampleBounds GpuSampleBounds::Default() {
+  using std::chrono::milliseconds;
+  return {std::chrono::duration_cast<milliseconds>(limits::kDashboardGpuSampleInterval).count(),
+          std::chrono::duration_cast<milliseconds>(limits::kDashboardGpuSampleRetention).count(),
+          static_cast<std::int64_t>(limits::kDashboardGpuSamplesPerCluster)};
+}
+
+Result<bool> ApiStore::RecordGpuSample(std::string_view cluster, std::int64_t gpus,
+                                       std::int64_t in_use, std::int64_t now_ms,
+                                       const GpuSampleBounds& bounds) {
+  HERD_RETURN_IF_ERROR(controller::ValidateClusterName(cluster));
+  if (gpus < 0 || in_use < 0) return InvalidArgument("GPU sample: negative count");
+  const std::string name(cluster);
+  bool recorded = false;
+  HERD_RETURN_IF_ERROR(db_->InTransaction([&]() -> Status {
+    recorded = false;
+    HERD_ASSIGN_OR_RETURN(
+        SqlRows newest,
+        db_->Query("SELECT at_ms FROM gpu_samples WHERE cluster = ? ORDER BY at_ms DESC LIMIT 1",
+                   {name}));
+    if (!newest.empty() && now_ms - newest[0].Int(0) < bounds.interval_ms) return Status::Ok();
+    HERD_ASSIGN_OR_RETURN(
+        std::int64_t added,
+        db_->Exec("INSERT INTO gpu_samples (cluster, at_ms, gpus, in_use) VALUES (?, ?, ?, ?) "
+                  "ON CONFLICT DO NOTHING",
+                  {name, now_ms, gpus, in_use}));
+    recorded = added == 1;
+    HERD_RETURN_IF_ERROR(
+        db_->Exec("DELETE FROM gpu_samples WHERE at_ms < ?", {now_ms - bounds.retention_ms})
+            .status());
+    // Past the cap: every sample of the cluster at or before the newest one that is too many.
+    return db_
+        ->Exec(
+            "DELETE FROM gpu_samples WHERE cluster = ? AND at_ms <= (SELECT at_ms FROM "
+            "gpu_samples WHERE cluster = ? ORDER BY at_ms DESC LIMIT 1 OFFSET ?)",
+            {name, name, bounds.per_cluster})
+        .status();
+  }));
+  return recorded;
+}
+
+Result<std::vector<GpuSample>> ApiStore::ListGpuSamples(std::string_view cluster,
+                                                        std::int64_t since_ms) {
+  HERD_RETURN_IF_ERROR(controller::ValidateClusterName(cluster));
+  HERD_ASSIGN_OR_RETURN(SqlRows rows,
+                        db_->Query("SELECT at_ms, gpus, in_use FROM gpu_samples WHERE cluster = ? "
+                                   "AND at_ms >= ? ORDER BY at_ms",
+                                   {std::string(cluster), since_ms}));
+  std::vector<GpuSample> out;
+  out.reserve(rows.size());
+  for (const SqlRow& row : rows) out.push_back(GpuSample{row.Int(0), row.Int(1), row.Int(2)});
+  return out;
 }
 
 }  // namespace herd::server

@@ -100,6 +100,21 @@ struct OwnedName {
   std::int64_t claimed_at_ms = 0;
 };
 
+// One sample of a cluster's GPUs (the dashboard's chart of GPUs in use over time).
+struct GpuSample {
+  std::int64_t at_ms = 0;
+  std::int64_t gpus = 0;    // the GPUs its nodes have
+  std::int64_t in_use = 0;  // held by its unfinished jobs
+};
+
+// How often and how many GPU samples the store keeps (limits.hpp's by default; tests shrink them).
+struct GpuSampleBounds {
+  std::int64_t interval_ms;   // a cluster's samples at least this far apart
+  std::int64_t retention_ms;  // samples older than this (of any cluster) are dropped
+  std::int64_t per_cluster;   // at most this many of one cluster, the oldest dropped
+  static GpuSampleBounds Default();
+};
+
 // 1 to limits::kApiMaxNameBytes characters of a-z, A-Z, 0-9, '-', '_' and '.', starting with a
 // letter or digit, without "..": so no quote, ';', '/', space, NUL or control character. The
 // InvalidArgument names `field` and states the rule. User names and managed-job names follow it;
@@ -209,6 +224,17 @@ class ApiStore {
   Result<std::string> GetSecret(std::string_view owner, std::string_view key);  // NotFound
   Status DeleteSecret(std::string_view owner, std::string_view key);            // NotFound
   Result<std::vector<std::string>> ListSecretKeys(std::string_view owner);      // by key
+
+  // ---- GPU samples (the dashboard's chart of GPUs in use per cluster)
+  // Records a sample of `cluster` at now_ms unless its newest one is less than
+  // bounds.interval_ms old (false then: not recorded), and drops what the bounds no longer keep.
+  // Several servers sampling one cluster at once record it once. InvalidArgument for a bad
+  // cluster name or a negative count.
+  Result<bool> RecordGpuSample(std::string_view cluster, std::int64_t gpus, std::int64_t in_use,
+                               std::int64_t now_ms,
+                               const GpuSampleBounds& bounds = GpuSampleBounds::Default());
+  // The cluster's samples at or after since_ms, oldest first.
+  Result<std::vector<GpuSample>> ListGpuSamples(std::string_view cluster, std::int64_t since_ms);
 
   ApiStore(const ApiStore&) = delete;
   ApiStore& operator=(const ApiStore&) = delete;

@@ -1,5 +1,6 @@
 // herd's web dashboard: one page, routed by the URL's fragment (#/clusters, #/cluster/NAME,
-// #/job/CLUSTER/ID, #/jobs, #/users), over the JSON routes of controller/server/dashboard.
+// #/job/CLUSTER/ID, #/jobs, #/infra, #/users), over the JSON routes of
+// controller/server/dashboard.
 // Everything a user controls (names, log lines, messages) reaches the page as text nodes
 // (textContent, createTextNode), never as HTML.
 "use strict";
@@ -255,6 +256,137 @@ function timeline(jobs) {
   return h("div", {}, s, legend);
 }
 
+// GPUs in use over time (the server's samples of the cluster, oldest first, [at_ms, gpus,
+// in_use]): a step area of the GPUs in use under a dashed line of the GPUs there are, the latest
+// figure in words above it.
+function gpuChart(g) {
+  const samples = g.samples || [];
+  const now = g.cluster && g.cluster.gpus_known ?
+    `${g.cluster.gpus_in_use} of ${g.cluster.gpus} GPUs in use now` : "GPUs now: unknown";
+  const intervalS = Math.round((g.interval_ms || 0) / 1000);
+  const caption = h("p", {id: "gpu-now"}, now,
+    h("span", {class: "muted"}, ` (a sample at most every ${intervalS} s while a page shows the ` +
+                                `cluster; ${samples.length} kept)`));
+  if (!samples.length) return h("div", {}, caption,
+                                h("p", {class: "muted"}, "No samples yet."));
+  const W = 1000, H = 180, left = 40, right = 10, top = 10, bottom = 24;
+  const t0 = samples[0][0], t1 = Math.max(g.now_ms || 0, samples[samples.length - 1][0]);
+  const ymax = Math.max(1, ...samples.map(s => Math.max(s[1], s[2])));
+  const x = t => left + (W - left - right) * (t - t0) / Math.max(1, t1 - t0);
+  const y = v => top + (H - top - bottom) * (1 - v / ymax);
+  const step = (i) => {
+    let d = `M${x(samples[0][0])},${y(0)}`;
+    samples.forEach((s, k) => {
+      if (k > 0) d += ` L${x(s[0])},${y(samples[k - 1][i])}`;
+      d += ` L${x(s[0])},${y(s[i])}`;
+    });
+    return d + ` L${x(t1)},${y(samples[samples.length - 1][i])}`;
+  };
+  const last = samples[samples.length - 1];
+  const peak = Math.max(...samples.map(v => v[2]));
+  const s = svg("svg", {class: "gpu-chart", viewBox: `0 0 ${W} ${H}`, role: "img",
+                        "aria-label": `GPUs in use over time: ${last[2]} of ${last[1]} at the ` +
+                                      `last sample, at most ${peak}`});
+  for (const v of [0, ymax]) {
+    s.append(svg("line", {x1: left, x2: W - right, y1: y(v), y2: y(v), stroke: "#eef1f5"}));
+    s.append(svg("text", {x: left - 6, y: y(v) + 4, "text-anchor": "end"}, v));
+  }
+  s.append(svg("path", {d: step(2) + ` L${x(t1)},${y(0)} Z`, fill: "#1f5fbf", "fill-opacity": 0.25,
+                        stroke: "#1f5fbf", "stroke-width": 2, class: "in-use"}));
+  s.append(svg("path", {d: step(1).replace(/^M[^L]*L/, "M"), fill: "none", stroke: "#5f6b7a",
+                        "stroke-dasharray": "6 4", class: "total"}));
+  // A dot per sample (its figures on hover) while they are few enough to tell apart.
+  for (const p of samples.length <= 200 ? samples : []) {
+    const dot = svg("circle", {cx: x(p[0]), cy: y(p[2]), r: 3, fill: "#1f5fbf"});
+    dot.append(svg("title", {}, `${new Date(p[0]).toLocaleTimeString()}: ${p[2]} of ${p[1]} ` +
+                                `GPUs in use`));
+    s.append(dot);
+  }
+  s.append(svg("text", {x: left, y: H - 6}, new Date(t0).toLocaleTimeString()));
+  s.append(svg("text", {x: W - right, y: H - 6, "text-anchor": "end"},
+               new Date(t1).toLocaleTimeString()));
+  const legend = h("div", {class: "legend", "aria-hidden": "true"},
+    h("span", {"data-c": "#1f5fbf"}, "in use"), h("span", {"data-c": "#5f6b7a"}, "GPUs there"));
+  for (const span of legend.children) span.style.setProperty("--c", span.dataset.c);
+  return h("div", {}, caption, s, legend);
+}
+
+// A node's GPUs as a bar of cells, one per GPU, filled when in use (with the numbers beside).
+function gpuBar(total, inUse) {
+  const n = Math.min(total, 64), cell = total > 16 ? 6 : 12;
+  const s = svg("svg", {class: "gpu-bar", width: Math.max(1, n) * cell, height: 12,
+                        viewBox: `0 0 ${Math.max(1, n) * cell} 12`, "aria-hidden": "true"});
+  for (let i = 0; i < n; i++) {
+    s.append(svg("rect", {x: i * cell + 1, y: 1, width: cell - 2, height: 10, rx: 2,
+                          fill: i < inUse ? "#1f5fbf" : "#dfe6ef"}));
+  }
+  return s;
+}
+
+// Infra: each infra (merged over users for an admin), its SSH pool hosts, its clusters' nodes
+// with their GPUs free and in use.
+async function infraPage() {
+  const seen = pageState();
+  const render = async () => {
+    const data = await api("/infra");
+    if (!changed(seen, data)) return;
+    const admin = me.role === "admin";
+    const byInfra = new Map();
+    for (const item of data.infra || []) {
+      const have = byInfra.get(item.infra);
+      if (!have) {
+        byInfra.set(item.infra, Object.assign({}, item, {
+          clusters: (item.clusters || []).map(c => Object.assign({user: item.user}, c))}));
+      } else {
+        have.usable = have.usable || item.usable;
+        for (const c of item.clusters || []) {
+          have.clusters.push(Object.assign({user: item.user}, c));
+        }
+        if (item.hosts && !have.hosts) have.hosts = item.hosts;
+      }
+    }
+    let total = 0, inUse = 0, nodeCount = 0;
+    const sections = [];
+    for (const inf of byInfra.values()) {
+      const rows = [];
+      for (const c of inf.clusters) {
+        for (const n of c.nodes || []) {
+          nodeCount++;
+          const known = c.gpus_known && n.gpus !== undefined;
+          if (known) { total += n.gpus; inUse += n.gpus_in_use; }
+          rows.push([clusterLink(c.name)].concat(admin ? [c.user] : [], [
+            h("td", {class: "wrap"}, n.node_id + (n.is_head ? " (head)" : "")), n.address || "-",
+            known ? String(n.gpus) : "-", known ? String(n.gpus_in_use) : "-",
+            known ? String(Math.max(0, n.gpus - n.gpus_in_use)) : "-",
+            known ? gpuBar(n.gpus, n.gpus_in_use) : "", stateCell(n.status || "-")]));
+        }
+      }
+      const held = inf.clusters.reduce((k, c) => k + (c.nodes || []).length, 0);
+      const about = [inf.usable ? "usable" : "not usable", inf.reason ? ": " + inf.reason : ""];
+      if (inf.hosts) about.push(`; ${held} of its ${inf.hosts.length} host(s) held by clusters`);
+      sections.push(h("section", {class: "infra", "aria-label": "Infra " + inf.infra},
+        h("h2", {}, inf.infra, " ", h("span", {class: "kind"}, inf.kind)),
+        h("p", {class: "muted"}, about.join("")),
+        inf.hosts && inf.hosts.length ?
+          h("p", {class: "muted wrap"}, "Hosts: " + inf.hosts.join(", ")) : null,
+        rows.length ?
+          table(["Cluster"].concat(admin ? ["User"] : [],
+                ["Node", "Address", "GPUs", "In use", "Free", "", "Status"]), rows,
+                admin ? [1, 3, 7] : [2, 6])
+          : h("p", {class: "muted"}, "No clusters here.")));
+      for (const c of inf.clusters) {
+        if (c.error) sections.push(h("p", {class: "muted"}, `Cluster ${c.name}: ${c.error}`));
+      }
+    }
+    show(h("h1", {}, "Infra"),
+      h("p", {id: "infra-summary"}, `${inUse} of ${total} GPUs in use on ${nodeCount} node(s)`),
+      sections.length ? sections : h("p", {class: "muted"}, "No infra."),
+      (data.errors || []).map(e => h("p", {class: "error"}, e)));
+  };
+  await render();
+  every(REFRESH_MS, render);
+}
+
 function jobRows(cluster, jobs, withCluster, refresh) {
   return jobs.map(j => {
     const c = j.cluster || cluster;
@@ -272,21 +404,28 @@ async function clusterPage(name) {
   const q = encodeURIComponent(name);
   const seen = pageState();
   const render = async () => {
-    const [list, jobs] = await Promise.all([api("/clusters"), api(`/clusters/${q}/jobs`)]);
-    const c = list.clusters.find(x => x.name === name);
-    if (!c) throw new Error("cluster " + name + " does not exist");
-    let nodes = [];
-    let nodesError = null;
-    try { nodes = await api(`/clusters/${q}/nodes`); } catch (e) {
-      if (e instanceof Unauthenticated) throw e;
-      nodesError = e.message;
-    }
-    if (!changed(seen, [c, jobs, nodes, nodesError])) return;
-    const live = new Map(nodes.map(n => [n.node_id, n]));
+    // Everything the page shows, asked at once: the cluster's own state (not every cluster's),
+    // its jobs, and its nodes as its head sees them with their GPUs (now, and the samples).
+    let gpusError = null;
+    const [c, jobs, gpus] = await Promise.all([
+      api(`/clusters/${q}`), api(`/clusters/${q}/jobs`),
+      api(`/clusters/${q}/gpus`).catch(e => {
+        if (e instanceof Unauthenticated) throw e;
+        gpusError = e.message;
+        return null;
+      })]);
+    // The server's clock moves with every answer: only a change of anything else redraws (a
+    // new sample, a GPU taken or freed), so a refresh leaves the focus where it is.
+    const gpusSeen = gpus && Object.assign({}, gpus, {now_ms: 0});
+    if (!changed(seen, [c, jobs, gpusSeen, gpusError])) return;
+    const live = new Map(((gpus && gpus.cluster && gpus.cluster.nodes) || [])
+                           .map(n => [n.node_id, n]));
+    const known = !!(gpus && gpus.cluster && gpus.cluster.gpus_known);
     const nodeRows = (c.nodes || []).map(n => {
       const l = live.get(n.name) || {};
       return [h("td", {class: "wrap"}, n.name), n.ip, n.is_head ? "head" : "worker",
-              l.gpus === undefined ? "-" : l.gpus, stateCell(l.status || (l.alive ? "UP" : "-"))];
+              known && l.gpus !== undefined ? `${l.gpus_in_use} of ${l.gpus} in use` : "-",
+              stateCell(known ? l.status || "-" : "-")];
     });
     const refresh = () => render().catch(showError);
     show(
@@ -305,7 +444,10 @@ async function clusterPage(name) {
                      `/clusters/${q}/down`, () => { location.hash = "#/clusters"; })),
       h("h2", {}, "Nodes"),
       table(["Node", "IP", "Role", "GPUs", "Agent"], nodeRows),
-      nodesError ? h("p", {class: "muted"}, "Live node state: " + nodesError) : null,
+      gpus && gpus.cluster && gpus.cluster.error ?
+        h("p", {class: "muted"}, "Live node state: " + gpus.cluster.error) : null,
+      h("h2", {}, "GPUs in use"),
+      gpus ? gpuChart(gpus) : h("p", {class: "muted"}, "GPUs: " + gpusError),
       h("h2", {}, "Timeline"),
       timeline(jobs),
       h("h2", {}, "Job queue"),
@@ -523,6 +665,7 @@ async function route() {
     else if (parts[0] === "job" && parts[1] && /^\d+$/.test(parts[2] || "")) {
       await jobPage(parts[1], parts[2]);
     } else if (parts[0] === "jobs") await jobsPage();
+    else if (parts[0] === "infra") await infraPage();
     else if (parts[0] === "users") await usersPage();
     else await clustersPage();
   } catch (e) {

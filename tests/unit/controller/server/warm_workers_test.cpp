@@ -220,6 +220,7 @@ TEST_CASE("warm requests: encoded on one line, decoded back, anything else refus
   CHECK(IsWarmRead({"jobs", "queue"}));
   CHECK_FALSE(IsWarmRead({"jobs", "launch"}));
   CHECK(IsWarmRead({"nodes", "c"}));
+  CHECK(IsWarmRead({"infra", "-o", "json"}));
   CHECK(IsWarmRead({"logs", "c", "1", "--no-follow"}));
   CHECK_FALSE(IsWarmRead({"logs", "c", "1"}));  // a follow may last: a child of its own
 }

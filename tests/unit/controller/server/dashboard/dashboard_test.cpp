@@ -492,5 +492,122 @@ TEST_CASE("a live log arrives as server-sent events with the byte offset as the 
   CHECK(f.ran.back().args == std::vector<std::string>{"logs", "c1", "4", "--offset", "100"});
 }
 
+// What `herd infra -o json` prints for one cluster: its head answered, `in_use` of 8 GPUs held.
+std::string InfraReply(const std::string& cluster, int in_use, bool known = true) {
+  return R"([{"infra": "local", "kind": "local", "usable": true, "reason": "",
+               "gpus": 8, "gpus_in_use": )" +
+         std::to_string(in_use) + R"(, "nodes": 2, "clusters": [{"name": ")" + cluster +
+         R"(", "infra": "local", "status": "UP", "gpus": 8, "gpus_in_use": )" +
+         std::to_string(in_use) + R"(, "gpus_known": )" + (known ? "true" : "false") +
+         R"(, "nodes": [{"node_id": "n1", "gpus": 4, "gpus_in_use": )" + std::to_string(in_use) +
+         R"(}, {"node_id": "n2", "gpus": 4, "gpus_in_use": 0}]}]}])";
+}
+
+TEST_CASE("infra: each user's `herd infra`, the admin's view of all, and a GPU sample each") {
+  Fixture f;
+  const std::string alice = f.Login("alice");
+  f.reply = InfraReply("c1", 3);
+  HttpResponse r = f.Call("GET", "/dashboard/api/infra", alice);
+  REQUIRE(r.status == 200);
+  auto o = boost::json::parse(r.body).as_object();
+  REQUIRE(o.at("infra").as_array().size() == 1);
+  CHECK(o.at("infra").as_array()[0].at("user").as_string() == "alice");
+  CHECK(o.at("errors").as_array().empty());
+  CHECK(f.ran.back().args == std::vector<std::string>{"infra", "-o", "json"});
+  CHECK(f.ran.back().user == "alice");
+  auto samples = f.store->ListGpuSamples("c1", 0).value();
+  REQUIRE(samples.size() == 1);
+  CHECK(samples[0].gpus == 8);
+  CHECK(samples[0].in_use == 3);
+  CHECK(samples[0].at_ms == f.now.load());
+  // Again within the interval: no second sample.
+  f.Call("GET", "/dashboard/api/infra", alice);
+  CHECK(f.store->ListGpuSamples("c1", 0).value().size() == 1);
+  // A head that did not answer is no sample.
+  f.reply = InfraReply("c2", 0, /*known=*/false);
+  CHECK(f.Call("GET", "/dashboard/api/infra", alice).status == 200);
+  CHECK(f.store->ListGpuSamples("c2", 0).value().empty());
+  // The admin: every user's, each as that user.
+  const std::string admin = f.Login("admin");
+  f.ran.clear();
+  f.reply = InfraReply("c3", 1);
+  r = f.Call("GET", "/dashboard/api/infra", admin);
+  REQUIRE(r.status == 200);
+  CHECK(boost::json::parse(r.body).as_object().at("infra").as_array().size() == 3);
+  std::set<std::string> as;
+  for (const auto& run : f.ran) as.insert(run.user);
+  CHECK(as == std::set<std::string>{"admin", "alice", "bob"});
+  // A user's command that fails is named, the others are shown.
+  f.reply = "";
+  f.reply_err = "herd: no\n";
+  f.reply_code = 1;
+  o = boost::json::parse(f.Call("GET", "/dashboard/api/infra", alice).body).as_object();
+  CHECK(o.at("infra").as_array().empty());
+  CHECK(o.at("errors").as_array().size() == 1);
+  CHECK(f.Call("GET", "/dashboard/api/infra").status == 401);
+}
+
+TEST_CASE("a cluster's GPUs: now, sampled at most once per interval, and the samples kept") {
+  Fixture f;
+  REQUIRE(f.store->ClaimName(NameKind::kCluster, "bobs", "bob", 1).ok());
+  const std::string alice = f.Login("alice");
+  const int64_t interval =
+      std::chrono::duration_cast<std::chrono::milliseconds>(limits::kDashboardGpuSampleInterval)
+          .count();
+  const int64_t t0 = f.now.load();
+  for (int i = 0; i < 3; ++i) {
+    f.reply = InfraReply("c1", i * 2);
+    HttpResponse r = f.Call("GET", "/dashboard/api/clusters/c1/gpus", alice);
+    REQUIRE(r.status == 200);
+    CHECK(f.ran.back().args == std::vector<std::string>{"infra", "c1", "-o", "json"});
+    f.now += interval;
+  }
+  f.now -= interval / 2;  // half an interval after the third: no new sample
+  f.reply = InfraReply("c1", 7);
+  HttpResponse r = f.Call("GET", "/dashboard/api/clusters/c1/gpus", alice);
+  REQUIRE(r.status == 200);
+  auto o = boost::json::parse(r.body).as_object();
+  CHECK(o.at("cluster").at("name").as_string() == "c1");
+  CHECK(o.at("cluster").at("gpus_in_use").as_int64() == 7);
+  CHECK(o.at("interval_ms").as_int64() == interval);
+  const auto& samples = o.at("samples").as_array();
+  REQUIRE(samples.size() == 3);
+  CHECK(samples[0].as_array()[0].as_int64() == t0);
+  CHECK(samples[2].as_array()[0].as_int64() == t0 + 2 * interval);
+  CHECK(samples[2].as_array()[1].as_int64() == 8);
+  CHECK(samples[2].as_array()[2].as_int64() == 4);
+  // Another user's cluster: the command runs as alice (the server says it does not exist).
+  f.reply = "";
+  f.reply_err = "herd: cluster bobs does not exist\n";
+  f.reply_code = 102;
+  CHECK(f.Call("GET", "/dashboard/api/clusters/bobs/gpus", alice).status == 404);
+  CHECK(f.ran.back().user == "alice");
+  // Script in a name never reaches a command.
+  const auto before = f.ran.size();
+  CHECK(f.Call("GET", "/dashboard/api/clusters/%3Cscript%3E/gpus", alice).status == 400);
+  CHECK(f.ran.size() == before);
+}
+
+TEST_CASE("one cluster's state: `status C`, and a cluster not listed is not found") {
+  Fixture f;
+  const std::string alice = f.Login("alice");
+  f.reply = R"([{"name": "c1", "status": "UP"}])";
+  HttpResponse r = f.Call("GET", "/dashboard/api/clusters/c1", alice);
+  REQUIRE(r.status == 200);
+  CHECK(boost::json::parse(r.body).at("status").as_string() == "UP");
+  CHECK(f.ran.back().args == std::vector<std::string>{"status", "c1", "-o", "json"});
+  CHECK_FALSE(boost::json::parse(r.body).as_object().contains("user"));
+  f.reply = "[]";
+  CHECK(f.Call("GET", "/dashboard/api/clusters/c2", alice).status == 404);
+  // The admin sees another user's cluster as its owner's, with the owner named.
+  REQUIRE(f.store->ClaimName(NameKind::kCluster, "bobs", "bob", 1).ok());
+  const std::string admin = f.Login("admin");
+  f.reply = R"([{"name": "bobs", "status": "UP"}])";
+  r = f.Call("GET", "/dashboard/api/clusters/bobs", admin);
+  REQUIRE(r.status == 200);
+  CHECK(f.ran.back().user == "bob");
+  CHECK(boost::json::parse(r.body).at("user").as_string() == "bob");
+}
+
 }  // namespace
 }  // namespace herd::server::dashboard

@@ -28,7 +28,8 @@ using testing::TempDir;
 
 constexpr std::int64_t kNow = 1'760'000'000'000;  // a unix time in ms
 const char* const kTables[] = {
-    "schema_migrations", "users", "tokens", "requests", "audit", "names", "leases", "secrets"};
+    "schema_migrations", "users",      "tokens", "requests", "audit", "names", "leases",
+    "secrets",           "gpu_samples"};
 
 // One fresh database of one backend, and the key file of its stores.
 class Backend {
@@ -705,6 +706,86 @@ STORE_TEST("leases: of many servers racing for a free or expired lease, exactly 
     REQUIRE(holder.has_value());
     CHECK(holder->rfind("srv-", 0) == 0);
   }
+}
+
+// ---- GPU samples
+// ----------------------------------------------------------------------------------
+
+STORE_TEST("gpu samples: one per interval, listed oldest first, per cluster") {
+  auto store = backend.OpenStore();
+  const GpuSampleBounds b{30'000, 3'600'000, 100};
+  CHECK(store->RecordGpuSample("train", 8, 2, kNow, b).value());
+  // Within the interval: not recorded, the first stays as it was.
+  CHECK_FALSE(store->RecordGpuSample("train", 8, 7, kNow + 29'999, b).value());
+  CHECK(store->RecordGpuSample("train", 8, 5, kNow + 30'000, b).value());
+  CHECK(store->RecordGpuSample("other", 4, 4, kNow + 1, b).value());
+  auto train = store->ListGpuSamples("train", 0).value();
+  REQUIRE(train.size() == 2);
+  CHECK(train[0].at_ms == kNow);
+  CHECK(train[0].gpus == 8);
+  CHECK(train[0].in_use == 2);
+  CHECK(train[1].at_ms == kNow + 30'000);
+  CHECK(train[1].in_use == 5);
+  CHECK(store->ListGpuSamples("train", kNow + 1).value().size() == 1);
+  REQUIRE(store->ListGpuSamples("other", 0).value().size() == 1);
+  CHECK(store->ListGpuSamples("none", 0).value().empty());
+  // Names are checked, never glued into SQL; counts are not negative.
+  CHECK(store->RecordGpuSample("x'; DROP TABLE gpu_samples; --", 1, 0, kNow, b).status().code() ==
+        Code::kInvalidArgument);
+  CHECK(store->ListGpuSamples("<script>", 0).status().code() == Code::kInvalidArgument);
+  CHECK(store->RecordGpuSample("train", -1, 0, kNow + 90'000, b).status().code() ==
+        Code::kInvalidArgument);
+  CHECK(CountRows(store->db(), "gpu_samples") == 3);
+}
+
+STORE_TEST("gpu samples: bounded by age and by a per-cluster cap") {
+  auto store = backend.OpenStore();
+  const GpuSampleBounds b{1'000, 60'000, 5};
+  for (int i = 0; i < 12; ++i) {
+    REQUIRE(store->RecordGpuSample("train", 4, i % 5, kNow + i * 1'000, b).value());
+  }
+  // The cap keeps the newest 5.
+  auto kept = store->ListGpuSamples("train", 0).value();
+  REQUIRE(kept.size() == 5);
+  CHECK(kept.front().at_ms == kNow + 7'000);
+  CHECK(kept.back().at_ms == kNow + 11'000);
+  REQUIRE(store->RecordGpuSample("gone", 2, 1, kNow, b).value());
+  // A minute later every sample older than the retention goes, a gone cluster's too.
+  REQUIRE(store->RecordGpuSample("train", 4, 0, kNow + 71'500, b).value());
+  kept = store->ListGpuSamples("train", 0).value();
+  REQUIRE(kept.size() == 1);
+  CHECK(kept[0].at_ms == kNow + 71'500);
+  CHECK(store->ListGpuSamples("gone", 0).value().empty());
+  CHECK(CountRows(store->db(), "gpu_samples") == 1);
+  // The defaults are limits.hpp's.
+  const GpuSampleBounds d = GpuSampleBounds::Default();
+  CHECK(d.per_cluster == static_cast<std::int64_t>(limits::kDashboardGpuSamplesPerCluster));
+  CHECK(d.interval_ms ==
+        std::chrono::duration_cast<std::chrono::milliseconds>(limits::kDashboardGpuSampleInterval)
+            .count());
+}
+
+STORE_TEST("gpu samples: stores sampling one cluster at once record it once") {
+  auto setup = backend.OpenStore();
+  constexpr int kStores = 4;
+  std::vector<std::unique_ptr<ApiStore>> stores;
+  for (int i = 0; i < kStores; ++i) stores.push_back(backend.OpenStore());
+  std::atomic<int> ready{0}, recorded{0}, failed{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kStores; ++i) {
+    threads.emplace_back([&, i] {
+      ++ready;
+      while (ready < kStores) std::this_thread::yield();
+      // Each server's clock a little apart, all within one interval.
+      auto r = stores[static_cast<std::size_t>(i)]->RecordGpuSample("train", 8, 1, kNow + i);
+      if (!r.ok()) ++failed;
+      if (r.ok() && *r) ++recorded;
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(failed == 0);
+  CHECK(recorded == 1);
+  CHECK(CountRows(setup->db(), "gpu_samples") == 1);
 }
 
 // ---- secrets ------------------------------------------------------------------------------------
