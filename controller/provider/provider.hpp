@@ -23,6 +23,9 @@ struct NodeHandle {
   // The address the other nodes reach it at when that is not `ip` (a cloud VM's private address
   // behind its public one); "" means ip.
   std::string internal_ip{};
+  // A spot instance's metadata service as the node reaches it (real EC2: http://169.254.169.254),
+  // where its agent polls for an interruption notice; "" when the node is not a spot instance.
+  std::string spot_metadata{};
 };
 
 struct ProvisionRequest {

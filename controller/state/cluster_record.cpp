@@ -66,6 +66,7 @@ json::object NodeToJson(const NodeRecord& n) {
           {"netns", n.netns},
           {"host_home", n.host_home},
           {"internal_ip", n.internal_ip},
+          {"spot_metadata", n.spot_metadata},
           {"is_head", n.is_head}};
 }
 
@@ -81,6 +82,7 @@ Result<NodeRecord> NodeFromJson(const json::value& v) {
   HERD_RETURN_IF_ERROR(r.Str("netns", n.netns));
   HERD_RETURN_IF_ERROR(r.Str("host_home", n.host_home));
   HERD_RETURN_IF_ERROR(r.Str("internal_ip", n.internal_ip));
+  HERD_RETURN_IF_ERROR(r.Str("spot_metadata", n.spot_metadata));
   HERD_RETURN_IF_ERROR(r.Bool("is_head", n.is_head));
   return n;
 }

@@ -21,6 +21,9 @@ struct NodeRecord {
   bool is_head = false;
   // Where the other nodes reach it (a cloud VM's private IP); "" means ip.
   std::string internal_ip{};
+  // A spot instance's metadata service, where its agent polls for an interruption notice
+  // (agent config `spot_metadata`); "" when the node is not a spot instance.
+  std::string spot_metadata{};
 
   bool operator==(const NodeRecord&) const = default;
 };

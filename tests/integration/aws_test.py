@@ -157,8 +157,10 @@ class AwsTest(HerdEnvTestCase):
         for k in list(cls.h.env):
             if k.startswith("AWS_"):
                 del cls.h.env[k]
+        # The fake also serves each node its instance metadata (a spot node's interruption
+        # notice), on the same address of the hosts' bridge.
         cls.h.env.update(HERD_AWS_ENDPOINT=cls.endpoint, HERD_AWS_NODE_ENDPOINT=cls.node_endpoint,
-                         AWS_PROFILE="herdtest")
+                         HERD_AWS_METADATA_ENDPOINT=cls.node_endpoint, AWS_PROFILE="herdtest")
 
     @classmethod
     def close_env(cls):
@@ -534,6 +536,83 @@ class AwsTest(HerdEnvTestCase):
                                    f"haws10-{job_id}-2": "us-east-2"})
         self.assert_no_region_holds_anything()
 
+
+    def test_f_spot_interruption_notice_lets_a_managed_job_save_then_recovers(self):
+        """EC2 schedules the spot instance's interruption (the fake posts the notice on the
+        instance's metadata, 30 s ahead, then really takes it back): the node's agent sees the
+        notice, the job's processes get SIGTERM with the grace, the job's trap writes its
+        checkpoint and exits 0 before the instance goes, the log says why, and the managed job is
+        recovered on a new instance that finds the checkpoint."""
+        ckpt = os.path.join(self.h.dir, "spot-ckpt")
+        task = os.path.join(self.h.dir, "spot-ckpt.yaml")
+        with open(task, "w") as f:
+            f.write(f"name: hawsf\nresources:\n  infra: aws/{REGION}\n  use_spot: true\n"
+                    f"envs:\n  CKPT: {ckpt}\n"
+                    "run: |\n"
+                    "  if [ \"$HERD_ATTEMPT\" = 1 ]; then\n"
+                    "    trap 'date +%s.%N > $CKPT; echo checkpoint saved; exit 0' TERM\n"
+                    "    echo training; sleep 600 & wait\n"
+                    "  else\n"
+                    "    echo resumed from $(cat $CKPT)\n"
+                    "  fi\n")
+        p = self.herd("jobs", "launch", "-d", "-y", task)
+        job_id = int(re.search(rb"Managed job ID: (\d+)", p.stdout).group(1))
+        job_dir = os.path.join(self.h.env["HERD_HOME"], "managed_jobs", str(job_id))
+
+        def job():
+            return {j["id"]: j for j in json.loads(
+                self.herd("jobs", "queue", "-o", "json").stdout)}[job_id]
+
+        def attempt_log(n):
+            try:
+                with open(os.path.join(job_dir, f"attempt-{n}.log"), errors="replace") as f:
+                    return f.read()
+            except FileNotFoundError:
+                return ""
+
+        def wait(pred, what, timeout=240):
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if pred():
+                    return
+                time.sleep(0.5)
+            with open(os.path.join(job_dir, "controller.log"), errors="replace") as f:
+                self.fail(f"no {what}: {job()}\nattempt 1:\n{attempt_log(1)[-3000:]}\n"
+                          f"controller.log:\n{f.read()[-4000:]}")
+
+        try:
+            wait(lambda: "training" in attempt_log(1), "training in attempt 1")
+            (iid, inst), = [(k, v) for k, v in self.live().items()
+                            if v["tags"].get("herd-cluster", "").startswith("hawsf-")]
+            self.assertTrue(inst["spot"])
+            req = urllib.request.Request(self.endpoint + "/_fake/interrupt",
+                                         json.dumps({"id": iid, "lead_s": 30}).encode())
+            with urllib.request.urlopen(req, timeout=10) as r:
+                notice = json.loads(r.read())
+            gone_at = time.time() + 30
+            wait(lambda: job()["status"] not in ("PENDING", "STARTING", "RUNNING", "RECOVERING"),
+                 "end of the job", timeout=300)
+        finally:
+            if job()["status"] not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                self.herd("jobs", "cancel", str(job_id), check=False)
+        j = job()
+        self.assertEqual(j["status"], "SUCCEEDED", j)
+        self.assertEqual([a["outcome"] for a in j["attempts"]], ["NODE_LOST", "SUCCEEDED"], j)
+        # The checkpoint was written on SIGTERM, before EC2 took the instance back.
+        with open(ckpt) as f:
+            saved_at = float(f.read())
+        self.assertLess(saved_at, gone_at)
+        log1 = attempt_log(1)
+        self.assertIn(f"got a spot interruption notice for {notice['time']} (terminate): SIGTERM "
+                      f"to every process of job", log1)
+        self.assertIn("checkpoint saved", log1)
+        self.assertLess(log1.index("spot interruption notice"), log1.index("checkpoint saved"))
+        self.assertIn(f"resumed from {saved_at:.9f}"[:len("resumed from ") + 10],
+                      attempt_log(2))
+        calls = self.state()["calls"]
+        self.assertIn("imds:token", calls)
+        self.assertIn("imds:instance-action", calls)
+        self.assert_no_region_holds_anything()
 
     # ---- autostop on AWS, and status -r ----
     def status_of(self, name):
