@@ -547,6 +547,7 @@ class AwsTest(HerdEnvTestCase):
         task = os.path.join(self.h.dir, "spot-ckpt.yaml")
         with open(task, "w") as f:
             f.write(f"name: hawsf\nresources:\n  infra: aws/{REGION}\n  use_spot: true\n"
+                    "  instance_type: c6i.large\n"
                     f"envs:\n  CKPT: {ckpt}\n"
                     "run: |\n"
                     "  if [ \"$HERD_ATTEMPT\" = 1 ]; then\n"
@@ -589,7 +590,8 @@ class AwsTest(HerdEnvTestCase):
                                          json.dumps({"id": iid, "lead_s": 30}).encode())
             with urllib.request.urlopen(req, timeout=10) as r:
                 notice = json.loads(r.read())
-            gone_at = time.time() + 30
+            scheduled_at = time.time()
+            gone_at = scheduled_at + 30
             wait(lambda: job()["status"] not in ("PENDING", "STARTING", "RUNNING", "RECOVERING"),
                  "end of the job", timeout=300)
         finally:
@@ -609,6 +611,10 @@ class AwsTest(HerdEnvTestCase):
         self.assertLess(log1.index("spot interruption notice"), log1.index("checkpoint saved"))
         self.assertIn(f"resumed from {saved_at:.9f}"[:len("resumed from ") + 10],
                       attempt_log(2))
+        ended = j["attempts"][0]["ended_at_ms"] / 1000
+        print(f"\nspot notice: checkpoint {saved_at - scheduled_at:.1f} s after the interruption "
+              f"was scheduled (30 s ahead), attempt 1 over {ended - scheduled_at:.1f} s after it; "
+              f"attempt 1 log:\n{log1}\nattempt 2 log:\n{attempt_log(2)}", file=sys.stderr)
         calls = self.state()["calls"]
         self.assertIn("imds:token", calls)
         self.assertIn("imds:instance-action", calls)
