@@ -89,6 +89,63 @@ class SignatureVectors(unittest.TestCase):
                    "ff11897932ad3f4e8b18135d722051e5ac45fc38421b1da7b9d196a0fe09473a")
 
 
+class InstanceMetadata(unittest.TestCase):
+    """The fake's instance metadata as EC2's IMDSv2 serves it, per instance by the asking node's
+    address, and an interruption scheduled through the admin call: in process, on loopback
+    (127.0.230.x: 230.1 is the instance's host, 230.3 another node, 230.2 the fake)."""
+
+    def setUp(self):
+        cfg = {"region": REGION, "zones": ZONES, "credentials": {}, "images": [],
+               "hosts": [{"ip": "127.0.230.1", "dir": "/nonexistent"}]}
+        self.ec2 = fake_ec2.Ec2(cfg)
+        self.ec2.instances["i-1"] = {"id": "i-1", "host": 0, "spot": True, "state": "running",
+                                     "region": REGION}
+        self.preempted = []
+        self.ec2.preempt = self.preempted.append  # the host is not a real one here
+        self.server = fake_ec2.ThreadingHTTPServer(("127.0.230.2", 0), fake_ec2.Handler)
+        self.server.daemon_threads = True
+        self.server.ec2 = self.ec2
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.addCleanup(self.server.server_close)
+        self.addCleanup(self.server.shutdown)
+
+    def ask(self, method, path, headers=None, src="127.0.230.1"):
+        import http.client
+        c = http.client.HTTPConnection("127.0.230.2", self.server.server_address[1],
+                                       source_address=(src, 0), timeout=10)
+        try:
+            c.request(method, path, headers=headers or {})
+            r = c.getresponse()
+            return r.status, r.read().decode()
+        finally:
+            c.close()
+
+    def test_token_then_404_then_the_notice_then_the_instance_goes(self):
+        action = "/latest/meta-data/spot/instance-action"
+        self.assertEqual(self.ask("PUT", "/latest/api/token")[0], 400)  # no TTL header
+        status, token = self.ask("PUT", "/latest/api/token",
+                                 {"X-aws-ec2-metadata-token-ttl-seconds": "21600"})
+        self.assertEqual(status, 200)
+        self.assertEqual(self.ask("GET", action)[0], 401)  # IMDSv2: no token, no answer
+        self.assertEqual(self.ask("GET", action, {"X-aws-ec2-metadata-token": token})[0], 404)
+        # The token is the asking node's: another address cannot use it.
+        self.assertEqual(self.ask("GET", action, {"X-aws-ec2-metadata-token": token},
+                                  src="127.0.230.3")[0], 401)
+        req = urllib.request.Request(
+            f"http://127.0.230.2:{self.server.server_address[1]}/_fake/interrupt",
+            json.dumps({"id": "i-1", "lead_s": 0.5}).encode())
+        with urllib.request.urlopen(req, timeout=10) as r:
+            notice = json.loads(r.read())
+        self.assertEqual(notice["action"], "terminate")
+        self.assertRegex(notice["time"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+        status, body = self.ask("GET", action, {"X-aws-ec2-metadata-token": token})
+        self.assertEqual((status, json.loads(body)), (200, notice))
+        deadline = time.monotonic() + 10
+        while not self.preempted and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(self.preempted, ["i-1"])
+
+
 @unittest.skipUnless(netns_available(), "needs root and ip netns")
 class AwsTest(HerdEnvTestCase):
     ENV_PREFIX = "aws"
@@ -467,12 +524,22 @@ class AwsTest(HerdEnvTestCase):
                 self.assertLess(time.monotonic(), deadline, "".join(lines))
                 time.sleep(0.2)
             self.set_fake(no_capacity_regions=[])
-            out, _ = proc.communicate(timeout=300)
+            # stdout on a thread of its own: communicate() would read stderr too, taking lines
+            # from the reader above (the "(pass 2)" line went missing that way).
+            out_chunks = []
+            out_reader = threading.Thread(target=lambda: out_chunks.append(proc.stdout.read()),
+                                          daemon=True)
+            out_reader.start()
+            proc.wait(timeout=300)
+            out_reader.join(timeout=10)
+            out = b"".join(out_chunks)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
         reader.join(timeout=10)
+        proc.stdout.close()
+        proc.stderr.close()
         err = "".join(lines)
         self.assertEqual(proc.returncode, 0, err)
         self.assertIn("Every candidate failed (aws/us-east-1 m6i.2xlarge ($0.38/hr): "
