@@ -19,9 +19,9 @@ Result<AgentConfig> LoadAgentConfig(const std::string& path) {
   }
   if (!root.IsMap()) return InvalidArgument(path + ": expected a map of settings");
   static const std::set<std::string> kKnown = {
-      "role",     "cluster",   "node_id",        "address",    "listen",      "head",
-      "certs",    "state_dir", "port_file",      "ready_file", "cpus",        "gpus",
-      "gpu_name", "cloud",     "expected_nodes", "head_node",  "health_check"};
+      "role",     "cluster",   "node_id",        "address",    "listen",       "head",
+      "certs",    "state_dir", "port_file",      "ready_file", "cpus",         "gpus",
+      "gpu_name", "cloud",     "expected_nodes", "head_node",  "health_check", "spot_metadata"};
   AgentConfig c;
   try {
     for (const auto& kv : root) {
@@ -50,6 +50,7 @@ Result<AgentConfig> LoadAgentConfig(const std::string& path) {
     c.ready_file = str("ready_file");
     c.gpu_name = str("gpu_name");
     if (root["cloud"]) c.cloud = str("cloud");
+    c.spot_metadata = str("spot_metadata");
     if (root["cpus"]) c.cpus = root["cpus"].as<int>();
     if (root["gpus"]) c.gpus = root["gpus"].as<int>();
     if (root["expected_nodes"]) c.expected_nodes = root["expected_nodes"].as<int>();

@@ -19,6 +19,8 @@
 //   health_check:                # optional (Slurm's HealthCheckProgram): a failing run drains
 //     command: /usr/local/bin/check-node   # the node (sh -c; killed after kHealthCheckTimeout)
 //     interval: 60               # seconds between runs (at least kHealthCheckMinInterval)
+//   spot_metadata: http://169.254.169.254   # optional, spot instances: the instance metadata
+//                                # service polled for an interruption notice (spot_notice.hpp)
 // Relative paths (certs, state_dir, port_file, ready_file) are relative to the config file's
 // directory.
 #pragma once
@@ -55,6 +57,7 @@ struct AgentConfig {
   int expected_nodes = 0;  // head: the cluster's size (jobs wait, not fail, until all registered)
   std::string health_check_command;  // empty: none
   std::chrono::milliseconds health_check_interval = limits::kHealthCheckDefaultInterval;
+  std::string spot_metadata;  // empty: not a spot instance, nothing polled
 };
 
 Result<AgentConfig> LoadAgentConfig(const std::string& path);

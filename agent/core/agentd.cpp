@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "agent/cloud/spot_notice.hpp"
 #include "agent/core/head.hpp"
 #include "agent/core/node_probe.hpp"
 #include "agent/core/worker.hpp"
@@ -133,6 +134,24 @@ int RunAgent(const AgentConfig& config, int ready_fd) {
                         report.set_reason(v.reason);
                         boost::asio::post(io, [&worker, report] { worker.SetHealth(report); });
                       });
+  // A spot instance's interruption notice, polled on a thread of its own (a metadata request may
+  // take up to kSpotMetadataTimeout), reported through the worker's loop. Ends before the worker.
+  std::unique_ptr<SpotNoticeThread> spot;
+  if (!config.spot_metadata.empty()) {
+    auto http = MakeBeastMetadataHttp(config.spot_metadata);
+    if (!http.ok()) {
+      HERD_LOG(kError) << http.status().message();
+      return 1;
+    }
+    spot =
+        std::make_unique<SpotNoticeThread>(std::move(*http), [&io, &worker](const SpotNotice& n) {
+          herd::v1::SpotNotice msg;
+          msg.set_action(n.action);
+          msg.set_time(n.time);
+          msg.set_time_unix_ms(n.time_unix_ms);
+          boost::asio::post(io, [&worker, msg] { worker.SetSpotNotice(msg); });
+        });
+  }
   // Whoever started this agent (the bootstrap's start script) waits for this instead of guessing
   // how long a start takes: everything that a bad config or certificate makes fail has run.
   if (!config.ready_file.empty()) {

@@ -241,6 +241,17 @@ void Head::HandleAgent(const ConnPtr& conn, const AgentToHead& msg) {
                         << node->info.drain_reason() << ") until `herd nodes --undrain`";
       }
       break;
+    case AgentToHead::kSpotNotice: {
+      // Its cloud takes the node back at that time: no new jobs on it, and its jobs stop now with
+      // their grace, so that a job that checkpoints on SIGTERM saves before the node goes.
+      const std::string when = msg.spot_notice().time() + " (" + msg.spot_notice().action() + ")";
+      if (!NodeRegistry::Drained(*node)) {
+        Drain(node_id, "spot interruption notice for " + when, /*end_jobs=*/false);
+      }
+      runner_->StopJobsOnSpotNotice(node_id, when);
+      runner_->Schedule();
+      break;
+    }
     case AgentToHead::kHung:
       if (runner_->RunsOn(node_id, msg.hung().key())) runner_->HandleHung(msg.hung());
       break;

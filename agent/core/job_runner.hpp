@@ -104,6 +104,10 @@ class JobRunner {
   void NodeLost(const std::string& node_id);
   // node_id was drained because its agent reported it unhealthy: its jobs end FAILED_DRIVER.
   void EndJobsOnDrained(const std::string& node_id, const std::string& drain_reason);
+  // node_id's cloud will take it back (a spot interruption notice, for `when`): every job with a
+  // process on it is stopped on all its nodes with SIGTERM and its grace (StopGrace), says so in
+  // its log, and ends FAILED_DRIVER (a managed job is recovered) once its processes exited.
+  void StopJobsOnSpotNotice(const std::string& node_id, const std::string& when);
   // The active jobs with a process on node_id that has not exited, by id.
   std::vector<int64_t> JobsRunningOn(const std::string& node_id) const;
 

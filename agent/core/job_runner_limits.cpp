@@ -57,6 +57,25 @@ void JobRunner::OnDeadline(const JobDeadlines::Event& e) {
   KillJobProcesses(run, grace);
 }
 
+void JobRunner::StopJobsOnSpotNotice(const std::string& node_id, const std::string& when) {
+  for (int64_t id : JobsRunningOn(node_id)) {
+    JobRun& run = jobs_.at(id);
+    if (run.stop != JobStop::kNone) continue;  // ending already (cancelled, failed, timed out)
+    const milliseconds grace = StopGrace(run.rec.spec);
+    HERD_LOG(kWarn) << JobWord(id) << ": node " << node_id << " got a spot interruption notice for "
+                    << when;
+    AppendLog(run, "herd: node " + node_id + " got a spot interruption notice for " + when +
+                       ": SIGTERM to every process of " + JobWord(id) + ", SIGKILL after " +
+                       DurationText(grace) + "\n");
+    if (run.rec.info.first_failed_node().empty()) run.rec.info.set_first_failed_node(node_id);
+    // FAILED_DRIVER: the program did not fail, its node is taken away (a managed job is
+    // recovered), whatever the ranks' exit codes (a rank that saves on SIGTERM exits 0).
+    run.driver_error = "ERROR: Job " + std::to_string(id) + " failed: node " + node_id +
+                       " got a spot interruption notice for " + when;
+    KillJobProcesses(run, grace);
+  }
+}
+
 void JobRunner::HandleHung(const ProcessHung& hung) {
   JobRun* found = nullptr;
   ProcEntry* proc = nullptr;

@@ -217,6 +217,11 @@ void Worker::OnMessage(const std::shared_ptr<transport::Connection>& conn, std::
         *report.mutable_health() = *health_;
         Send(report);
       }
+      if (spot_notice_) {
+        AgentToHead notice;
+        *notice.mutable_spot_notice() = *spot_notice_;
+        Send(notice);
+      }
       // Start-up is over: give back the executable's pages that only it needed
       // (ReleaseStartupPages). Not in the head's process, whose head keeps running much more of
       // the code.
@@ -258,6 +263,14 @@ void Worker::SetHealth(herd::v1::NodeHealthReport health) {
   AgentToHead report;
   *report.mutable_health() = *health_;
   Send(report);
+}
+
+void Worker::SetSpotNotice(herd::v1::SpotNotice notice) {
+  spot_notice_ = std::move(notice);
+  if (state_ != State::kRunning) return;
+  AgentToHead msg;
+  *msg.mutable_spot_notice() = *spot_notice_;
+  Send(msg);
 }
 
 void Worker::SendHeartbeat() {

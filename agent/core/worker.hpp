@@ -55,6 +55,9 @@ class Worker {
   // The node's health as the agent judges it (agent/gpu/health_watch.hpp), on the io_context: sent
   // to the head now when registered, and after every registration.
   void SetHealth(herd::v1::NodeHealthReport health);
+  // A spot interruption notice for this node (agent/cloud/spot_notice.hpp), on the io_context:
+  // sent to the head now and again after every registration (a head that restarted learns it).
+  void SetSpotNotice(herd::v1::SpotNotice notice);
 
  private:
   struct Proc {
@@ -130,6 +133,7 @@ class Worker {
   std::chrono::steady_clock::time_point started_at_{};
   bool ever_registered_ = false;
   std::optional<herd::v1::NodeHealthReport> health_;  // SetHealth's latest
+  std::optional<herd::v1::SpotNotice> spot_notice_;   // SetSpotNotice's latest
   std::map<std::string, Proc> procs_;                 // by ProcessKeyString
   HangWatch hang_;
   boost::asio::steady_timer hang_timer_;

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/json.hpp>
 #include <chrono>
@@ -238,7 +239,7 @@ class Controller {
     job_.state = ManagedState::kRecovering;
     job_.message = rec.reason;
     Save();
-    StopGracefully(outcome);
+    StopGracefully(cluster, outcome);
     TearDown(cluster);
     if (d.action == jobs::NextAction::kRetryLaunch) Wait(limits::kManagedLaunchRetryWait);
     return std::nullopt;
@@ -352,12 +353,33 @@ class Controller {
     Log("the jobs on " + cluster + " did not end within their grace period");
   }
 
-  // Before a recovery tears the attempt's cluster down. Nothing of the attempt's job runs any
-  // more (the cluster job ended, or its head is gone); after a node loss the head stopped the
-  // surviving ranks itself, with SIGTERM and the job's grace (a hung job likewise). A task that set
+  // Before a recovery tears the attempt's cluster down, what still runs of the attempt's job on
+  // the surviving nodes gets SIGTERM and the job's grace to save. When the head still lists the
+  // cluster job as unfinished (it stopped streaming, or its end is not final yet), it is cancelled
+  // with the grace and the teardown waits for its processes to exit (at most the grace and the
+  // kill sweeps). When it ended, the head already stopped the surviving ranks itself (a lost
+  // node, a hung rank, a spot interruption notice: SIGTERM and the job's grace): a task that set
   // its grace (--grace, config.herd.grace) gets that long for them to save before their nodes go.
-  void StopGracefully(AttemptOutcome outcome) {
-    if (outcome != AttemptOutcome::kNodeLost || !task_.run_limits.grace) return;
+  void StopGracefully(const std::string& cluster, AttemptOutcome outcome) {
+    if (outcome != AttemptOutcome::kNodeLost) return;
+    const int64_t job_id = job_.attempts.empty() ? 0 : job_.attempts.back().cluster_job_id;
+    if (job_id > 0 && ops_.Get(cluster).ok()) {
+      auto active = ops_.Queue(cluster, /*skip_finished=*/true);
+      const bool running =
+          active.ok() && std::any_of(active->begin(), active->end(),
+                                     [&](const JobInfo& j) { return j.job_id() == job_id; });
+      if (running) {
+        Log("stopping cluster job " + std::to_string(job_id) + " on " + cluster +
+            ": SIGTERM to its processes, SIGKILL after " + std::to_string(Grace().count() / 1000) +
+            " s");
+        auto cancelled = ops_.Cancel(cluster, {job_id}, false, Grace());
+        if (cancelled.ok() && !cancelled->empty()) {
+          WaitJobsEnded(cluster);
+          return;
+        }
+      }
+    }
+    if (!task_.run_limits.grace) return;
     Log("giving the surviving ranks " + std::to_string(Grace().count() / 1000) +
         " s to save before their nodes go");
     Wait(Grace());

@@ -43,6 +43,7 @@ std::string AgentConfigYaml(const ClusterRecord& c, std::size_t i) {
   }
   y += "certs: certs\nstate_dir: state\nready_file: " + std::string(kRemoteReadyFile) +
        "\ncloud: " + c.provider + "\n";
+  if (!n.spot_metadata.empty()) y += "spot_metadata: " + n.spot_metadata + "\n";
   return y;
 }
 

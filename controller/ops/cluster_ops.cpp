@@ -406,6 +406,7 @@ Result<LaunchResult> ClusterOps::LaunchPrepared(const Task& task, const LaunchOp
       r.host_home = handles[i].host_home;
       r.internal_ip = handles[i].internal_ip;
       r.jump = handles[i].jump;
+      r.spot_metadata = handles[i].spot_metadata;
       r.is_head = i == 0;
       c.nodes.push_back(r);
     }

@@ -115,6 +115,12 @@ std::string NodeEndpoint(const GetenvFn& getenv, const std::string& region) {
   return getenv("HERD_AWS_NODE_ENDPOINT").value_or("https://ec2." + region + ".amazonaws.com");
 }
 
+// The instance metadata service as a node reaches it: HERD_AWS_METADATA_ENDPOINT (tests only:
+// the fake, which answers each node by its address), else EC2's link-local one.
+std::string MetadataEndpoint(const GetenvFn& getenv) {
+  return getenv("HERD_AWS_METADATA_ENDPOINT").value_or("http://169.254.169.254");
+}
+
 // The caller's public address as checkip.amazonaws.com sees it, as a /32.
 Result<std::string> CallerCidr(HttpClient& http, const GetenvFn& getenv) {
   std::string endpoint = Endpoint(getenv);
@@ -251,7 +257,12 @@ class Session {
     HERD_ASSIGN_OR_RETURN(auto running,
                           WaitFor(r.instance_ids, "running", {"terminated", "shutting-down"},
                                   limits::kAwsWaitRunning));
-    return Handles(r.cluster, running, r.ssh_user);
+    HERD_ASSIGN_OR_RETURN(auto handles, Handles(r.cluster, running, r.ssh_user));
+    // A spot node's agent polls its instance metadata for an interruption notice.
+    if (r.use_spot) {
+      for (auto& h : handles) h.spot_metadata = MetadataEndpoint(getenv_);
+    }
+    return handles;
   }
 
  private:

@@ -26,6 +26,9 @@ struct NodeHandle {
   std::string internal_ip{};
   // The host ssh goes through to reach it (a Slurm login node behind a bastion); empty: none.
   SshJump jump{};
+  // A spot instance's metadata service as the node reaches it (real EC2: http://169.254.169.254),
+  // where its agent polls for an interruption notice; "" when the node is not a spot instance.
+  std::string spot_metadata{};
 };
 
 struct ProvisionRequest {

@@ -66,6 +66,7 @@ json::object NodeToJson(const NodeRecord& n) {
                  {"netns", n.netns},
                  {"host_home", n.host_home},
                  {"internal_ip", n.internal_ip},
+                 {"spot_metadata", n.spot_metadata},
                  {"is_head", n.is_head}};
   if (!n.jump.empty()) {
     o["jump"] = json::object{{"host", n.jump.host},
@@ -88,6 +89,7 @@ Result<NodeRecord> NodeFromJson(const json::value& v) {
   HERD_RETURN_IF_ERROR(r.Str("netns", n.netns));
   HERD_RETURN_IF_ERROR(r.Str("host_home", n.host_home));
   HERD_RETURN_IF_ERROR(r.Str("internal_ip", n.internal_ip));
+  HERD_RETURN_IF_ERROR(r.Str("spot_metadata", n.spot_metadata));
   HERD_RETURN_IF_ERROR(r.Bool("is_head", n.is_head));
   if (const json::value* jump = v.get_object().if_contains("jump")) {
     if (!jump->is_object()) return InvalidArgument("key 'jump' is not an object");

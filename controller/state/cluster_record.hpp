@@ -24,6 +24,9 @@ struct NodeRecord {
   std::string internal_ip{};
   // The host ssh goes through first (ProxyJump); empty: reached directly.
   SshJump jump{};
+  // A spot instance's metadata service, where its agent polls for an interruption notice
+  // (agent config `spot_metadata`); "" when the node is not a spot instance.
+  std::string spot_metadata{};
 
   bool operator==(const NodeRecord&) const = default;
 };

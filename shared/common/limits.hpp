@@ -806,4 +806,22 @@ static_assert(kStorageWriteBack + kStorageFlushPoll < kStorageFlushTimeout,
 static_assert(kStorageMountReadyTimeout < kSshWaitTotal,
               "a mount is ready well within one SSH command's wait");
 
+// ---- Spot interruption notices (agent/cloud/spot_notice, tests/integration/fake_ec2.py) --------
+// EC2 posts a spot instance's interruption on its instance metadata
+// (/latest/meta-data/spot/instance-action) this long before it takes the instance back.
+inline constexpr Duration kSpotNoticeLead = 2min;
+// A spot node's agent asks the metadata service this often (AWS advises every 5 s) ...
+inline constexpr Duration kSpotNoticePoll = 5s;
+// ... each ask (an IMDSv2 token when needed, then the GET) bounded by this: the service is on
+// the instance's own link and answers in milliseconds, or not at all.
+inline constexpr Duration kSpotMetadataTimeout = 2s;
+// The IMDSv2 session token is asked for with this lifetime (AWS's longest, 6 h) and asked for
+// again a minute before it runs out (or at once when the service refuses it).
+inline constexpr Duration kSpotMetadataTokenTtl = std::chrono::hours(6);
+inline constexpr Duration kSpotMetadataTokenRenew = kSpotMetadataTokenTtl - 1min;
+static_assert(kSpotMetadataTimeout < kSpotNoticePoll, "one ask ends before the next is due");
+static_assert(kSpotNoticePoll + kSpotMetadataTimeout + kDefaultStopGrace < kSpotNoticeLead,
+              "a notice is seen and the default grace runs out before EC2 takes the node");
+static_assert(kSpotMetadataTokenRenew > kSpotNoticePoll * 100, "a token serves many asks");
+
 }  // namespace herd::limits

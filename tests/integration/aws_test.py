@@ -89,6 +89,63 @@ class SignatureVectors(unittest.TestCase):
                    "ff11897932ad3f4e8b18135d722051e5ac45fc38421b1da7b9d196a0fe09473a")
 
 
+class InstanceMetadata(unittest.TestCase):
+    """The fake's instance metadata as EC2's IMDSv2 serves it, per instance by the asking node's
+    address, and an interruption scheduled through the admin call: in process, on loopback
+    (127.0.230.x: 230.1 is the instance's host, 230.3 another node, 230.2 the fake)."""
+
+    def setUp(self):
+        cfg = {"region": REGION, "zones": ZONES, "credentials": {}, "images": [],
+               "hosts": [{"ip": "127.0.230.1", "dir": "/nonexistent"}]}
+        self.ec2 = fake_ec2.Ec2(cfg)
+        self.ec2.instances["i-1"] = {"id": "i-1", "host": 0, "spot": True, "state": "running",
+                                     "region": REGION}
+        self.preempted = []
+        self.ec2.preempt = self.preempted.append  # the host is not a real one here
+        self.server = fake_ec2.ThreadingHTTPServer(("127.0.230.2", 0), fake_ec2.Handler)
+        self.server.daemon_threads = True
+        self.server.ec2 = self.ec2
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.addCleanup(self.server.server_close)
+        self.addCleanup(self.server.shutdown)
+
+    def ask(self, method, path, headers=None, src="127.0.230.1"):
+        import http.client
+        c = http.client.HTTPConnection("127.0.230.2", self.server.server_address[1],
+                                       source_address=(src, 0), timeout=10)
+        try:
+            c.request(method, path, headers=headers or {})
+            r = c.getresponse()
+            return r.status, r.read().decode()
+        finally:
+            c.close()
+
+    def test_token_then_404_then_the_notice_then_the_instance_goes(self):
+        action = "/latest/meta-data/spot/instance-action"
+        self.assertEqual(self.ask("PUT", "/latest/api/token")[0], 400)  # no TTL header
+        status, token = self.ask("PUT", "/latest/api/token",
+                                 {"X-aws-ec2-metadata-token-ttl-seconds": "21600"})
+        self.assertEqual(status, 200)
+        self.assertEqual(self.ask("GET", action)[0], 401)  # IMDSv2: no token, no answer
+        self.assertEqual(self.ask("GET", action, {"X-aws-ec2-metadata-token": token})[0], 404)
+        # The token is the asking node's: another address cannot use it.
+        self.assertEqual(self.ask("GET", action, {"X-aws-ec2-metadata-token": token},
+                                  src="127.0.230.3")[0], 401)
+        req = urllib.request.Request(
+            f"http://127.0.230.2:{self.server.server_address[1]}/_fake/interrupt",
+            json.dumps({"id": "i-1", "lead_s": 0.5}).encode())
+        with urllib.request.urlopen(req, timeout=10) as r:
+            notice = json.loads(r.read())
+        self.assertEqual(notice["action"], "terminate")
+        self.assertRegex(notice["time"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+        status, body = self.ask("GET", action, {"X-aws-ec2-metadata-token": token})
+        self.assertEqual((status, json.loads(body)), (200, notice))
+        deadline = time.monotonic() + 10
+        while not self.preempted and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(self.preempted, ["i-1"])
+
+
 @unittest.skipUnless(netns_available(), "needs root and ip netns")
 class AwsTest(HerdEnvTestCase):
     ENV_PREFIX = "aws"
@@ -157,8 +214,10 @@ class AwsTest(HerdEnvTestCase):
         for k in list(cls.h.env):
             if k.startswith("AWS_"):
                 del cls.h.env[k]
+        # The fake also serves each node its instance metadata (a spot node's interruption
+        # notice), on the same address of the hosts' bridge.
         cls.h.env.update(HERD_AWS_ENDPOINT=cls.endpoint, HERD_AWS_NODE_ENDPOINT=cls.node_endpoint,
-                         AWS_PROFILE="herdtest")
+                         HERD_AWS_METADATA_ENDPOINT=cls.node_endpoint, AWS_PROFILE="herdtest")
 
     @classmethod
     def close_env(cls):
@@ -465,12 +524,22 @@ class AwsTest(HerdEnvTestCase):
                 self.assertLess(time.monotonic(), deadline, "".join(lines))
                 time.sleep(0.2)
             self.set_fake(no_capacity_regions=[])
-            out, _ = proc.communicate(timeout=300)
+            # stdout on a thread of its own: communicate() would read stderr too, taking lines
+            # from the reader above (the "(pass 2)" line went missing that way).
+            out_chunks = []
+            out_reader = threading.Thread(target=lambda: out_chunks.append(proc.stdout.read()),
+                                          daemon=True)
+            out_reader.start()
+            proc.wait(timeout=300)
+            out_reader.join(timeout=10)
+            out = b"".join(out_chunks)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
         reader.join(timeout=10)
+        proc.stdout.close()
+        proc.stderr.close()
         err = "".join(lines)
         self.assertEqual(proc.returncode, 0, err)
         self.assertIn("Every candidate failed (aws/us-east-1 m6i.2xlarge ($0.38/hr): "
@@ -534,6 +603,89 @@ class AwsTest(HerdEnvTestCase):
                                    f"haws10-{job_id}-2": "us-east-2"})
         self.assert_no_region_holds_anything()
 
+
+    def test_f_spot_interruption_notice_lets_a_managed_job_save_then_recovers(self):
+        """EC2 schedules the spot instance's interruption (the fake posts the notice on the
+        instance's metadata, 30 s ahead, then really takes it back): the node's agent sees the
+        notice, the job's processes get SIGTERM with the grace, the job's trap writes its
+        checkpoint and exits 0 before the instance goes, the log says why, and the managed job is
+        recovered on a new instance that finds the checkpoint."""
+        ckpt = os.path.join(self.h.dir, "spot-ckpt")
+        task = os.path.join(self.h.dir, "spot-ckpt.yaml")
+        with open(task, "w") as f:
+            f.write(f"name: hawsf\nresources:\n  infra: aws/{REGION}\n  use_spot: true\n"
+                    "  instance_type: c6i.large\n"
+                    f"envs:\n  CKPT: {ckpt}\n"
+                    "run: |\n"
+                    "  if [ \"$HERD_ATTEMPT\" = 1 ]; then\n"
+                    "    trap 'date +%s.%N > $CKPT; echo checkpoint saved; exit 0' TERM\n"
+                    "    echo training; sleep 600 & wait\n"
+                    "  else\n"
+                    "    echo resumed from $(cat $CKPT)\n"
+                    "  fi\n")
+        p = self.herd("jobs", "launch", "-d", "-y", task)
+        job_id = int(re.search(rb"Managed job ID: (\d+)", p.stdout).group(1))
+        job_dir = os.path.join(self.h.env["HERD_HOME"], "managed_jobs", str(job_id))
+
+        def job():
+            return {j["id"]: j for j in json.loads(
+                self.herd("jobs", "queue", "-o", "json").stdout)}[job_id]
+
+        def attempt_log(n):
+            try:
+                with open(os.path.join(job_dir, f"attempt-{n}.log"), errors="replace") as f:
+                    return f.read()
+            except FileNotFoundError:
+                return ""
+
+        def wait(pred, what, timeout=240):
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if pred():
+                    return
+                time.sleep(0.5)
+            with open(os.path.join(job_dir, "controller.log"), errors="replace") as f:
+                self.fail(f"no {what}: {job()}\nattempt 1:\n{attempt_log(1)[-3000:]}\n"
+                          f"controller.log:\n{f.read()[-4000:]}")
+
+        try:
+            wait(lambda: "training" in attempt_log(1), "training in attempt 1")
+            (iid, inst), = [(k, v) for k, v in self.live().items()
+                            if v["tags"].get("herd-cluster", "").startswith("hawsf-")]
+            self.assertTrue(inst["spot"])
+            req = urllib.request.Request(self.endpoint + "/_fake/interrupt",
+                                         json.dumps({"id": iid, "lead_s": 30}).encode())
+            with urllib.request.urlopen(req, timeout=10) as r:
+                notice = json.loads(r.read())
+            scheduled_at = time.time()
+            gone_at = scheduled_at + 30
+            wait(lambda: job()["status"] not in ("PENDING", "STARTING", "RUNNING", "RECOVERING"),
+                 "end of the job", timeout=300)
+        finally:
+            if job()["status"] not in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                self.herd("jobs", "cancel", str(job_id), check=False)
+        j = job()
+        self.assertEqual(j["status"], "SUCCEEDED", j)
+        self.assertEqual([a["outcome"] for a in j["attempts"]], ["NODE_LOST", "SUCCEEDED"], j)
+        # The checkpoint was written on SIGTERM, before EC2 took the instance back.
+        with open(ckpt) as f:
+            saved_at = float(f.read())
+        self.assertLess(saved_at, gone_at)
+        log1 = attempt_log(1)
+        self.assertIn(f"got a spot interruption notice for {notice['time']} (terminate): SIGTERM "
+                      f"to every process of job", log1)
+        self.assertIn("checkpoint saved", log1)
+        self.assertLess(log1.index("spot interruption notice"), log1.index("checkpoint saved"))
+        self.assertIn(f"resumed from {saved_at:.9f}"[:len("resumed from ") + 10],
+                      attempt_log(2))
+        ended = j["attempts"][0]["ended_at_ms"] / 1000
+        print(f"\nspot notice: checkpoint {saved_at - scheduled_at:.1f} s after the interruption "
+              f"was scheduled (30 s ahead), attempt 1 over {ended - scheduled_at:.1f} s after it; "
+              f"attempt 1 log:\n{log1}\nattempt 2 log:\n{attempt_log(2)}", file=sys.stderr)
+        calls = self.state()["calls"]
+        self.assertIn("imds:token", calls)
+        self.assertIn("imds:instance-action", calls)
+        self.assert_no_region_holds_anything()
 
     # ---- autostop on AWS, and status -r ----
     def status_of(self, name):

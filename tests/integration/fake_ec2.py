@@ -11,9 +11,18 @@ TerminateInstances ends the processes, wipes the home and frees the host.
 
 Beside the EC2 API (POST /): GET /checkip (the caller's address, as checkip.amazonaws.com),
 GET /_fake/state (instances, groups, key pairs as JSON), POST /_fake/config (JSON merged into
-the config: e.g. {"no_capacity_zones": [...]}) and POST /_fake/preempt ({"id": INSTANCE}: EC2
-takes the instance back, as it does a spot instance: its host stops, it is terminated) for the
-test.
+the config: e.g. {"no_capacity_zones": [...]}), POST /_fake/preempt ({"id": INSTANCE}: EC2
+takes the instance back, as it does a spot instance: its host stops, it is terminated) and POST
+/_fake/interrupt ({"id": INSTANCE, "lead_s": S}: a spot instance's interruption is scheduled S
+seconds ahead, AWS's two minutes by default; its notice is on the instance metadata at once and
+the instance is preempted at that time) for the test.
+
+Instance metadata (IMDSv2), as a node reaches it (on "node_bind"): PUT /latest/api/token with
+X-aws-ec2-metadata-token-ttl-seconds (1..21600) gives a token; GET
+/latest/meta-data/spot/instance-action with it (X-aws-ec2-metadata-token; 401 without a valid
+one) answers 404, or {"action": "terminate", "time": ISO8601} once an interruption is scheduled.
+Both are per instance: the fake knows which instance asks by the node's source address on the
+hosts' bridge (the instance's host address), as EC2's link-local service knows its instance.
 
 Regions: "region" with its "zones", and optionally "regions" ({REGION: [ZONE, ...]}) for more.
 A request's region is the one its signature is scoped to (one endpoint serves them all, as
@@ -208,6 +217,7 @@ class Ec2:
         self.free = list(range(len(config["hosts"])))
         self.users = {}      # IAM user name -> {"tags", "policies": name -> doc, "keys": [id]}
         self.iam_keys = {}   # access key id -> {"user", "secret"}
+        self.imds_tokens = {}  # IMDSv2 token -> (the node address it was given to, expiry)
 
     def _store(self, region=None):
         return self.stores.setdefault(region or self.region, {"groups": {}, "keys": {}})
@@ -712,12 +722,58 @@ class Ec2:
             if i["state"] not in ("terminated", "shutting-down"):
                 self._stop_host(i["host"])
                 i["state"] = "shutting-down"
+                i["preempted_unix"] = time.time()
+
+    # ---- Instance metadata (IMDSv2), per instance: the node that asks is known by its address
+    def imds_token(self, addr, ttl_header):
+        try:
+            ttl = int(ttl_header or "")
+        except ValueError:
+            ttl = 0
+        if not 1 <= ttl <= 21600:
+            raise Ec2Error("BadRequest", "X-aws-ec2-metadata-token-ttl-seconds: 1 to 21600", 400)
+        token = base64.urlsafe_b64encode(os.urandom(24)).decode()
+        with self.lock:
+            self.imds_tokens[token] = (addr, time.monotonic() + ttl)
+            self.calls.append("imds:token")
+        return token
+
+    def instance_action(self, addr, token):
+        """(status, body) of GET /latest/meta-data/spot/instance-action from addr."""
+        with self.lock:
+            self.calls.append("imds:instance-action")
+            owner, until = self.imds_tokens.get(token or "", ("", 0))
+            if owner != addr or time.monotonic() > until:
+                return 401, ""
+            for i in self.instances.values():
+                if (self.config["hosts"][i["host"]]["ip"] == addr and i.get("interruption")
+                        and i["state"] not in ("terminated", "shutting-down")):
+                    return 200, json.dumps(i["interruption"])
+            return 404, "Not Found"
+
+    def schedule_interruption(self, iid, lead_s):
+        """EC2 takes a spot instance back lead_s from now (AWS: two minutes), posting the notice
+        on its metadata at once; at that time the instance really goes (preempt)."""
+        with self.lock:
+            i = self.instances.get(iid)
+            if i is None or not i["spot"] or i["state"] != "running":
+                raise Ec2Error("IncorrectInstanceState", f"{iid} is not a running spot instance")
+            at = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=lead_s)
+            i["interruption"] = {"action": "terminate", "time": at.strftime("%Y-%m-%dT%H:%M:%SZ")}
+            self.calls.append("interrupt:" + iid)
+        timer = threading.Timer(lead_s, self.preempt, args=(iid,))
+        timer.daemon = True
+        timer.start()
+        return i["interruption"]
 
     def snapshot(self):
         with self.lock:
             home = self._store(self.config["region"])
-            return {"instances": {k: {x: v[x] for x in ("state", "type", "zone", "tags", "spot",
-                                                        "key", "group", "region", "host")}
+            return {"instances": {k: {**{x: v[x] for x in ("state", "type", "zone", "tags",
+                                                           "spot", "key", "group", "region",
+                                                           "host")},
+                                      "interruption": v.get("interruption"),
+                                      "preempted_unix": v.get("preempted_unix")}
                                   for k, v in self.instances.items()},
                     "groups": home["groups"], "keys": home["keys"], "calls": self.calls,
                     "regions": {r: self._store(r) for r in sorted(self.regions())},
@@ -751,7 +807,23 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(200, self.client_address[0] + "\n", "text/plain")
         if self.path == "/_fake/state":
             return self._send(200, json.dumps(ec2.snapshot()), "application/json")
+        if self.path == "/latest/meta-data/spot/instance-action":
+            status, body = ec2.instance_action(self.client_address[0],
+                                               self.headers.get("X-aws-ec2-metadata-token"))
+            return self._send(status, body, "application/json" if status == 200 else "text/plain")
         self._error(400, "InvalidAction", "GET is not served here")
+
+    def do_PUT(self):
+        ec2 = self.server.ec2
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        if self.path != "/latest/api/token":
+            return self._send(404, "Not Found", "text/plain")
+        try:
+            token = ec2.imds_token(self.client_address[0],
+                                   self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"))
+        except Ec2Error as e:
+            return self._send(e.status, e.message, "text/plain")
+        self._send(200, token, "text/plain")
 
     def do_POST(self):
         ec2 = self.server.ec2
@@ -759,6 +831,13 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/_fake/preempt":
             ec2.preempt(json.loads(body)["id"])
             return self._send(200, "{}", "application/json")
+        if self.path == "/_fake/interrupt":
+            req = json.loads(body)
+            try:
+                notice = ec2.schedule_interruption(req["id"], float(req.get("lead_s", 120)))
+            except Ec2Error as e:
+                return self._send(e.status, json.dumps({"error": e.message}), "application/json")
+            return self._send(200, json.dumps(notice), "application/json")
         if self.path == "/_fake/config":
             with ec2.lock:
                 ec2.config.update(json.loads(body))

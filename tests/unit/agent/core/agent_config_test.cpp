@@ -118,6 +118,22 @@ TEST_CASE("health_check: a command and its interval; bad ones name the place") {
   CHECK(error("health_check: /bin/check\n") == ":8:15: health_check: expected {command, interval}");
 }
 
+TEST_CASE("spot_metadata: a spot node's metadata service; absent on others") {
+  const std::string base =
+      "role: worker\ncluster: c\nnode_id: c-worker1\naddress: 127.0.0.3\n"
+      "head: 127.0.0.2:7443\ncerts: /x\nstate_dir: /y\n";
+  {
+    TempFile f(base + "spot_metadata: http://169.254.169.254\n");
+    auto c = LoadAgentConfig(f.path);
+    REQUIRE(c.ok());
+    CHECK(c->spot_metadata == "http://169.254.169.254");
+  }
+  TempFile f(base);
+  auto c = LoadAgentConfig(f.path);
+  REQUIRE(c.ok());
+  CHECK(c->spot_metadata.empty());
+}
+
 TEST_CASE("host:port parsing") {
   CHECK(ParseHostPort("[::1]:80", "f")->host == "::1");
   CHECK_FALSE(ParseHostPort("nocolon", "--endpoint").ok());

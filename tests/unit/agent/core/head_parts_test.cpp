@@ -337,6 +337,39 @@ TEST_CASE("a hung rank: every rank's stacks into run.log, then the job ends FAIL
         std::string::npos);
 }
 
+TEST_CASE("a spot interruption notice stops the node's job with its grace, says so, drains") {
+  OneNodeHead h;
+  herd::v1::TaskSpec spec = Spec();
+  spec.set_grace_ms(12'000);
+  const int64_t id = h.Submit(spec);
+  const herd::v1::ProcessKey key = h.Started();
+  herd::v1::AgentToHead notice;
+  notice.mutable_spot_notice()->set_action("terminate");
+  notice.mutable_spot_notice()->set_time("2026-12-05T22:40:00Z");
+  h.FromAgent(notice);
+  auto kill = h.Last([](const auto& m) { return m.has_kill(); });
+  REQUIRE(kill);
+  CHECK(kill->kill().job_id() == id);
+  CHECK(kill->kill().grace_ms() == 12'000);
+  h.FromAgent(notice);  // told again (after a reconnect): nothing more
+  h.Exited(key, 0);     // it saved on SIGTERM and exited 0
+  const herd::v1::JobInfo job = h.Job(id);
+  CHECK(job.state() == herd::v1::JOB_STATE_FAILED_DRIVER);  // its node went: a managed job recovers
+  CHECK(job.message() == "ERROR: Job " + std::to_string(id) +
+                             " failed: node unit-head got a spot interruption notice for "
+                             "2026-12-05T22:40:00Z (terminate)");
+  const std::string log = h.RunLog(job);
+  const std::string line =
+      "herd: node unit-head got a spot interruption notice for "
+      "2026-12-05T22:40:00Z (terminate): SIGTERM to every process of job " +
+      std::to_string(id) + ", SIGKILL after 12s\n";
+  CHECK(log.find(line) != std::string::npos);
+  CHECK(log.find(line) == log.rfind(line));  // one line, though told twice
+  // Drained: the next job waits for a node the cloud is not taking back.
+  const int64_t next = h.Submit(Spec());
+  CHECK(h.Job(next).state() == herd::v1::JOB_STATE_PENDING);
+}
+
 TEST_CASE("a capture whose agent never answers ends at its deadline with what came") {
   OneNodeHead h;
   herd::v1::TaskSpec spec = Spec();

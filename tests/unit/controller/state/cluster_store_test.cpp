@@ -126,6 +126,7 @@ ClusterRecord Sample(const std::string& name) {
   c.launched_unix_ms = 1700000000123;
   c.agent_version = "0.1.0 (abc)";
   c.agents_stamp = "5e1f";
+  c.nodes[1].spot_metadata = "http://169.254.169.254";  // a spot node
   return c;
 }
 
@@ -183,6 +184,7 @@ TEST_CASE("a cluster record survives a round trip, field for field") {
   CHECK(got->nodes[1].ssh_port == 2222);
   CHECK(got->nodes[1].jump.port == 2022);
   CHECK(got->nodes[0].jump.empty());
+  CHECK(got->nodes[1].spot_metadata == "http://169.254.169.254");
   CHECK(got->resources == "2x(gpus=L4:4, cpus=4)");
   CHECK(got->launched_unix_ms == 1700000000123);
   CHECK_FALSE(MustGet(*store, "other").has_value());
