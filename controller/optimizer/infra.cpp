@@ -75,17 +75,10 @@ const InfraState* Environment::Find(const std::string& infra) const {
 
 Result<std::map<std::string, double>> LoadInfraPrices(const std::string& file) {
   std::map<std::string, double> out;
-  std::error_code ec;
-  if (!fs::exists(file, ec)) return out;
-  YAML::Node root;
   auto where = [&](const YAML::Mark& m) {
     return file + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1) + ": ";
   };
-  try {
-    root = YAML::LoadFile(file);
-  } catch (const YAML::Exception& e) {
-    return InvalidArgument(where(e.mark) + e.msg);
-  }
+  HERD_ASSIGN_OR_RETURN(YAML::Node root, controller::LoadHerdConfigYaml(file));
   if (!root || !root.IsMap()) return out;
   YAML::Node prices = root["prices"];
   if (!prices || prices.IsNull()) return out;

@@ -313,17 +313,20 @@ std::string DefaultHerdConfigFile() {
   return std::string(home ? home : "") + "/.herd/config.yaml";
 }
 
-Result<AwsConfig> LoadAwsConfig(const std::string& file) {
-  AwsConfig c;
+Result<YAML::Node> LoadHerdConfigYaml(const std::string& file) {
   std::error_code ec;
-  if (!fs::exists(file, ec)) return c;
-  YAML::Node root;
+  if (!fs::exists(file, ec)) return YAML::Node();
   try {
-    root = YAML::LoadFile(file);
+    return YAML::LoadFile(file);
   } catch (const YAML::Exception& e) {
     return InvalidArgument(file + ":" + std::to_string(e.mark.line + 1) + ":" +
                            std::to_string(e.mark.column + 1) + ": " + e.msg);
   }
+}
+
+Result<AwsConfig> LoadAwsConfig(const std::string& file) {
+  AwsConfig c;
+  HERD_ASSIGN_OR_RETURN(YAML::Node root, LoadHerdConfigYaml(file));
   if (!root || root.IsNull()) return c;
   auto where = [&](const YAML::Node& n, const std::string& path) {
     return file + ":" + std::to_string(n.Mark().line + 1) + ":" +

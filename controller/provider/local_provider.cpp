@@ -633,15 +633,7 @@ Status RefuseNamespaceCluster(const std::string& cluster, const std::string& sta
 
 Result<LocalConfig> LoadLocalConfig(const std::string& file) {
   LocalConfig c;
-  std::error_code ec;
-  if (!fs::exists(file, ec)) return c;
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(file);
-  } catch (const YAML::Exception& e) {
-    return InvalidArgument(file + ":" + std::to_string(e.mark.line + 1) + ":" +
-                           std::to_string(e.mark.column + 1) + ": " + e.msg);
-  }
+  HERD_ASSIGN_OR_RETURN(YAML::Node root, LoadHerdConfigYaml(file));
   auto where = [&](const YAML::Node& n, const std::string& path) {
     return file + ":" + std::to_string(n.Mark().line + 1) + ":" +
            std::to_string(n.Mark().column + 1) + ": " + path;
