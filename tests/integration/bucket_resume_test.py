@@ -111,18 +111,10 @@ class BucketResumeTest(HerdEnvTestCase):
         jobs = json.loads(self.h.herd("jobs", "queue", "-o", "json").stdout)
         return next(j for j in jobs if j["id"] == job_id)
 
-    def controller_log(self, job_id):
-        path = os.path.join(self.h.env["HERD_HOME"], "managed_jobs", str(job_id), "controller.log")
-        try:
-            with open(path) as f:
-                return f.read()[-4000:]
-        except OSError:
-            return "(none)"
-
     def until(self, job_id, what, cond, timeout):
         got = wait_for(lambda: cond(self.job(job_id)), timeout)
         self.assertTrue(got, f"job {job_id}: no {what} within {timeout} s: {self.job(job_id)}\n"
-                             f"controller log:\n{self.controller_log(job_id)}")
+                             f"controller log:\n{self.h.controller_log(job_id)}")
 
     def storage_ls(self):
         return {b["name"]: b for b in json.loads(self.h.herd("storage", "ls", "-o",
@@ -168,7 +160,7 @@ run: |
         # A snapshot is in the bucket (saved on the head, uploaded by its write-back cache).
         in_bucket = wait_for(lambda: "gpt_snapshot.pt" in (self.s3.objects(CKPT) or []), 180)
         self.assertTrue(in_bucket, f"no snapshot in the bucket: {self.s3.objects(CKPT)}\n"
-                                   f"{self.controller_log(job_id)}")
+                                   f"{self.h.controller_log(job_id)}")
         self.assertEqual(self.job(job_id)["status"], "RUNNING", "trained to the end too soon")
 
         # The worker node dies: SIGKILL to everything in its namespace.
@@ -188,7 +180,7 @@ run: |
         running_again_at = time.time()
         self.until(job_id, "the end", lambda j: j["status"] not in ("RUNNING", "RECOVERING"), 300)
         j = self.job(job_id)
-        self.assertEqual(j["status"], "SUCCEEDED", self.controller_log(job_id))
+        self.assertEqual(j["status"], "SUCCEEDED", self.h.controller_log(job_id))
         self.assertEqual([a["outcome"] for a in j["attempts"]], ["NODE_LOST", "SUCCEEDED"])
         self.assertEqual(j["attempts"][1]["cluster"], f"{NAME}-{job_id}-2")
         ended_at = time.time()

@@ -47,6 +47,15 @@ class HerdEnv:
     def clusters(self):
         return {c["name"]: c for c in json.loads(self.herd("status", "-o", "json").stdout)}
 
+    def controller_log(self, job_id):
+        """The end of a managed job's controller log, for a failing test's message."""
+        path = os.path.join(self.env["HERD_HOME"], "managed_jobs", str(job_id), "controller.log")
+        try:
+            with open(path) as f:
+                return f.read()[-4000:]
+        except OSError:
+            return "(none)"
+
     def close(self):
         try:
             for name in list(self.clusters()):

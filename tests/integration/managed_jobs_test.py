@@ -76,15 +76,7 @@ class ManagedJobsTest(HerdEnvTestCase):
                 return j, seen
             time.sleep(0.3)
         self.fail(f"job {job_id}: no {what} within {timeout} s; states seen {seen}; "
-                  f"controller log:\n{self.controller_log(job_id)}")
-
-    def controller_log(self, job_id):
-        path = os.path.join(self.h.env["HERD_HOME"], "managed_jobs", str(job_id), "controller.log")
-        try:
-            with open(path) as f:
-                return f.read()[-4000:]
-        except OSError:
-            return "(none)"
+                  f"controller log:\n{self.h.controller_log(job_id)}")
 
     def test_a_node_lost_job_resumes_from_its_checkpoint_on_a_new_cluster(self):
         task = self.write_task("ckpt", f"""
@@ -127,7 +119,7 @@ run: |
                 break
             time.sleep(0.2)
         else:
-            self.fail(f"no step 4 checkpoint; controller log:\n{self.controller_log(job_id)}")
+            self.fail(f"no step 4 checkpoint; controller log:\n{self.h.controller_log(job_id)}")
 
         # The worker node dies: kill -9 everything in its namespace (sshd, supervisor, herdlet,
         # the rank's processes), as a machine that is gone.
@@ -163,7 +155,7 @@ run: |
 
         j, _ = self.wait_for(job_id, lambda j: j["status"] not in ("RUNNING", "RECOVERING"), 120,
                              "the end")
-        self.assertEqual(j["status"], "SUCCEEDED", self.controller_log(job_id))
+        self.assertEqual(j["status"], "SUCCEEDED", self.h.controller_log(job_id))
         self.assertEqual([a["attempt"] for a in j["attempts"]], [1, 2])
         self.assertEqual([a["outcome"] for a in j["attempts"]], ["NODE_LOST", "SUCCEEDED"])
         self.assertIn("lost", j["attempts"][0]["reason"])
@@ -301,10 +293,10 @@ run: |
         self.wait_for(job_id, lambda j: j["status"] == "RECOVERING", 90, "RECOVERING")
         recovering_at = time.time()
         self.assertLess(recovering_at - killed_at, HEAD_LOST_RECOVERING_WITHIN,
-                        self.controller_log(job_id))
+                        self.h.controller_log(job_id))
         j, _ = self.wait_for(job_id, lambda j: j["status"] not in ("RUNNING", "RECOVERING"), 120,
                              "the end")
-        self.assertEqual(j["status"], "SUCCEEDED", self.controller_log(job_id))
+        self.assertEqual(j["status"], "SUCCEEDED", self.h.controller_log(job_id))
         self.assertEqual([a["outcome"] for a in j["attempts"]], ["NODE_LOST", "SUCCEEDED"])
         self.assertIn("head", j["attempts"][0]["reason"])
         self.assertEqual(j["recoveries"], 1)
