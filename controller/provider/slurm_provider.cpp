@@ -635,11 +635,12 @@ Status SlurmProvider::SpreadFiles(const std::string& cluster, const std::string&
   // share /tmp, and one node's unpacking must not take the file from another.
   const std::string unpack =
       "if [ ! -e \"$HOME/" + probe + "\" ]; then exec tar -xPf " + Quote(node_tar) + "; fi";
+  // The probe and the tar in variables, so the EXIT trap's quoting does not nest.
   const std::string script =
-      "trap 'rm -f \"$HOME/" + probe + "\" " + Quote(tar) + "' EXIT; : > \"$HOME/" + probe +
-      "\" && tar -cPf " + Quote(tar) + names + " && sbcast -f --jobid=" + rec->job + " " +
-      Quote(tar) + " " + Quote(node_tar) + " && srun --overlap --jobid=" + rec->job +
-      " --nodes=" + std::to_string(rec->nodes.size()) +
+      "probe=\"$HOME/" + probe + "\"; pack=" + Quote(tar) +
+      "; trap 'rm -f \"$probe\" \"$pack\"' EXIT; : > \"$probe\" && tar -cPf \"$pack\"" + names +
+      " && sbcast -f --jobid=" + rec->job + " \"$pack\" " + Quote(node_tar) +
+      " && srun --overlap --jobid=" + rec->job + " --nodes=" + std::to_string(rec->nodes.size()) +
       " --ntasks-per-node=1 --mem=0 --gres=none --kill-on-bad-exit=1 /bin/bash -c " + Quote(unpack);
   return OnLogin(*ssh_, rec->login, "copying the workdir and file_mounts to the nodes", script, {},
                  limits::kSshWaitTotal)
