@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "controller/provider/aws_provider.hpp"
+#include "controller/provider/herd_config.hpp"
 #include "controller/provider/slurm_config.hpp"
 #include "controller/provider/ssh_pool_provider.hpp"
 #include "shared/common/file_util.hpp"

@@ -29,9 +29,8 @@
 #include <string>
 #include <vector>
 
-#include <yaml-cpp/yaml.h>
-
 #include "controller/provider/aws_credentials.hpp"
+#include "controller/provider/herd_config.hpp"
 #include "controller/provider/http_client.hpp"
 #include "controller/provider/instance_catalog.hpp"
 #include "controller/provider/provider.hpp"
@@ -59,11 +58,6 @@ struct AwsConfig {
   std::string image_id;
   std::string ssh_cidr;
 };
-// $HERD_HOME/config.yaml (HERD_HOME made absolute), or $HOME/.herd/config.yaml.
-std::string DefaultHerdConfigFile();
-// The YAML of herd's config file: a null node when `file` does not exist; a parse error names
-// "file:line:col". Each section's reader (aws, local, prices) takes its part.
-Result<YAML::Node> LoadHerdConfigYaml(const std::string& file);
 // The file's `aws:` section; defaults when the file or the section does not exist; errors name
 // "file:line:col: aws.field".
 Result<AwsConfig> LoadAwsConfig(const std::string& file);

@@ -22,6 +22,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "controller/provider/aws_provider.hpp"
+#include "controller/provider/herd_config.hpp"
 #include "controller/provider/netns.hpp"
 #include "controller/provider/node_files.hpp"
 #include "controller/provider/user_nodes.hpp"
