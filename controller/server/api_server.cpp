@@ -22,6 +22,7 @@
 #include "controller/server/http/http_server.hpp"
 #include "controller/server/http/request_codec.hpp"
 #include "controller/server/job_keeper.hpp"
+#include "controller/server/read_coalescer.hpp"
 #include "controller/server/store/api_store.hpp"
 #include "controller/server/stream_frames.hpp"
 #include "controller/server/warm_protocol.hpp"
@@ -319,7 +320,39 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
   }
 
   // ---- commands
-  void Run(const User& user, const HttpRequest& req, const std::shared_ptr<Responder>& res) {
+  // A read shares the next run of the same words of its user (read_coalescer.hpp) in a warm
+  // worker; when no worker could run it, it runs as a child like any command, on a handler thread
+  // of its own.
+  void RunWarm(const User& user, const HttpRequest& req, const std::shared_ptr<Responder>& res,
+               const std::vector<std::string>& args) {
+    // Touched only on the thread that runs the read's round.
+    auto streaming = std::make_shared<bool>(false);
+    ReadCoalescer::Waiter waiter{
+        [res, streaming](FrameTag stream, std::string_view bytes) {
+          if (!*streaming) res->StartStream(200, kFramesType);
+          *streaming = true;
+          res->Write(EncodeFrame(stream, bytes));
+        },
+        [self = shared_from_this(), user, req, res, streaming](Result<int> code) {
+          if (code.ok()) {
+            if (!*streaming) res->StartStream(200, kFramesType);
+            res->Write(EncodeFrame(FrameTag::kExit, std::to_string(*code)));
+            return res->End();
+          }
+          HERD_LOG(kDebug) << "read without a warm worker: " << code.status().message();
+          boost::asio::post(self->pool_,
+                            [self, user, req, res] { self->Run(user, req, res, /*warm=*/false); });
+        }};
+    coalescer_.Join(
+        ReadKey(user.name, args),
+        [this, name = user.name, args](const ReadCoalescer::OutputFn& out) {
+          return warm_.Run(name, WarmSpawn(name), args, out);
+        },
+        std::move(waiter));
+  }
+
+  void Run(const User& user, const HttpRequest& req, const std::shared_ptr<Responder>& res,
+           bool warm = true) {
     auto body = api_http::DecodeBody(
         req.body,
         {FieldSpec{"args", FieldType::kStringList, true}, FieldSpec{"cluster", FieldType::kString},
@@ -407,22 +440,10 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
 
     // A read runs in one of the user's warm workers when one is free (no process to start, no
     // request directory); otherwise as a child like any command.
-    if (options_.warm_workers_per_user > 0 && !mutating && uploads.empty() && !body->Has("task") &&
-        !body->Has("secrets") && IsWarmRead(args)) {
+    if (warm && options_.warm_workers_per_user > 0 && !mutating && uploads.empty() &&
+        !body->Has("task") && !body->Has("secrets") && IsWarmRead(args)) {
       if (auto s = EnsureUserHome(user.name); !s.ok()) return res->Respond(HttpError(s));
-      bool streaming = false;
-      auto code = warm_.Run(user.name, WarmSpawn(user.name), args,
-                            [&](FrameTag stream, std::string_view bytes) {
-                              if (!streaming) res->StartStream(200, kFramesType);
-                              streaming = true;
-                              res->Write(EncodeFrame(stream, bytes));
-                            });
-      if (code.ok()) {
-        if (!streaming) res->StartStream(200, kFramesType);
-        res->Write(EncodeFrame(FrameTag::kExit, std::to_string(*code)));
-        return res->End();
-      }
-      HERD_LOG(kDebug) << "read without a warm worker: " << code.status().message();
+      return RunWarm(user, req, res, args);
     }
 
     // The request: a row (mutating commands) and a directory the command runs in.
@@ -892,6 +913,8 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
   std::unique_ptr<ApiStore> store_;
   boost::asio::thread_pool pool_;
   WarmWorkers warm_;
+  ReadCoalescer coalescer_{
+      [this](std::function<void()> fn) { boost::asio::post(pool_, std::move(fn)); }};
   std::unique_ptr<api_http::HttpServer> http_;
   std::unique_ptr<ServerKeeper> keeper_;
   std::unique_ptr<dashboard::Dashboard> dashboard_;

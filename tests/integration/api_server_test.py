@@ -239,6 +239,61 @@ class ApiServerTest(unittest.TestCase):
         self.assertEqual(p.returncode, 102, p.stderr)
         self.assertIn("does not exist", p.stderr.decode())
 
+    def test_22_concurrent_reads_share_runs_and_each_gets_its_own_answer(self):
+        # Many reads at once: the same words of one user share a run (read_coalescer.hpp), other
+        # words and other users never do. Each answer is the one a read alone gets: alice's
+        # cluster for alice, nothing for bob, the queue with every job.
+        alone = {
+            ("alice", "status"): json.loads(self.alice.out("status", "-o", "json")),
+            ("alice", "queue"): json.loads(self.alice.out("queue", self.CLUSTER, "-o", "json")),
+            ("bob", "status"): json.loads(self.bob.out("status", "-o", "json")),
+        }
+        self.assertEqual(alone[("bob", "status")], [])
+        words = {"status": ["status", "-o", "json"],
+                 "queue": ["queue", self.CLUSTER, "-o", "json"]}
+        procs = []
+        for i in range(30):
+            who, what = (("alice", "status"), ("alice", "queue"), ("bob", "status"))[i % 3]
+            client = self.alice if who == "alice" else self.bob
+            procs.append(((who, what), subprocess.Popen(
+                [HERD, *words[what]], env=client.env, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE)))
+        for key, p in procs:
+            out, err = p.communicate(timeout=120)
+            self.assertEqual(p.returncode, 0, (key, err))
+            got = json.loads(out)
+            if key[1] == "status":
+                self.assertEqual([c["name"] for c in got],
+                                 [c["name"] for c in alone[key]], key)
+            else:
+                self.assertEqual([(j["id"], j["status"]) for j in got],
+                                 [(j["id"], j["status"]) for j in alone[key]], key)
+        # A read that starts after a change sees it, however many reads of the same words run
+        # around it: a job submitted while alice's queue is read over and over is in the queue
+        # read right after the submission returns.
+        stop = time.time() + 60
+        readers_done = []
+
+        def reader():
+            while time.time() < stop and not readers_done:
+                subprocess.run([HERD, *words["queue"]], env=self.alice.env,
+                               capture_output=True, timeout=120)
+
+        import threading
+        threads = [threading.Thread(target=reader) for _ in range(6)]
+        for t in threads:
+            t.start()
+        try:
+            for _ in range(3):
+                p = self.alice.herd("exec", self.CLUSTER, "-d", "--", "true")
+                job = int(re.search(r"Job submitted, ID: (\d+)", p.stderr.decode()).group(1))
+                ids = [j["id"] for j in json.loads(self.alice.out(*words["queue"]))]
+                self.assertIn(job, ids)
+        finally:
+            readers_done.append(True)
+            for t in threads:
+                t.join()
+
     def test_20_another_users_cluster_does_not_exist_for_them(self):
         self.assertEqual(json.loads(self.bob.out("status", "-o", "json")), [])
         for args in (("queue", self.CLUSTER), ("logs", self.CLUSTER, "1"),
