@@ -15,7 +15,10 @@ in from a client home of its own, launches one 1-node local cluster per user thr
       over `herd status`, `herd queue NAME`, `herd logs NAME 1 --no-follow` of its user (client i
       is user i % USERS). Errors (non-zero exit or killed), p50/p99, the server's peak RSS (and,
       apart, its children's: the server runs every command as a `herd` child process). Targets:
-      0 errors, p99 < 250 ms, server RSS < 300 MB.
+      0 errors, p99 < 250 ms, server RSS < 300 MB. Two kinds of client (--client-kind): `http`,
+      as the Python SDK talks to the server (POST /api/v1/run on a kept HTTPS connection; the
+      clients are threads of a few processes of this script), and `cli`, a `herd` process per
+      command (its own process start and TLS handshake each time).
   (d) idle: the server's RSS and CPU time (utime+stime) over --idle-seconds with nothing asked of
       it, once right after it started and once after (b) and (c). Targets: RSS < 50 MB, CPU < 1 %
       of the interval.
@@ -33,7 +36,7 @@ namespaces). Tears everything down at the end, also on failure or Ctrl-C/SIGTERM
 temporary directory.
 
 Usage: api_bench.py [--herd PATH] [--herd-api PATH] [--users 10] [--reps 50] [--clients 200]
-       [--duration 60] [--exec-per-user 100] [--exec-pool 50] [--idle-seconds 30]
+       [--duration 60] [--client-kind http,cli] [--exec-per-user 100] [--exec-pool 50] [--idle-seconds 30]
        [--sections a,b,c,d] [--out bench/results]
 """
 import argparse
@@ -121,6 +124,128 @@ def run(argv, env, timeout=COMMAND_TIMEOUT, stdin=None):
     dt = time.perf_counter() - t0
     code = None if expired.is_set() else p.returncode
     return code, dt, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+KIND_TEXT = {"http": "HTTP clients", "cli": "CLI clients"}
+KIND_NOTE = {
+    "http": "Each client is a thread with one kept HTTPS connection (TLS verified against the "
+            "server's CA, the user's Bearer token), posting each command to /api/v1/run as the "
+            "Python SDK does and reading the framed answer to its exit frame; a non-zero exit "
+            "code or an HTTP error is an error. Each client connects and reads once before the "
+            "timed period (untimed). The {clients} threads run in {procs} processes of this "
+            "script, on the machine's {cpus} CPUs with the server, its workers and the clusters' "
+            "agents.",
+    "cli": "Every client command is a `herd` CLI process, and the server runs each read in a "
+           "warm `herd _serve` worker of the user's (or a `herd` child when none is free, and "
+           "always with --warm-workers 0): at {clients} clients on {cpus} CPUs the latencies "
+           "include waiting for a CPU among that many client processes (each its own process "
+           "start and TLS handshake) and the workers, not the server alone.",
+}
+
+
+class HttpClient:
+    """One client of (b) that talks to the server as the SDK does, over one kept connection:
+    POST /api/v1/run {"args": [...]}, the answer's frames `<tag> <len>\\n<bytes>` read to the end.
+    run() returns what run() above returns for a CLI process: (exit code or None, seconds,
+    stdout, stderr)."""
+
+    def __init__(self, info, token):
+        import http.client
+        import ssl
+        import urllib.parse
+        self._http = http.client
+        url = urllib.parse.urlsplit(info["endpoint"])
+        self.host, self.port = url.hostname, url.port
+        self.ctx = ssl.create_default_context(cafile=info["ca_cert"]) if url.scheme == "https" \
+            else None
+        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        self.conn = None
+
+    def _connect(self):
+        if self.ctx is not None:
+            return self._http.HTTPSConnection(self.host, self.port, context=self.ctx,
+                                              timeout=COMMAND_TIMEOUT)
+        return self._http.HTTPConnection(self.host, self.port, timeout=COMMAND_TIMEOUT)
+
+    def run(self, argv):
+        t0 = time.perf_counter()
+        body = json.dumps({"args": list(argv)}).encode()
+        try:
+            if self.conn is None:
+                self.conn = self._connect()
+            self.conn.request("POST", "/api/v1/run", body=body, headers=self.headers)
+            resp = self.conn.getresponse()
+            data = resp.read()
+            if resp.status != 200:
+                return resp.status, time.perf_counter() - t0, "", data.decode(errors="replace")
+        except (OSError, self._http.HTTPException) as e:
+            if self.conn is not None:
+                self.conn.close()
+            self.conn = None
+            return None, time.perf_counter() - t0, "", f"{type(e).__name__}: {e}"
+        out, err, code, i = [], [], None, 0
+        while i < len(data):
+            nl = data.index(b"\n", i)
+            tag, n = data[i:nl].split(b" ")
+            payload = data[nl + 1:nl + 1 + int(n)]
+            i = nl + 1 + int(n)
+            if tag == b"O":
+                out.append(payload)
+            elif tag == b"E":
+                err.append(payload)
+            elif tag == b"X":
+                code = int(payload)
+        return (code, time.perf_counter() - t0, b"".join(out).decode(errors="replace"),
+                b"".join(err).decode(errors="replace"))
+
+
+OPS = ("status", "queue", "logs")
+
+
+def client_loop(deadline, cluster, seed, run_argv, lat, errors, lock):
+    """One client of (b): until DEADLINE, one of the three reads at random (its user's cluster
+    CLUSTER), each timed; RUN_ARGV runs the words and returns what run() returns."""
+    rnd = random.Random(seed)
+    while time.perf_counter() < deadline and not STOPPING.is_set():
+        op = rnd.choice(OPS)
+        argv = {"status": ("status",), "queue": ("queue", cluster),
+                "logs": ("logs", cluster, "1", "--no-follow")}[op]
+        code, dt, out, err = run_argv(argv)
+        with lock:
+            if code == 0:
+                lat[op].append(dt * 1000)
+            else:
+                errors.append((op, code, err.strip().splitlines()[-1:] or [""]))
+
+
+def http_clients_main():
+    """--http-clients: the HTTP clients of (b) given on stdin as JSON ({info, duration, clients:
+    [[token, cluster, seed], ...]}), each a thread with its own kept connection; prints
+    {lat: {op: [ms, ...]}, errors: [[op, code, [line]], ...]}."""
+    spec = json.load(sys.stdin)
+    lat = {op: [] for op in OPS}
+    errors = []
+    lock = threading.Lock()
+    signal.signal(signal.SIGTERM, lambda *_: STOPPING.set())
+    # Each client connects (TLS handshake) and reads once, untimed, before the timed loop of
+    # every client of this process starts at once: the figures are of connected clients.
+    ready = threading.Barrier(len(spec["clients"]) + 1)
+    start = {}
+
+    def one(token, cluster, seed):
+        http = HttpClient(spec["info"], token)
+        http.run(("status",))
+        ready.wait()
+        client_loop(start["deadline"], cluster, seed, http.run, lat, errors, lock)
+
+    threads = [threading.Thread(target=one, args=tuple(c), daemon=True) for c in spec["clients"]]
+    for t in threads:
+        t.start()
+    start["deadline"] = time.perf_counter() + spec["duration"]
+    ready.wait()
+    for t in threads:
+        t.join()
+    json.dump({"lat": lat, "errors": errors}, sys.stdout)
 
 
 def attempt(what, fn):
@@ -304,6 +429,7 @@ class Bench:
         self.clusters = {u: f"apib{os.getpid() % 1000:03d}{i:02d}" for i, u in
                          enumerate(self.users)}
         self.clients = {}  # user -> env of a client logged in as that user
+        self.tokens = {}  # user -> that user's token (HTTP clients of (b))
         self.launched = []  # users whose launch was attempted
         self.server_pid = None
         self.stop_note = "the server was not stopped by `herd api stop`"
@@ -346,6 +472,7 @@ class Bench:
                   "--ca-cert", info["ca_cert"])
         for u in self.users:
             added = json.loads(self.herd(self.admin, "api", "users", "add", u, "-o", "json")[2])
+            self.tokens[u] = added["token"]
             env = self.client_env(u)
             self.herd(env, "api", "login", "-e", info["endpoint"], "--token", added["token"],
                       "--ca-cert", info["ca_cert"])
@@ -433,35 +560,53 @@ class Bench:
 
     # ---- (b)
 
-    def concurrency(self, clients):
-        deadline = time.perf_counter() + self.args.duration
-        lat = {"status": [], "queue": [], "logs": []}
+    def concurrency(self, clients, kind):
+        lat = {op: [] for op in OPS}
         errors = []
         lock = threading.Lock()
-        ops = ("status", "queue", "logs")
 
         def client(i):
             u = self.users[i % len(self.users)]
-            env, name = self.clients[u], self.clusters[u]
-            rnd = random.Random(i)
-            while time.perf_counter() < deadline and not STOPPING.is_set():
-                op = rnd.choice(ops)
-                argv = {"status": ("status",), "queue": ("queue", name),
-                        "logs": ("logs", name, "1", "--no-follow")}[op]
-                code, dt, out, err = run([self.args.herd, *argv], env)
-                with lock:
-                    if code == 0:
-                        lat[op].append(dt * 1000)
-                    else:
-                        errors.append((op, code, err.strip().splitlines()[-1:] or [""]))
+            env = self.clients[u]
+            client_loop(time.perf_counter() + self.args.duration, self.clusters[u], i,
+                        lambda argv: run([self.args.herd, *argv], env), lat, errors, lock)
 
+        def client_process(share):
+            # HTTP clients run as threads of a few processes of this script (--http-clients),
+            # so that one interpreter lock does not stand between 200 clients and their answers.
+            spec = {"info": {"endpoint": self.info["endpoint"], "ca_cert": self.info["ca_cert"]},
+                    "duration": self.args.duration,
+                    "clients": [[self.tokens[self.users[i % len(self.users)]],
+                                 self.clusters[self.users[i % len(self.users)]], i]
+                                for i in share]}
+            with _live_lock:
+                p = subprocess.Popen([sys.executable, os.path.abspath(__file__),
+                                      "--http-clients"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE)
+                _live.add(p)
+            try:
+                out, _ = p.communicate(json.dumps(spec).encode(),
+                                       timeout=self.args.duration + COMMAND_TIMEOUT + 30)
+            finally:
+                with _live_lock:
+                    _live.discard(p)
+            got = json.loads(out)
+            with lock:
+                for op, v in got["lat"].items():
+                    lat[op] += v
+                errors.extend(tuple(e) for e in got["errors"])
+
+        if kind == "http":
+            nproc = max(1, min(2 * os.cpu_count(), clients // 25))
+            work = [(client_process, [list(range(k, clients, nproc))]) for k in range(nproc)]
+        else:
+            work = [(client, [i]) for i in range(clients)]
         load0 = loadavg()
         cpu0 = cpu_seconds(self.server_pid)
         busy0 = busy_cpu_seconds()
         t0 = time.perf_counter()
         with Sampler(self.server_pid) as s:
-            threads = [threading.Thread(target=client, args=(i,), daemon=True)
-                       for i in range(clients)]
+            threads = [threading.Thread(target=fn, args=a, daemon=True) for fn, a in work]
             self.threads = threads
             for t in threads:
                 t.start()
@@ -474,7 +619,7 @@ class Bench:
         n = len(every) + len(errors)
         p99 = pct(every, 99)
         self.report += [
-            f"## (b) {clients} concurrent clients for {self.args.duration} s "
+            f"## (b) {clients} concurrent {KIND_TEXT[kind]} for {self.args.duration} s "
             "(status / queue NAME / logs NAME 1 --no-follow, chosen at random)",
             "",
             f"commands finished: {n} in {wall:.1f} s ({n / wall:.1f}/s), errors: {len(errors)}; "
@@ -504,16 +649,8 @@ class Bench:
                             f"{COMMAND_TIMEOUT} s, last stderr line, count):", ""]
             self.report += [f"- {op} exit {code}: `{line}` x{c}"
                             for (op, code, line), c in sorted(kinds.items(), key=str)[:20]]
-        self.report += [
-            "",
-            f"Every client command is a `herd` CLI process, and the server runs each read in a "
-            f"warm `herd _serve` worker of the user's (or a `herd` child when none is free, and "
-            f"always with --warm-workers 0): at {clients} clients on {os.cpu_count()} CPUs the "
-            "latencies include waiting for a CPU among that many client processes and the "
-            "workers, not the server alone.",
-            "",
-        ]
-        tag = f"(b) C={clients}"
+        self.report += ["", KIND_NOTE[kind].format(clients=clients, cpus=os.cpu_count(), procs=len(work)), ""]
+        tag = f"(b) {kind} C={clients}"
         self.verdict(f"{tag}: 0 errors", str(len(errors)), not errors)
         self.verdict(f"{tag}: p99 < 250 ms", f"{p99:.1f} ms", p99 < 250)
         self.verdict(f"{tag}: server RSS < 300 MB", f"{s.peak_server_kb / 1024:.1f} MB",
@@ -706,6 +843,8 @@ class Bench:
 
 
 def main():
+    if sys.argv[1:] == ["--http-clients"]:
+        return http_clients_main()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     build = os.path.join(REPO, "build")
     ap.add_argument("--herd", default=os.environ.get("HERD") or
@@ -718,6 +857,9 @@ def main():
     ap.add_argument("--reps", type=int, default=50, help="(a) runs of each command per mode")
     ap.add_argument("--clients", default="200", help="(b) concurrent clients, a comma list")
     ap.add_argument("--duration", type=int, default=60, help="(b) seconds per client count")
+    ap.add_argument("--client-kind", default="http,cli",
+                    help="(b) http (connections of one process, as the SDK), cli (a `herd` "
+                    "process per command), or both, a comma list")
     ap.add_argument("--exec-per-user", type=int, default=100)
     ap.add_argument("--exec-pool", type=int, default=50)
     ap.add_argument("--idle-seconds", type=int, default=30)
@@ -753,9 +895,10 @@ def main():
             log("(a) local vs remote")
             b.local_vs_remote()
         if "b" in sections:
-            for c in clients:
-                log(f"(b) {c} clients for {args.duration} s")
-                b.concurrency(c)
+            for kind in args.client_kind.split(","):
+                for c in clients:
+                    log(f"(b) {c} {kind} clients for {args.duration} s")
+                    b.concurrency(c, kind)
         if "c" in sections:
             log("(c) exec flood")
             b.exec_flood()

@@ -179,7 +179,8 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
     // The handlers in progress. Only now: a command dies with the thread that forked it
     // (PR_SET_PDEATHSIG), and the pool's threads end here.
     pool_.join();
-    warm_.Close();
+    warm_.Close();  // a read's round still running ends with its worker
+    reads_pool_.join();
     StopCommands();  // what a handler started meanwhile
   }
 
@@ -321,8 +322,8 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
 
   // ---- commands
   // A read shares the next run of the same words of its user (read_coalescer.hpp) in a warm
-  // worker; when no worker could run it, it runs as a child like any command, on a handler thread
-  // of its own.
+  // worker, on a thread of reads_pool_; when no worker could run it, it runs as a child like any
+  // command, from a handler thread of its own.
   void RunWarm(const User& user, const HttpRequest& req, const std::shared_ptr<Responder>& res,
                const std::vector<std::string>& args) {
     // Touched only on the thread that runs the read's round.
@@ -913,8 +914,10 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
   std::unique_ptr<ApiStore> store_;
   boost::asio::thread_pool pool_;
   WarmWorkers warm_;
+  // A read's round holds a warm worker and a thread while it runs: as many threads as workers.
+  boost::asio::thread_pool reads_pool_{limits::kApiWarmWorkersMax};
   ReadCoalescer coalescer_{
-      [this](std::function<void()> fn) { boost::asio::post(pool_, std::move(fn)); }};
+      [this](std::function<void()> fn) { boost::asio::post(reads_pool_, std::move(fn)); }};
   std::unique_ptr<api_http::HttpServer> http_;
   std::unique_ptr<ServerKeeper> keeper_;
   std::unique_ptr<dashboard::Dashboard> dashboard_;

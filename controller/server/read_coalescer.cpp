@@ -19,21 +19,30 @@ void ReadCoalescer::Join(const std::string& key, RunFn run, Waiter waiter) {
     std::lock_guard<std::mutex> l(mu_);
     auto it = running_.find(key);
     if (it != running_.end()) {
-      // A round of this key runs (or is queued): this read waits for the next one, or joins the
-      // queued one, which has not started yet.
+      // A round of this key runs or is queued: this read joins the queued one (it has not
+      // started) or waits for the next.
       if (!it->second.run) it->second.run = std::move(run);
       it->second.next.push_back(std::move(waiter));
       return;
     }
-    running_.emplace(key, Key{});
+    Key& k = running_[key];
+    k.run = std::move(run);
+    k.next.push_back(std::move(waiter));
     ++runs_;
   }
-  std::vector<Waiter> round;
-  round.push_back(std::move(waiter));
-  RunRound(key, std::move(run), std::move(round));
+  executor_([this, key] { StartRound(key); });
 }
 
-void ReadCoalescer::RunRound(const std::string& key, RunFn run, std::vector<Waiter> round) {
+void ReadCoalescer::StartRound(const std::string& key) {
+  RunFn run;
+  std::vector<Waiter> round;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto& k = running_.at(key);
+    run = std::move(k.run);
+    round.swap(k.next);
+    k.run = nullptr;
+  }
   const Result<int> code = run([&round](FrameTag stream, std::string_view bytes) {
     for (auto& w : round) w.on_output(stream, bytes);
   });
@@ -47,20 +56,9 @@ void ReadCoalescer::RunRound(const std::string& key, RunFn run, std::vector<Wait
     }
     ++runs_;
   }
-  // The reads that arrived during this run: their round starts on another thread, and takes in
-  // every read that arrives before it starts.
-  executor_([this, key] {
-    RunFn next_run;
-    std::vector<Waiter> next;
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      auto& k = running_.at(key);
-      next_run = std::move(k.run);
-      next.swap(k.next);
-      k.run = nullptr;
-    }
-    RunRound(key, std::move(next_run), std::move(next));
-  });
+  // The reads that arrived during this run: their round, queued like the first, takes in every
+  // read that arrives before it starts.
+  executor_([this, key] { StartRound(key); });
 }
 
 std::size_t ReadCoalescer::active() const {

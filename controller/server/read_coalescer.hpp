@@ -8,8 +8,9 @@
 //
 // Rounds: the reads waiting for a run are its round; a run's output goes to each read of its
 // round (in order, as it comes) and its end to each, then the reads that arrived meanwhile are
-// the next round, started through the executor given (not on the finishing thread, so that one
-// busy read cannot keep a thread from every other).
+// the next round. Every round runs through the executor given: Join never blocks (the server's
+// request handlers stay free), and a finished round queues the next instead of running it on its
+// own thread (one busy read cannot keep a thread from every other).
 #pragma once
 
 #include <cstddef>
@@ -45,10 +46,10 @@ class ReadCoalescer {
   ReadCoalescer(const ReadCoalescer&) = delete;
   ReadCoalescer& operator=(const ReadCoalescer&) = delete;
 
-  // Waits for the next run of `key` (the user and the words). When none of that key is running,
-  // this read's round starts at once on the calling thread, and Join returns after the run (its
-  // waiters told); otherwise Join returns at once and the waiter is told from the thread that
-  // runs its round. `run` is the run of this waiter's round if it is the one that starts it.
+  // Waits for the next run of `key` (the user and the words): a round of its own queued on the
+  // executor when none of that key runs or is queued, the queued round when one is, the round
+  // after the running one otherwise. Returns at once; the waiter is told from the thread that
+  // runs its round. `run` is the run of that round if this read is the first of it.
   void Join(const std::string& key, RunFn run, Waiter waiter);
 
   // Keys with a run in flight or queued (for tests and the server's own counters).
@@ -61,7 +62,7 @@ class ReadCoalescer {
     RunFn run;                 // the run of the next round (the first waiter's)
     std::vector<Waiter> next;  // waiting for the next round
   };
-  void RunRound(const std::string& key, RunFn run, std::vector<Waiter> round);
+  void StartRound(const std::string& key);
 
   Executor executor_;
   mutable std::mutex mu_;
