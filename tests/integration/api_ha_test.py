@@ -289,6 +289,45 @@ run: |
         type(self).info[dead] = self.status(dead)
         self.assertEqual(self.job(self.alice[dead], job_id)["status"], "SUCCEEDED")
 
+    def test_d_a_dashboard_login_on_one_server_is_a_session_on_both(self):
+        # Behind a load balancer the browser's requests land on either server: the one-time code
+        # one server issued opens a session on the other, the cookie works on both, and a logout
+        # on one ends it on both (the sessions live in the database, not a server's memory).
+        import http.client
+        import ssl
+        import urllib.parse
+        ctx = ssl.create_default_context(cafile=self.info[0]["ca_cert"])
+
+        def request(i, method, target, headers=None):
+            conn = http.client.HTTPSConnection(HOST, self.ports[i], context=ctx, timeout=30)
+            try:
+                conn.request(method, target, headers=headers or {})
+                r = conn.getresponse()
+                return r.status, r.getheader("Set-Cookie") or "", r.read()
+            finally:
+                conn.close()
+
+        url = json.loads(self.alice[0].out("dashboard", "--no-open", "-o", "json"))["url"]
+        parts = urllib.parse.urlsplit(url)
+        self.assertEqual(parts.port, self.ports[0])
+        status, cookie, _ = request(1, "GET", f"{parts.path}?{parts.query}")
+        self.assertEqual(status, 303)
+        m = re.match(r"herd_session=([0-9a-f]+);", cookie)
+        self.assertTrue(m, cookie)
+        session = {"Cookie": f"herd_session={m.group(1)}"}
+        for i in (0, 1):
+            status, _, body = request(i, "GET", "/dashboard/api/me", session)
+            self.assertEqual(status, 200, body)
+            self.assertEqual(json.loads(body)["name"], "alice")
+        # Spent on both.
+        self.assertEqual(request(0, "GET", f"{parts.path}?{parts.query}")[0], 401)
+        origin = f"https://{HOST}:{self.ports[0]}"
+        status, _, body = request(0, "POST", "/dashboard/logout", dict(session, Origin=origin))
+        self.assertEqual(status, 200, body)
+        for i in (0, 1):
+            status, _, body = request(i, "GET", "/dashboard/api/me", session)
+            self.assertEqual(status, 401, body)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -97,7 +97,7 @@ std::string JsonString(std::string_view bytes) {
 
 class Dashboard::Impl : public std::enable_shared_from_this<Dashboard::Impl> {
  public:
-  explicit Impl(DashboardHost host) : host_(std::move(host)) {
+  explicit Impl(DashboardHost host) : sessions(*host.store), host_(std::move(host)) {
     if (!host_.now_ms) host_.now_ms = [] { return NowUnixMs(); };
   }
 
@@ -129,7 +129,7 @@ class Dashboard::Impl : public std::enable_shared_from_this<Dashboard::Impl> {
       }
     }
     if (t.Match({"dashboard", "logout"}) && m == "POST") {
-      sessions.End(who->session_id);
+      if (auto s = sessions.End(who->session_id); !s.ok()) return res->Respond(ErrorResponse(s));
       Audit(user.name, "dashboard.logout", "", "ok");
       HttpResponse r = JsonResponse(boost::json::object{{"logged_out", true}});
       r.headers.Set("Set-Cookie", ClearedSessionCookie(host_.tls));
@@ -214,12 +214,13 @@ class Dashboard::Impl : public std::enable_shared_from_this<Dashboard::Impl> {
     }
     auto session = sessions.Find(*id, host_.now_ms());
     if (!session.ok()) {
+      if (session.status().code() != Code::kPermissionDenied) return session.status();
       return api_http::Unauthenticated(session.status().message() +
                                        ": run `herd dashboard` to log in again");
     }
     auto user = host_.store->GetUser(session->user);
     if (!user.ok()) {
-      sessions.End(*id);
+      (void)sessions.End(*id);
       return api_http::Unauthenticated("user " + session->user + " no longer exists");
     }
     return Who{*user, *id, session->expires_at_ms};

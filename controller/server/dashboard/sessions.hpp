@@ -1,17 +1,16 @@
 // The dashboard's logins: one-time login codes that `herd dashboard` asks for with its bearer
-// token, and the browser sessions they turn into (the cookie's value). Kept in the memory of the
-// server that issued them: the URL `herd dashboard` prints names that server, and a server that
-// restarts asks its users to run `herd dashboard` again.
+// token, and the browser sessions they turn into (the cookie's value). Kept in the API store's
+// database (ApiStore's dashboard logins), so that every server on one database honours a code or
+// a session another one issued (two servers behind a load balancer), and a restarted server
+// keeps its users logged in.
 //
-// Codes and session ids are 32 random bytes (hex); the table keeps only their SHA-256, so a dump
-// of the server's memory does not hand out live sessions. Every call takes the time: tests drive
-// expiry without sleeping. Thread-safe.
+// Codes and session ids are 32 random bytes (hex); the database keeps only their SHA-256, so a
+// dump of it does not hand out live sessions. Every call takes the time: tests drive expiry
+// without sleeping. Thread-safe (the store is).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <string>
 
 #include "controller/server/store/api_store.hpp"
@@ -38,9 +37,9 @@ struct NewSession {
 
 class SessionTable {
  public:
-  SessionTable(std::size_t max_sessions = limits::kDashboardMaxSessions,
-               std::size_t max_codes = limits::kDashboardMaxLoginCodes)
-      : max_sessions_(max_sessions), max_codes_(max_codes) {}
+  explicit SessionTable(ApiStore& store, std::size_t max_sessions = limits::kDashboardMaxSessions,
+                        std::size_t max_codes = limits::kDashboardMaxLoginCodes)
+      : store_(store), max_sessions_(max_sessions), max_codes_(max_codes) {}
 
   // A code for `user`, good once within limits::kDashboardLoginCodeTtl; the session it opens
   // lasts `session_ttl_ms` (0: limits::kDashboardSessionTtl; InvalidArgument below 0 or over
@@ -53,24 +52,15 @@ class SessionTable {
   // The live session of this id; PermissionDenied when unknown, ended or expired.
   Result<Session> Find(const std::string& id, std::int64_t now_ms);
   // Ends the session (logout); a no-op for an unknown id.
-  void End(const std::string& id);
+  Status End(const std::string& id);
   // Ends every session and code of a user (deleted, or its role changed).
-  void EndUser(const std::string& user);
+  Status EndUser(const std::string& user);
 
-  std::size_t sessions() const;
+  Result<std::size_t> sessions() const;
 
  private:
-  struct PendingCode {
-    std::string user;
-    std::int64_t expires_at_ms = 0;
-    std::int64_t session_ttl_ms = 0;
-  };
-  void DropExpiredLocked(std::int64_t now_ms);
-
+  ApiStore& store_;
   const std::size_t max_sessions_, max_codes_;
-  mutable std::mutex mu_;
-  std::map<std::string, PendingCode> codes_;  // by SHA-256 of the code
-  std::map<std::string, Session> sessions_;   // by SHA-256 of the id
 };
 
 }  // namespace herd::server::dashboard

@@ -216,10 +216,24 @@ Status CreateSchemaV2(SqlDb& db) {
                  });
 }
 
+// Version 3: the dashboard's login codes and sessions, shared by every server on the database.
+Status CreateSchemaV3(SqlDb& db) {
+  return ExecAll(
+      db, {
+              "CREATE TABLE dashboard_codes (hash TEXT PRIMARY KEY, user_name TEXT NOT NULL, "
+              "expires_at_ms BIGINT NOT NULL, session_ttl_ms BIGINT NOT NULL)",
+              "CREATE TABLE dashboard_sessions (hash TEXT PRIMARY KEY, "
+              "user_name TEXT NOT NULL, created_at_ms BIGINT NOT NULL, "
+              "expires_at_ms BIGINT NOT NULL)",
+              "CREATE INDEX dashboard_sessions_by_user ON dashboard_sessions (user_name)",
+          });
+}
+
 const std::vector<Migration>& Migrations() {
   static const std::vector<Migration> kMigrations = {
       {1, "users, tokens, requests, audit, names, leases, secrets", CreateSchemaV1},
       {2, "gpu_samples", CreateSchemaV2},
+      {3, "dashboard_codes, dashboard_sessions", CreateSchemaV3},
   };
   return kMigrations;
 }
@@ -455,10 +469,13 @@ Result<std::vector<User>> ApiStore::ListUsers() {
 
 Status ApiStore::DeleteUser(std::string_view name) {
   HERD_RETURN_IF_ERROR(ValidateApiName("user name", name));
-  HERD_ASSIGN_OR_RETURN(std::int64_t deleted,
-                        db_->Exec("DELETE FROM users WHERE name = ?", {std::string(name)}));
-  if (deleted == 0) return NotFound("no user '" + std::string(name) + "'");
-  return Status::Ok();
+  return db_->InTransaction([&]() -> Status {
+    HERD_ASSIGN_OR_RETURN(std::int64_t deleted,
+                          db_->Exec("DELETE FROM users WHERE name = ?", {std::string(name)}));
+    if (deleted == 0) return NotFound("no user '" + std::string(name) + "'");
+    // Their dashboard logins end with them (a user added again under the name starts logged out).
+    return EndUserLogins(name);
+  });
 }
 
 Status ApiStore::SetRole(std::string_view name, Role role) {
@@ -936,6 +953,100 @@ Result<std::vector<GpuSample>> ApiStore::ListGpuSamples(std::string_view cluster
   out.reserve(rows.size());
   for (const SqlRow& row : rows) out.push_back(GpuSample{row.Int(0), row.Int(1), row.Int(2)});
   return out;
+}
+
+// ---- dashboard logins ---------------------------------------------------------------------------
+
+namespace {
+
+// Deletes the rows of `table` that expire first until fewer than `max` are left (room for one).
+Status MakeRoom(SqlDb& db, const std::string& table, std::size_t max) {
+  HERD_ASSIGN_OR_RETURN(SqlRows count, db.Query("SELECT COUNT(*) FROM " + table));
+  const std::int64_t n = count.empty() ? 0 : count[0].Int(0);
+  const std::int64_t keep = max == 0 ? 0 : static_cast<std::int64_t>(max) - 1;
+  if (n <= keep) return Status::Ok();
+  return db
+      .Exec("DELETE FROM " + table + " WHERE hash IN (SELECT hash FROM " + table +
+                " ORDER BY expires_at_ms, hash LIMIT ?)",
+            {n - keep})
+      .status();
+}
+
+}  // namespace
+
+Status ApiStore::PutLoginCode(std::string_view key, const LoginCodeRow& code, std::size_t max_codes,
+                              std::int64_t now_ms) {
+  return db_->InTransaction([&]() -> Status {
+    HERD_RETURN_IF_ERROR(
+        db_->Exec("DELETE FROM dashboard_codes WHERE expires_at_ms <= ?", {now_ms}).status());
+    HERD_RETURN_IF_ERROR(MakeRoom(*db_, "dashboard_codes", max_codes));
+    return db_
+        ->Exec(
+            "INSERT INTO dashboard_codes (hash, user_name, expires_at_ms, session_ttl_ms) "
+            "VALUES (?, ?, ?, ?)",
+            {std::string(key), code.user, code.expires_at_ms, code.session_ttl_ms})
+        .status();
+  });
+}
+
+Result<LoginCodeRow> ApiStore::TakeLoginCode(std::string_view key) {
+  LoginCodeRow code;
+  HERD_RETURN_IF_ERROR(db_->InTransaction([&]() -> Status {
+    HERD_ASSIGN_OR_RETURN(
+        SqlRows rows,
+        db_->Query(
+            "SELECT user_name, expires_at_ms, session_ttl_ms FROM dashboard_codes WHERE hash = ?",
+            {std::string(key)}));
+    if (rows.empty()) return NotFound("no such login code");
+    HERD_ASSIGN_OR_RETURN(std::int64_t gone, db_->Exec("DELETE FROM dashboard_codes WHERE hash = ?",
+                                                       {std::string(key)}));
+    if (gone != 1) return NotFound("no such login code");
+    code = LoginCodeRow{rows[0].Text(0), rows[0].Int(1), rows[0].Int(2)};
+    return Status::Ok();
+  }));
+  return code;
+}
+
+Status ApiStore::PutSession(std::string_view key, const SessionRow& session,
+                            std::size_t max_sessions, std::int64_t now_ms) {
+  return db_->InTransaction([&]() -> Status {
+    HERD_RETURN_IF_ERROR(
+        db_->Exec("DELETE FROM dashboard_sessions WHERE expires_at_ms <= ?", {now_ms}).status());
+    HERD_RETURN_IF_ERROR(MakeRoom(*db_, "dashboard_sessions", max_sessions));
+    return db_
+        ->Exec(
+            "INSERT INTO dashboard_sessions (hash, user_name, created_at_ms, expires_at_ms) "
+            "VALUES (?, ?, ?, ?)",
+            {std::string(key), session.user, session.created_at_ms, session.expires_at_ms})
+        .status();
+  });
+}
+
+Result<SessionRow> ApiStore::FindSession(std::string_view key) {
+  HERD_ASSIGN_OR_RETURN(SqlRows rows, db_->Query("SELECT user_name, created_at_ms, expires_at_ms "
+                                                 "FROM dashboard_sessions WHERE hash = ?",
+                                                 {std::string(key)}));
+  if (rows.empty()) return NotFound("no such session");
+  return SessionRow{rows[0].Text(0), rows[0].Int(1), rows[0].Int(2)};
+}
+
+Status ApiStore::EndSession(std::string_view key) {
+  return db_->Exec("DELETE FROM dashboard_sessions WHERE hash = ?", {std::string(key)}).status();
+}
+
+Status ApiStore::EndUserLogins(std::string_view user) {
+  return db_->InTransaction([&]() -> Status {
+    HERD_RETURN_IF_ERROR(
+        db_->Exec("DELETE FROM dashboard_sessions WHERE user_name = ?", {std::string(user)})
+            .status());
+    return db_->Exec("DELETE FROM dashboard_codes WHERE user_name = ?", {std::string(user)})
+        .status();
+  });
+}
+
+Result<std::size_t> ApiStore::CountSessions() {
+  HERD_ASSIGN_OR_RETURN(SqlRows rows, db_->Query("SELECT COUNT(*) FROM dashboard_sessions"));
+  return static_cast<std::size_t>(rows.empty() ? 0 : rows[0].Int(0));
 }
 
 }  // namespace herd::server

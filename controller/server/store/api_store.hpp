@@ -108,6 +108,18 @@ struct GpuSample {
 };
 
 // How often and how many GPU samples the store keeps (limits.hpp's by default; tests shrink them).
+// A dashboard login code not yet redeemed, and a browser session (ApiStore's dashboard logins).
+struct LoginCodeRow {
+  std::string user;
+  std::int64_t expires_at_ms = 0;
+  std::int64_t session_ttl_ms = 0;  // the length of the session it opens
+};
+struct SessionRow {
+  std::string user;
+  std::int64_t created_at_ms = 0;
+  std::int64_t expires_at_ms = 0;
+};
+
 struct GpuSampleBounds {
   std::int64_t interval_ms;   // a cluster's samples at least this far apart
   std::int64_t retention_ms;  // samples older than this (of any cluster) are dropped
@@ -235,6 +247,25 @@ class ApiStore {
                                const GpuSampleBounds& bounds = GpuSampleBounds::Default());
   // The cluster's samples at or after since_ms, oldest first.
   Result<std::vector<GpuSample>> ListGpuSamples(std::string_view cluster, std::int64_t since_ms);
+
+  // ---- dashboard logins (dashboard/sessions.hpp): one-time login codes and browser sessions,
+  // keyed by the hex SHA-256 of their secret (the secret itself is never stored), in the database
+  // so that every server on it knows them (two servers behind one load balancer).
+  // Stores a code. Expired codes go; past max_codes, those that expire first.
+  Status PutLoginCode(std::string_view key, const LoginCodeRow& code, std::size_t max_codes,
+                      std::int64_t now_ms);
+  // Removes the code and returns what it was (NotFound when unknown): of servers redeeming one
+  // code at once, exactly one gets it.
+  Result<LoginCodeRow> TakeLoginCode(std::string_view key);
+  // Stores a session. Sessions expired before now_ms go; past max_sessions, those that expire
+  // first.
+  Status PutSession(std::string_view key, const SessionRow& session, std::size_t max_sessions,
+                    std::int64_t now_ms);
+  Result<SessionRow> FindSession(std::string_view key);  // NotFound when unknown
+  Status EndSession(std::string_view key);               // a no-op for an unknown key
+  // Ends every session and code of `user`.
+  Status EndUserLogins(std::string_view user);
+  Result<std::size_t> CountSessions();
 
   ApiStore(const ApiStore&) = delete;
   ApiStore& operator=(const ApiStore&) = delete;
