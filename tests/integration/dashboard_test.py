@@ -215,9 +215,13 @@ class DashboardTest(unittest.TestCase):
                           (XSS_NAME, "encoded '/'")):
             page.goto(self.endpoint + "/dashboard/#/cluster/" +
                       page.eval(f"encodeURIComponent({json.dumps(name)})"))
-            # The page's error alone in main (not what the page before left there).
+            # The page's error alone in main. Only the address's fragment changes, so the page
+            # before (the first name's error) stays until the new answer comes: wait for this
+            # name's reason, not for any error.
             page.wait_for("document.querySelector('main').children.length === 1 && "
-                          "document.querySelector('main > p.error[role=alert]')", what="an error")
+                          "(document.querySelector('main > p.error[role=alert]') || {})"
+                          f".textContent?.includes({json.dumps(why)})",
+                          what=f"the error {why!r}")
             self.assertIn(why, page.text("main .error"))
             self.assertTrue(page.eval(NO_XSS))
         self.shoot(page, "cluster-bad-name")
