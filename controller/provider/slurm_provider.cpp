@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "controller/ssh/ssh_command.hpp"
 #include "controller/ssh/subprocess.hpp"
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
@@ -48,12 +49,6 @@ std::string TrimWs(std::string s) {
   std::size_t i = 0;
   while (i < s.size() && std::isspace(static_cast<unsigned char>(s[i]))) ++i;
   return s.substr(i);
-}
-
-std::string Quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
 }
 
 // Slurm's messages as one line: "sbatch: error: " prefixes dropped, lines joined with "; ".
@@ -283,13 +278,13 @@ Result<std::string> GresFor(const SlurmPartition& p, const SlurmDemand& d,
 }
 
 std::string SbatchCommand(const SbatchRequest& r) {
-  std::string c = "sbatch --parsable --job-name=" + Quote(r.job_name) +
+  std::string c = "sbatch --parsable --job-name=" + ShellQuote(r.job_name) +
                   " --nodes=" + std::to_string(r.nodes) + " --ntasks-per-node=1";
-  if (!r.partition.empty()) c += " --partition=" + Quote(r.partition);
-  if (!r.gres.empty()) c += " --gres=" + Quote(r.gres);
+  if (!r.partition.empty()) c += " --partition=" + ShellQuote(r.partition);
+  if (!r.gres.empty()) c += " --gres=" + ShellQuote(r.gres);
   if (r.cpus_per_task > 0) c += " --cpus-per-task=" + std::to_string(r.cpus_per_task);
   if (r.mem_mb > 0) c += " --mem=" + std::to_string(r.mem_mb) + "M";
-  if (!r.time_limit.empty()) c += " --time=" + Quote(r.time_limit);
+  if (!r.time_limit.empty()) c += " --time=" + ShellQuote(r.time_limit);
   // The batch script's own output would be a file on the first node: herdlet logs for itself.
   c += " --wait-all-nodes=1 --no-requeue --no-kill --output=/dev/null";
   return c;
@@ -386,7 +381,7 @@ Result<std::vector<NodeHandle>> SlurmProvider::Provision(const ProvisionRequest&
       return HandlesOf(*existing);
     }
     if (SlurmJobActive(s.state)) HERD_RETURN_IF_ERROR(CancelJob(ssh, *existing));
-    (void)ssh.Run(existing->login, "rm -rf " + Quote(existing->remote_dir),
+    (void)ssh.Run(existing->login, "rm -rf " + ShellQuote(existing->remote_dir),
                   limits::kSlurmCommandTimeout);
     std::error_code ec;
     fs::remove(RecordPath(req.state_dir), ec);
@@ -497,10 +492,10 @@ Result<std::vector<NodeHandle>> SlurmProvider::Provision(const ProvisionRequest&
   }
   // The nodes in Slurm's order (the first runs the batch script: the head) and their addresses.
   auto hosts = OnLogin(ssh, r.login, "scontrol show hostnames",
-                       "scontrol show hostnames " + Quote(s.nodelist));
+                       "scontrol show hostnames " + ShellQuote(s.nodelist));
   if (!hosts.ok()) return fail(hosts.status());
-  auto shown =
-      OnLogin(ssh, r.login, "scontrol show node", "scontrol show node -o " + Quote(s.nodelist));
+  auto shown = OnLogin(ssh, r.login, "scontrol show node",
+                       "scontrol show node -o " + ShellQuote(s.nodelist));
   if (!shown.ok()) return fail(shown.status());
   std::map<std::string, std::string> addr;
   for (const auto& [n, a] : ParseScontrolNodes(*shown)) addr[n] = a;
@@ -545,7 +540,7 @@ Status SlurmProvider::Teardown(const std::string&, const std::string& state_dir)
   if (!rec->job.empty()) HERD_RETURN_IF_ERROR(CancelJob(*ssh_, *rec));
   if (!rec->remote_dir.empty()) {
     HERD_RETURN_IF_ERROR(OnLogin(*ssh_, rec->login, "removing " + rec->remote_dir,
-                                 "rm -rf " + Quote(rec->remote_dir))
+                                 "rm -rf " + ShellQuote(rec->remote_dir))
                              .status());
   }
   std::error_code ec;
@@ -591,9 +586,10 @@ Status SlurmProvider::StartAgents(const std::string& cluster, const std::string&
   fs::remove_all(staging, ec);
 
   const std::string& d = rec->remote_dir;
-  HERD_RETURN_IF_ERROR(OnLogin(*ssh_, rec->login, "mkdir " + d,
-                               "mkdir -p " + Quote(d) + " && echo ready > " + Quote(d + "/ready"))
-                           .status());
+  HERD_RETURN_IF_ERROR(
+      OnLogin(*ssh_, rec->login, "mkdir " + d,
+              "mkdir -p " + ShellQuote(d) + " && echo ready > " + ShellQuote(d + "/ready"))
+          .status());
   HERD_RETURN_IF_ERROR(
       ssh_->Rsync(rec->login, herdlet_path, d + "/herdlet", false, limits::kSshWaitTotal));
   HERD_RETURN_IF_ERROR(
@@ -603,13 +599,14 @@ Status SlurmProvider::StartAgents(const std::string& cluster, const std::string&
   // with every file in place.
   const std::string j = " --jobid=" + rec->job + " ";
   const std::string p = rec->prefix;
-  HERD_RETURN_IF_ERROR(
-      OnLogin(*ssh_, rec->login, "sbcast",
-              "sbcast -f -p" + j + Quote(d + "/herdlet") + " " + Quote(p + ".herdlet") +
-                  " && sbcast -f" + j + Quote(d + "/agent.tar") + " " + Quote(p + ".tar") +
-                  " && sbcast -f" + j + Quote(d + "/ready") + " " + Quote(p + ".ready"),
-              {}, limits::kSshWaitTotal)
-          .status());
+  HERD_RETURN_IF_ERROR(OnLogin(*ssh_, rec->login, "sbcast",
+                               "sbcast -f -p" + j + ShellQuote(d + "/herdlet") + " " +
+                                   ShellQuote(p + ".herdlet") + " && sbcast -f" + j +
+                                   ShellQuote(d + "/agent.tar") + " " + ShellQuote(p + ".tar") +
+                                   " && sbcast -f" + j + ShellQuote(d + "/ready") + " " +
+                                   ShellQuote(p + ".ready"),
+                               {}, limits::kSshWaitTotal)
+                           .status());
   return Status::Ok();
 }
 
@@ -624,7 +621,7 @@ Status SlurmProvider::SpreadFiles(const std::string& cluster, const std::string&
   // not. The probe's name is per call, so two spreads never take each other's probe.
   std::string names;
   for (const auto& p : paths) {
-    names += " " + (p.rfind('/', 0) == 0 ? Quote(p) : "\"$HOME\"/" + Quote(p));
+    names += " " + (p.rfind('/', 0) == 0 ? ShellQuote(p) : "\"$HOME\"/" + ShellQuote(p));
   }
   const std::string probe =
       ".herd-home-probe-" + rec->job + "-" + std::to_string(::getpid()) + "-" +
@@ -634,14 +631,15 @@ Status SlurmProvider::SpreadFiles(const std::string& cluster, const std::string&
   // The node's copy stays until the allocation ends (the batch script removes it): nodes may
   // share /tmp, and one node's unpacking must not take the file from another.
   const std::string unpack =
-      "if [ ! -e \"$HOME/" + probe + "\" ]; then exec tar -xPf " + Quote(node_tar) + "; fi";
+      "if [ ! -e \"$HOME/" + probe + "\" ]; then exec tar -xPf " + ShellQuote(node_tar) + "; fi";
   // The probe and the tar in variables, so the EXIT trap's quoting does not nest.
   const std::string script =
-      "probe=\"$HOME/" + probe + "\"; pack=" + Quote(tar) +
+      "probe=\"$HOME/" + probe + "\"; pack=" + ShellQuote(tar) +
       "; trap 'rm -f \"$probe\" \"$pack\"' EXIT; : > \"$probe\" && tar -cPf \"$pack\"" + names +
-      " && sbcast -f --jobid=" + rec->job + " \"$pack\" " + Quote(node_tar) +
+      " && sbcast -f --jobid=" + rec->job + " \"$pack\" " + ShellQuote(node_tar) +
       " && srun --overlap --jobid=" + rec->job + " --nodes=" + std::to_string(rec->nodes.size()) +
-      " --ntasks-per-node=1 --mem=0 --gres=none --kill-on-bad-exit=1 /bin/bash -c " + Quote(unpack);
+      " --ntasks-per-node=1 --mem=0 --gres=none --kill-on-bad-exit=1 /bin/bash -c " +
+      ShellQuote(unpack);
   return OnLogin(*ssh_, rec->login, "copying the workdir and file_mounts to the nodes", script, {},
                  limits::kSshWaitTotal)
       .status();
