@@ -116,26 +116,47 @@ class LaunchCommand final : public Command {
     if (auto s = clone.Clone(*t); !s.ok()) return Fail(ctx, s, 2);
     ops::LaunchOptions o;
     o.cluster = cluster_.empty() ? RandomClusterName() : cluster_;
+    bool fresh = false;
+    if (int code = Prepare(ctx, *t, o, &fresh); code >= 0) return code;
+    InstallSigint();
+    Result<ops::LaunchResult> r =
+        fresh ? LaunchFailingOver(ctx, *t, *plan_, o) : ctx.Ops().Launch(*t, o);
+    ctx.progress.Done();
+    if (!r.ok()) return FailForStatus(ctx, r.status());
+    if (IdleMinutes() >= 0) {
+      if (auto s = ctx.Ops().SetAutostop(o.cluster, IdleMinutes(), down_); !s.ok()) {
+        return FailForStatus(ctx, s);
+      }
+    }
+    return JobOutcome(ctx, r->head.get(), *r, detach_, output_ == "json", t->num_nodes,
+                      !ctx.quiet && output_ != "json");
+  }
+
+ private:
+  // The launch of `t` as o.cluster: a new cluster (none of that name, or a dry run) is planned
+  // (controller/optimizer): the table, then the user's yes, and *fresh is set (launch it through
+  // LaunchFailingOver with plan_); an existing one keeps its infra and nodes. Fills the rest of
+  // `o` from the flags. -1 to go on, or the exit code to end with (a dry run done: 0; aborted: 1;
+  // a failure, reported).
+  int Prepare(CliContext& ctx, const task::Task& t, ops::LaunchOptions& o, bool* fresh) {
     o.infra = infra_;
-    // A new cluster is planned (controller/optimizer): the table, then the user's yes. An existing
-    // one keeps its infra and nodes.
-    bool fresh = dryrun_ || cluster_.empty();
-    if (!fresh) {
+    *fresh = dryrun_ || cluster_.empty();
+    if (!*fresh) {
       auto existing = ctx.Ops().Get(o.cluster);
-      fresh = !existing.ok() && existing.status().code() == Code::kNotFound;
+      *fresh = !existing.ok() && existing.status().code() == Code::kNotFound;
       // The record holds what the plan chose ("aws/us-east-1/us-east-1a"); the infra the user
       // named then ("aws", "aws/us-east-1") still means that cluster.
-      std::string named = !infra_.empty() ? infra_ : task::PrimaryResources(*t).infra;
+      std::string named = !infra_.empty() ? infra_ : task::PrimaryResources(t).infra;
       if (existing.ok() && !named.empty() && existing->infra.rfind(named + "/", 0) == 0) {
         o.infra = existing->infra;
       }
     }
-    if (fresh) {
+    if (*fresh) {
       auto env = optimizer::ProbeEnvironment();
       if (!env.ok()) return FailForStatus(ctx, env.status());
       auto catalog = optimizer::LoadAwsCatalog();
       if (!catalog.ok()) return FailForStatus(ctx, catalog.status());
-      auto plan = optimizer::PlanTask(*t, *env, *catalog, {infra_, flags_.num_nodes});
+      auto plan = optimizer::PlanTask(t, *env, *catalog, {infra_, flags_.num_nodes});
       if (!plan.ok()) return FailForStatus(ctx, plan.status());
       plan_ = *plan;
       // With -o json stdout carries only the result.
@@ -153,21 +174,9 @@ class LaunchCommand final : public Command {
     o.num_nodes = flags_.num_nodes;
     o.no_setup = no_setup_;
     o.progress = ctx.progress.Callback();
-    InstallSigint();
-    Result<ops::LaunchResult> r =
-        fresh ? LaunchFailingOver(ctx, *t, *plan_, o) : ctx.Ops().Launch(*t, o);
-    ctx.progress.Done();
-    if (!r.ok()) return FailForStatus(ctx, r.status());
-    if (IdleMinutes() >= 0) {
-      if (auto s = ctx.Ops().SetAutostop(o.cluster, IdleMinutes(), down_); !s.ok()) {
-        return FailForStatus(ctx, s);
-      }
-    }
-    return JobOutcome(ctx, r->head.get(), *r, detach_, output_ == "json", t->num_nodes,
-                      !ctx.quiet && output_ != "json");
+    return -1;
   }
 
- private:
   // The autostop to set after the launch: -i, else 0 with --down alone (SkyPilot: tear down
   // once the jobs are done), else none (-1).
   int IdleMinutes() const { return idle_ >= 0 ? idle_ : down_ ? 0 : -1; }
@@ -212,8 +221,10 @@ class LaunchCommand final : public Command {
     return std::move(*launched);
   }
 
-  // SkyPilot's pipeline: the tasks one after another on one cluster (launched, or reused from
-  // the first task on), each followed to its end; the first that does not succeed stops the rest.
+  // SkyPilot's pipeline: the tasks one after another on one cluster, each followed to its end;
+  // the first that does not succeed stops the rest. A new cluster is planned for the first task
+  // (the table, the user's yes, failover between the candidates, as a single task's launch); the
+  // tasks after it run on the cluster it got. A dry run plans the first task and stops.
   int RunPipeline(CliContext& ctx, task::Pipeline& p) {
     if (detach_ || output_ == "json") {
       return Fail(ctx,
@@ -233,11 +244,19 @@ class LaunchCommand final : public Command {
       if (auto s = clone.Clone(t); !s.ok()) return Fail(ctx, s, 2);
       ops::LaunchOptions o;
       o.cluster = cluster;
-      o.infra = infra_;
-      o.num_nodes = flags_.num_nodes;
-      o.no_setup = no_setup_;
-      o.progress = ctx.progress.Callback();
-      auto r = ctx.Ops().Launch(t, o);
+      bool fresh = false;
+      if (i == 0) {
+        if (int code = Prepare(ctx, t, o, &fresh); code >= 0) return code;
+      } else {
+        // The cluster the first task got, whatever infra the plan chose for it.
+        auto made = ctx.Ops().Get(cluster);
+        if (!made.ok()) return FailForStatus(ctx, made.status());
+        o.infra = made->infra;
+        o.num_nodes = flags_.num_nodes;
+        o.no_setup = no_setup_;
+        o.progress = ctx.progress.Callback();
+      }
+      auto r = fresh ? LaunchFailingOver(ctx, t, *plan_, o) : ctx.Ops().Launch(t, o);
       ctx.progress.Done();
       if (!r.ok()) return FailForStatus(ctx, r.status());
       if (i == 0 && IdleMinutes() >= 0) {

@@ -105,6 +105,24 @@ class OptimizerCliTest(unittest.TestCase):
         self.assertEqual(self.listener.connections, 0)
         self.assertEqual(self.h.clusters(), {})
 
+    def test_dryrun_a_pipeline_plans_the_cluster_of_its_first_task(self):
+        # A pipeline's tasks run on one cluster, planned (and failed over) like a single task's
+        # launch: from its first task.
+        t = self.task("pipe.yaml", "name: optpipe\n---\nname: train\nnum_nodes: 2\n"
+                                   "resources:\n  accelerators: {H100:8, A100:8}\n"
+                                   "run: nvidia-smi\n---\nname: eval\nrun: echo done\n")
+        p = self.herd("launch", "-c", "optpipe", "--dryrun", t, env=self.aws)
+        out = p.stdout.decode()
+        self.assertIn("Pipeline optpipe: task 1 of 2 (train) on cluster optpipe",
+                      p.stderr.decode())
+        self.assertIn("Considered resources (2 nodes):\n", out)
+        rows = self.rows(out)
+        self.assertEqual(rows[1], ["aws/us-west-2", "p4d.24xlarge", "96", "1152", "A100:8",
+                                   "43.92", "\u2714"])
+        self.assertNotIn("task 2 of 2", p.stderr.decode())
+        self.assertEqual(self.listener.connections, 0)
+        self.assertEqual(self.h.clusters(), {})
+
     def test_dryrun_ordered_keeps_the_users_order_and_flags(self):
         t = self.task("ordered.yaml", "resources:\n  accelerators: [H100:8, A100:8]\n")
         p = self.herd("launch", "--dryrun", "-c", "optord", t, env=self.aws)
