@@ -2,6 +2,10 @@
 
 #include <boost/json.hpp>
 #include <exception>
+#include <string>
+#include <vector>
+
+#include "controller/task/resource_values.hpp"
 
 namespace herd::jobs {
 namespace {
@@ -147,6 +151,19 @@ Result<task::Task> DecodeTask(const std::string& text) {
       t.run_limits.hang_timeout = milliseconds(l.at("hang_timeout_ms").to_number<int64_t>());
       if (auto* g = l.if_contains("grace_ms")) {
         t.run_limits.grace = milliseconds(g->to_number<int64_t>());
+      }
+    }
+    // A task from a client (the SDK's, through the server) is checked as the parser checks a
+    // YAML's: an image reaches podman's command line on the nodes.
+    std::vector<const task::Resources*> all = {&t.resources};
+    for (const auto& c : t.resources.any_of) all.push_back(&c);
+    for (const auto& c : t.resources.ordered) all.push_back(&c);
+    for (const task::Resources* r : all) {
+      if (r->container_image.empty()) continue;
+      if (auto image =
+              task::ParseContainerImage(std::string(task::kDockerImagePrefix) + r->container_image);
+          !image.ok()) {
+        return InvalidArgument("task: resources.image_id: " + image.status().message());
       }
     }
     return t;

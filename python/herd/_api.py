@@ -412,6 +412,21 @@ def _amount(field: str, value: Any, allow_gb: bool) -> Tuple[float, bool]:
 _ACCELERATOR_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 
 
+_DOCKER_PREFIX = "docker:"
+_IMAGE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-/:@")
+
+
+def _container_image(image_id: str) -> str:
+    """resources.image_id "docker:IMAGE" -> IMAGE, checked as herd's parser checks it
+    (controller/task/resource_values.cpp ParseContainerImage): an image runs setup and run in a
+    container; any other image_id is accepted and not acted on, as by the CLI."""
+    image = image_id[len(_DOCKER_PREFIX):]
+    if not image or len(image) > 255 or image[0] == "-" or not set(image) <= _IMAGE_CHARS:
+        raise ValueError(f"resources.image_id: '{image}' is not an image reference (expected e.g. "
+                         "docker:nvcr.io/nvidia/pytorch:24.01-py3)")
+    return image
+
+
 def _accelerator(text: str) -> Tuple[str, float]:
     text = text.strip(" \t")
     name, count = text, 1.0
@@ -562,6 +577,9 @@ def encode_task(task: Any) -> Tuple[Dict[str, Any], Dict[str, str]]:
         resources["disk_size"] = res["disk_size"]
     resources["use_spot"] = bool(res.get("use_spot", False))
     resources["instance_type"] = ""
+    image_id = res.get("image_id")
+    if isinstance(image_id, str) and image_id.startswith(_DOCKER_PREFIX):
+        resources["container_image"] = _container_image(image_id)
     resources["any_of"] = []
     resources["ordered"] = []
     # Several accelerators are candidates, as herd's parser makes them: a list in the user's

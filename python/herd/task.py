@@ -47,7 +47,8 @@ class Resources:
 
     cpus / memory: 4 or "4+" (at least 4; memory in GB). accelerators: "L4:4", "H100" (one),
     {"L4": 4}, or a list of alternatives. infra: "aws", "aws/us-east-1", "k8s/<ctx>",
-    "ssh/<pool>", "local". ports: 8080, "10000-10100" or a list of them.
+    "ssh/<pool>", "local". ports: 8080, "10000-10100" or a list of them. image_id:
+    "docker:IMAGE" runs setup and run in that container image on every node.
     """
 
     def __init__(self, cpus: Union[None, Number, str] = None,
@@ -56,7 +57,8 @@ class Resources:
                  infra: Optional[str] = None,
                  ports: Union[None, int, str, Sequence[Union[int, str]]] = None,
                  disk_size: Optional[int] = None,
-                 use_spot: Optional[bool] = None):
+                 use_spot: Optional[bool] = None,
+                 image_id: Optional[str] = None):
         self.cpus = _check_amount("cpus", cpus)
         self.memory = _check_amount("memory", memory)
         self.accelerators = _accelerators_text(accelerators)
@@ -77,8 +79,13 @@ class Resources:
         if use_spot is not None and not isinstance(use_spot, bool):
             raise TypeError(f"Resources(use_spot={use_spot!r}) takes True or False")
         self.use_spot = use_spot
+        if image_id is not None and (not isinstance(image_id, str) or not image_id):
+            raise TypeError(f"Resources(image_id={image_id!r}) takes a string such as "
+                            "'docker:nvcr.io/nvidia/pytorch:24.01-py3'")
+        self.image_id = image_id
 
-    _FIELDS = ("cpus", "memory", "accelerators", "infra", "ports", "disk_size", "use_spot")
+    _FIELDS = ("cpus", "memory", "accelerators", "infra", "ports", "disk_size", "use_spot",
+               "image_id")
 
     def copy(self, **overrides: Any) -> "Resources":
         """A copy with some fields replaced, as sky.Resources.copy."""

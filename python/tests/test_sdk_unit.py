@@ -147,7 +147,8 @@ class TaskYamlTest(unittest.TestCase):
             envs={"N": 2, "F": 0.5, "B": True, "S": "x", "REQ": None}, secrets={"TOKEN": "t0p"},
             resources=herd.Resources(cpus="4+", memory=32, accelerators={"L4": 4},
                                      infra="aws/us-east-1", ports=[8080, "10000-10100"],
-                                     disk_size=100, use_spot=True),
+                                     disk_size=100, use_spot=True,
+                                     image_id="docker:nvcr.io/nvidia/pytorch:24.01-py3"),
             setup="pip install x", run="python main.py")
         self.assertEqual(t.to_yaml(), textwrap.dedent("""\
             name: "full"
@@ -162,6 +163,7 @@ class TaskYamlTest(unittest.TestCase):
                 - "10000-10100"
               disk_size: 100
               use_spot: true
+              image_id: "docker:nvcr.io/nvidia/pytorch:24.01-py3"
             envs:
               "N": "2"
               F: "0.5"
@@ -251,6 +253,8 @@ class TaskYamlTest(unittest.TestCase):
             (TypeError, lambda: herd.Resources(accelerators=4)),
             (ValueError, lambda: herd.Resources(disk_size=-1)),
             (TypeError, lambda: herd.Resources(use_spot="yes")),
+            (TypeError, lambda: herd.Resources(image_id="")),
+            (TypeError, lambda: herd.Resources(image_id=["docker:x"])),
             (ValueError, lambda: herd.Task(run="\ud800").to_yaml()),
             (ValueError, lambda: herd.Task(resources=herd.Resources(
                 cpus=float("inf"))).to_yaml()),

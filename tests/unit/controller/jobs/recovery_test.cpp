@@ -165,6 +165,31 @@ TEST_CASE("a task survives its stored form, secrets left out") {
   CHECK_FALSE(DecodeTask("{\"name\": 1}").ok());
 }
 
+TEST_CASE("a decoded task's container image is checked as the YAML parser checks it") {
+  // A task record comes from a client through the server (the SDK builds it): an image that
+  // podman would read as an option, or with blanks, is refused; a good one comes back.
+  task::Task t;
+  t.name = "c";
+  t.run = "true";
+  t.resources.container_image = "nvcr.io/nvidia/pytorch:24.01-py3";
+  auto good = DecodeTask(EncodeTask(t));
+  REQUIRE(good.ok());
+  CHECK(good->resources.container_image == t.resources.container_image);
+  for (const char* bad : {"--privileged", "img name", "img;rm"}) {
+    task::Task b = t;
+    b.resources.container_image = bad;
+    auto back = DecodeTask(EncodeTask(b));
+    CHECK_MESSAGE(back.status().code() == Code::kInvalidArgument, bad);
+    CHECK(back.status().message().find("resources.image_id") != std::string::npos);
+    // In a candidate too.
+    task::Task a = t;
+    task::Resources c = a.resources;
+    c.container_image = bad;
+    a.resources.any_of.push_back(c);
+    CHECK_FALSE(DecodeTask(EncodeTask(a)).ok());
+  }
+}
+
 TEST_CASE("recover_on_exit_codes: a run that exits with one of them is recovered, not failed") {
   task::JobRecovery p = Policy(0);
   p.recover_on_exit_codes = {33, 34};
