@@ -1,6 +1,10 @@
 // ClusterOps::Refresh: the clusters' machines as their providers see them, written back to the
 // records (SkyPilot's `sky status -r`, and its automatic refresh of clusters that may have
 // stopped themselves).
+#include <algorithm>
+#include <thread>
+#include <vector>
+
 #include "controller/core/mux.hpp"
 #include "controller/ops/cluster_ops.hpp"
 #include "controller/ops/node_targets.hpp"
@@ -22,17 +26,36 @@ bool MayHaveStoppedItself(const ClusterRecord& c) {
 }  // namespace
 
 RefreshOutcome ClusterOps::Refresh(const std::vector<ClusterRecord>& clusters, bool all) {
-  RefreshOutcome out;
+  std::vector<const ClusterRecord*> asked;
   for (const ClusterRecord& c : clusters) {
-    const bool asked = all ? c.status == ClusterStatus::kUp || c.status == ClusterStatus::kStopped
-                           : MayHaveStoppedItself(c);
-    if (!asked) continue;
-    auto provider = parts_.providers(c.infra, nullptr);
-    if (!provider.ok()) {
-      out.notes.push_back("Cluster " + c.name + ": cannot refresh: " + provider.status().message());
-      continue;
+    if (all ? c.status == ClusterStatus::kUp || c.status == ClusterStatus::kStopped
+            : MayHaveStoppedItself(c)) {
+      asked.push_back(&c);
     }
-    auto seen = (*provider)->Machines(c.name, c.state_dir + "/provider");
+  }
+  // The providers are asked at once (a cloud API call, an squeue over SSH: each its own provider
+  // object and connection), at most kSshMaxParallel at a time; what they say is acted on after,
+  // one cluster at a time in the list's order (locks, the store, teardowns).
+  std::vector<Result<controller::MachinesView>> answers(
+      asked.size(), Result<controller::MachinesView>(Unavailable("not asked")));
+  for (std::size_t first = 0; first < asked.size(); first += limits::kSshMaxParallel) {
+    const std::size_t end =
+        std::min(asked.size(), first + static_cast<std::size_t>(limits::kSshMaxParallel));
+    std::vector<std::thread> threads;
+    for (std::size_t i = first; i < end; ++i) {
+      threads.emplace_back([this, &asked, &answers, i] {
+        const ClusterRecord& c = *asked[i];
+        auto provider = parts_.providers(c.infra, nullptr);
+        answers[i] = provider.ok() ? (*provider)->Machines(c.name, c.state_dir + "/provider")
+                                   : Result<controller::MachinesView>(provider.status());
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  RefreshOutcome out;
+  for (std::size_t i = 0; i < asked.size(); ++i) {
+    const ClusterRecord& c = *asked[i];
+    const Result<controller::MachinesView>& seen = answers[i];
     if (!seen.ok()) {
       out.notes.push_back("Cluster " + c.name + ": cannot refresh: " + seen.status().message());
       continue;

@@ -2,6 +2,9 @@
 // calls made of it.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -20,6 +23,12 @@ struct FakeProviderState {
   // GrantAutostop's answer when set (else the base class's refusal); Machines' answer.
   std::optional<controller::AutostopGrant> grant;
   controller::MachinesView machines;
+  // When set, each Machines call waits (at most 10 s) until this many calls have been inside it
+  // at once; machines_max_inside says how many were (a serial caller reaches 1 only).
+  int machines_together = 0;
+  int machines_inside = 0;
+  int machines_max_inside = 0;
+  std::condition_variable machines_cv;
 };
 
 class FakeProvider final : public controller::Provider {
@@ -62,8 +71,16 @@ class FakeProvider final : public controller::Provider {
   }
   Result<controller::MachinesView> Machines(const std::string& cluster,
                                             const std::string&) override {
-    std::lock_guard<std::mutex> l(s_->mu);
+    std::unique_lock<std::mutex> l(s_->mu);
     s_->calls.push_back("machines " + cluster);
+    ++s_->machines_inside;
+    s_->machines_max_inside = std::max(s_->machines_max_inside, s_->machines_inside);
+    s_->machines_cv.notify_all();
+    if (s_->machines_together > 0) {
+      s_->machines_cv.wait_for(l, std::chrono::seconds(10),
+                               [this] { return s_->machines_max_inside >= s_->machines_together; });
+    }
+    --s_->machines_inside;
     return s_->machines;
   }
 

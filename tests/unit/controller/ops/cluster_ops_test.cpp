@@ -360,7 +360,12 @@ TEST_CASE("status refresh: stopping shows AUTOSTOPPING, stopped is recorded, gon
 
   w.provider->machines = {controller::MachinesState::kStopped, "i-0a stopped"};
   w.provider->calls.clear();
-  r = w.ops.Refresh(list(), true);  // -r: both clusters
+  // -r: both clusters, their providers asked at once (each call waits for the other).
+  w.provider->machines_together = 2;
+  r = w.ops.Refresh(list(), true);
+  w.provider->machines_together = 0;
+  CHECK(w.provider->machines_max_inside == 2);
+  std::sort(w.provider->calls.begin(), w.provider->calls.end());
   CHECK(w.provider->calls == std::vector<std::string>{"machines cl", "machines plain"});
   CHECK(r.shown.empty());
   CHECK(w.Stored("cl")->status == ClusterStatus::kStopped);
