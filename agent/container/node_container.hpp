@@ -30,6 +30,10 @@ namespace herd::agent {
 inline constexpr const char* kContainerRunFlag = "--container-run";
 // ... and the one that removes the node's containers (`herd down`).
 inline constexpr const char* kContainerRemoveFlag = "--remove-containers";
+// ... and the one that checks the node for an image before any job needs it (`herd launch`):
+// `herdlet --check-container-runtime IMAGE [--login-stdin]`; with --login-stdin, three lines on
+// stdin: the registry username, its server ("" = the image's), the password.
+inline constexpr const char* kContainerCheckFlag = "--check-container-runtime";
 // The registry login SkyPilot takes from the task's environment.
 inline constexpr const char* kDockerUserEnv = "SKYPILOT_DOCKER_USERNAME";
 inline constexpr const char* kDockerPasswordEnv = "SKYPILOT_DOCKER_PASSWORD";
@@ -68,6 +72,15 @@ std::optional<DirectEntry> WarmEntry(const std::string& state_dir,
                                      const std::map<std::string, std::string>& job_env,
                                      const std::vector<std::string>& command);
 
+// The login for image: none without a username; the server is the image's registry unless given.
+RegistryLogin LoginFor(const std::string& image, const std::string& username,
+                       const std::string& password, const std::string& server);
+
+// What a node needs before it can start a container of any image: the runtime runs and, with a
+// username, the registry takes the login. The error says which, without node or image (callers
+// name them): "no container runtime: podman is not installed ...", "the registry R refused ...".
+Status CheckRuntimeAndLogin(ContainerRuntime& runtime, const RegistryLogin& login);
+
 // Step 1 above: the running container for config (records under state_dir/containers). login:
 // used (before a start only) when its username is set. Errors are one line naming the image.
 Result<RunningContainer> EnsureContainer(ContainerRuntime& runtime, const std::string& state_dir,
@@ -87,8 +100,9 @@ std::vector<std::string> ContainerEnv(const std::vector<std::string>& image_env,
 // Removes every container this agent (state_dir) started, and their records; how many.
 Result<int> RemoveContainers(ContainerRuntime& runtime, const std::string& state_dir);
 
-// `herdlet --container-run ...` and `herdlet --remove-containers STATE_DIR`: argv[0] is the flag.
-// An error is one line on stderr, exit 125 (as podman's own errors).
+// `herdlet --container-run ...`, `herdlet --remove-containers STATE_DIR` and `herdlet
+// --check-container-runtime IMAGE [--login-stdin]`: argv[0] is the flag. An error is one line on
+// stderr, exit 125 (as podman's own errors); the check's is "herd: " and CheckRuntimeAndLogin's.
 int RunContainerMain(int argc, char** argv);
 
 }  // namespace herd::agent

@@ -20,6 +20,7 @@
 #include "controller/core/mux.hpp"
 #include "controller/core/trace.hpp"
 #include "controller/ops/agent_install.hpp"
+#include "controller/ops/container_check.hpp"
 #include "controller/ops/node_targets.hpp"
 #include "controller/ssh/parallel.hpp"
 #include "controller/ssh/ssh_command.hpp"
@@ -451,6 +452,19 @@ Result<LaunchResult> ClusterOps::LaunchPrepared(const Task& task, const LaunchOp
     HERD_RETURN_IF_ERROR(store->Put(c));
     result.agents_uploaded = boot.uploaded;
     result.agents_restarted = boot.restarted;
+  }
+  // A container image: every node must be able to start it before anything is synced or
+  // submitted (a Slurm cluster's agents are not under the login node's home: its nodes find out
+  // at the job's start).
+  if (!res.container_image.empty() && c.provider != "slurm") {
+    const int total = static_cast<int>(c.nodes.size());
+    Report(o.progress, "Checking the nodes' container runtime", 0, total);
+    std::vector<NodeToCheck> nodes;
+    for (const auto& node : c.nodes) nodes.push_back({node.name, TargetOf(c, node)});
+    HERD_RETURN_IF_ERROR(CheckNodesForImage(ssh, nodes,
+                                            std::string(kDefaultAgentDir) + "/bin/herdlet",
+                                            res.container_image, task.envs, task.secrets));
+    Report(o.progress, "Checking the nodes' container runtime", total, total);
   }
   HERD_RETURN_IF_ERROR(SyncFiles(c, task, true, o.progress));
   if (was_stopped && parts_.storage) {
