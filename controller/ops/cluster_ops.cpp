@@ -371,6 +371,15 @@ Result<LaunchResult> ClusterOps::LaunchPrepared(const Task& task, const LaunchOp
 
   // A stopped cluster's bucket mounts are made again once its agents run.
   const bool was_stopped = !fresh && c.status == ClusterStatus::kStopped;
+  // ... and must still exist: a deleted one fails the start before any node starts.
+  if (was_stopped && parts_.storage) {
+    std::vector<std::string> prepared_by_launch;
+    if (prepared != nullptr) {
+      for (const auto& m : prepared->mounts) prepared_by_launch.push_back(m.target);
+    }
+    HERD_RETURN_IF_ERROR(
+        storage::CheckClusterBuckets(c.state_dir, *parts_.storage, prepared_by_launch));
+  }
   bool ssh_ready = false;  // the provider just brought every node's sshd up and waited for it
   std::unique_ptr<Provider> provider;
   bool provisioned = false;
