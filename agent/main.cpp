@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   // the node's runtime (agent/container).
   if (argc > 1 && (std::string_view(argv[1]) == herd::agent::kContainerRunFlag ||
                    std::string_view(argv[1]) == herd::agent::kContainerRemoveFlag ||
-                   std::string_view(argv[1]) == herd::agent::kContainerCheckFlag)) {
+                   std::string_view(argv[1]) == herd::kContainerCheckFlag)) {
     return herd::agent::RunContainerMain(argc - 1, argv + 1);
   }
   CLI::App app{"herdlet: the herd node agent (head or worker role, from its config)"};

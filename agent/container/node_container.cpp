@@ -23,7 +23,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int kContainerErrorExit = 125;  // podman's code for its own errors
 constexpr const char* kEnterCwd = "cd \"$1\" 2>/dev/null || cd /; shift; exec \"$@\"";
 
 std::string RecordsDir(const std::string& state_dir) { return state_dir + "/containers"; }

@@ -22,6 +22,7 @@
 
 #include "agent/container/container_runtime.hpp"
 #include "herd/v1/common.pb.h"
+#include "shared/common/agent_layout.hpp"
 #include "shared/common/status.hpp"
 
 namespace herd::agent {
@@ -30,14 +31,10 @@ namespace herd::agent {
 inline constexpr const char* kContainerRunFlag = "--container-run";
 // ... and the one that removes the node's containers (`herd down`).
 inline constexpr const char* kContainerRemoveFlag = "--remove-containers";
-// ... and the one that checks the node for an image before any job needs it (`herd launch`):
-// `herdlet --check-container-runtime IMAGE [--login-stdin]`; with --login-stdin, three lines on
-// stdin: the registry username, its server ("" = the image's), the password.
-inline constexpr const char* kContainerCheckFlag = "--check-container-runtime";
-// The registry login SkyPilot takes from the task's environment.
-inline constexpr const char* kDockerUserEnv = "SKYPILOT_DOCKER_USERNAME";
-inline constexpr const char* kDockerPasswordEnv = "SKYPILOT_DOCKER_PASSWORD";
-inline constexpr const char* kDockerServerEnv = "SKYPILOT_DOCKER_SERVER";
+// The one that checks the node for an image before any job needs it (`herd launch`), the
+// registry login's variables and the exit code of a one-line error are in
+// shared/common/agent_layout.hpp (kContainerCheckFlag, kDocker*Env, kContainerErrorExit): the
+// controller uses them too.
 
 // What the containers of the agent with this state_dir on this node are labelled with (the
 // hostname too: test nodes on one machine share a path and podman's store).

@@ -4,17 +4,11 @@
 
 #include "controller/ssh/parallel.hpp"
 #include "controller/ssh/ssh_command.hpp"
+#include "shared/common/agent_layout.hpp"
 #include "shared/common/limits.hpp"
 
 namespace herd::ops {
 namespace {
-
-// The agent's names for the registry login (agent/container/node_container.hpp).
-constexpr const char* kDockerUser = "SKYPILOT_DOCKER_USERNAME";
-constexpr const char* kDockerPassword = "SKYPILOT_DOCKER_PASSWORD";
-constexpr const char* kDockerServer = "SKYPILOT_DOCKER_SERVER";
-// What the herdlet exits with after its one-line error (podman's code for its own errors).
-constexpr int kContainerErrorExit = 125;
 
 std::string LastLine(const std::string& text) {
   std::string last;
@@ -40,16 +34,16 @@ std::string Lookup(const std::map<std::string, std::string>& envs,
 }  // namespace
 
 std::string RuntimeCheckCommand(const std::string& herdlet, const std::string& image, bool login) {
-  return "cd && " + controller::ShellQuote(herdlet) + " --check-container-runtime " +
+  return "cd && " + controller::ShellQuote(herdlet) + " " + kContainerCheckFlag + " " +
          controller::ShellQuote(image) + (login ? " --login-stdin" : "");
 }
 
 std::string RuntimeCheckLogin(const std::map<std::string, std::string>& envs,
                               const std::map<std::string, std::string>& secrets) {
-  const std::string user = Lookup(envs, secrets, kDockerUser);
+  const std::string user = Lookup(envs, secrets, kDockerUserEnv);
   if (user.empty()) return "";
-  return user + "\n" + Lookup(envs, secrets, kDockerServer) + "\n" +
-         Lookup(envs, secrets, kDockerPassword) + "\n";
+  return user + "\n" + Lookup(envs, secrets, kDockerServerEnv) + "\n" +
+         Lookup(envs, secrets, kDockerPasswordEnv) + "\n";
 }
 
 Status CheckNodesForImage(controller::SshRunner& ssh, const std::vector<NodeToCheck>& nodes,

@@ -1,8 +1,8 @@
 // `herd launch` of a task with `image_id: docker:IMAGE`: every node is asked, once its agent is up
 // and before the job is submitted, whether it can start that image's container (its herdlet
 // checks the runtime and, with SKYPILOT_DOCKER_USERNAME, logs in to the registry: agent/container
-// node_container.hpp, kContainerCheckFlag). A node that cannot fails the launch with one line
-// naming it and the image; nothing is submitted or started.
+// node_container.hpp; shared/common/agent_layout.hpp's kContainerCheckFlag). A node that cannot
+// fails the launch with one line naming it and the image; nothing is submitted or started.
 #pragma once
 
 #include <map>
