@@ -31,9 +31,11 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string_view(argv[1]) == "--step") {
     return herd::agent::RunStep(argc - 1, argv + 1);
   }
-  // A job process in the node's container, and the containers' removal (agent/container).
+  // A job process in the node's container, the containers' removal and `herd launch`'s check of
+  // the node's runtime (agent/container).
   if (argc > 1 && (std::string_view(argv[1]) == herd::agent::kContainerRunFlag ||
-                   std::string_view(argv[1]) == herd::agent::kContainerRemoveFlag)) {
+                   std::string_view(argv[1]) == herd::agent::kContainerRemoveFlag ||
+                   std::string_view(argv[1]) == herd::kContainerCheckFlag)) {
     return herd::agent::RunContainerMain(argc - 1, argv + 1);
   }
   CLI::App app{"herdlet: the herd node agent (head or worker role, from its config)"};

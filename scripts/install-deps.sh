@@ -13,7 +13,7 @@ PACKAGES=(
   elfutils gdb
   clang-14 libfuzzer-14-dev
   chromium
-  podman runc
+  podman runc docker-registry apache2-utils
   rclone fuse3 nodejs
 )
 

@@ -23,7 +23,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr int kContainerErrorExit = 125;  // podman's code for its own errors
 constexpr const char* kEnterCwd = "cd \"$1\" 2>/dev/null || cd /; shift; exec \"$@\"";
 
 std::string RecordsDir(const std::string& state_dir) { return state_dir + "/containers"; }
@@ -148,6 +147,24 @@ std::vector<std::string> ContainerRunArgv(const std::string& herdlet, const std:
   return argv;
 }
 
+RegistryLogin LoginFor(const std::string& image, const std::string& username,
+                       const std::string& password, const std::string& server) {
+  RegistryLogin login;
+  if (username.empty()) return login;
+  login.username = username;
+  login.password = password;
+  login.server = server.empty() ? RegistryOf(image) : server;
+  return login;
+}
+
+Status CheckRuntimeAndLogin(ContainerRuntime& runtime, const RegistryLogin& login) {
+  if (Status s = runtime.Check(); !s.ok()) {
+    return Status(s.code(), "no container runtime: " + s.message());
+  }
+  if (!login.username.empty()) HERD_RETURN_IF_ERROR(runtime.Login(login));
+  return Status::Ok();
+}
+
 Result<RunningContainer> EnsureContainer(ContainerRuntime& runtime, const std::string& state_dir,
                                          const ContainerConfig& config,
                                          const RegistryLogin& login) {
@@ -164,11 +181,8 @@ Result<RunningContainer> EnsureContainer(ContainerRuntime& runtime, const std::s
   } unlock{*lock};
   if (auto c = ReadRecord(record); c && StillRuns(*c)) return *c;
 
-  if (Status s = runtime.Check(); !s.ok()) {
-    return Status(s.code(), where + "no container runtime: " + s.message());
-  }
-  if (!login.username.empty()) {
-    if (Status s = runtime.Login(login); !s.ok()) return Status(s.code(), where + s.message());
+  if (Status s = CheckRuntimeAndLogin(runtime, login); !s.ok()) {
+    return Status(s.code(), where + s.message());
   }
   // The job's log says why its first line may take a while (a pull of a large image).
   std::cerr << "herd: node " << Hostname() << ": starting the container of image " << config.image
@@ -286,6 +300,25 @@ int RunContainerMain(int argc, char** argv) {
     }
     return 0;
   }
+  if (std::string(argv[0]) == kContainerCheckFlag) {
+    if (argc < 2) {
+      std::cerr << "usage: herdlet " << kContainerCheckFlag << " IMAGE [--login-stdin]\n";
+      return 2;
+    }
+    const std::string image = argv[1];
+    std::string user, server, password;
+    if (argc >= 3 && std::string(argv[2]) == "--login-stdin") {
+      std::getline(std::cin, user);
+      std::getline(std::cin, server);
+      std::getline(std::cin, password);
+    }
+    PodmanRuntime podman;
+    if (Status s = CheckRuntimeAndLogin(podman, LoginFor(image, user, password, server)); !s.ok()) {
+      std::cerr << "herd: " << s.message() << "\n";
+      return kContainerErrorExit;
+    }
+    return 0;
+  }
   std::string state_dir, cwd;
   ContainerConfig config;
   std::vector<std::string> keep, command;
@@ -325,14 +358,12 @@ int RunContainerMain(int argc, char** argv) {
     std::getline(scope_file, scope);
     if (scope.starts_with("/sys/fs/cgroup/")) config.runtime_cgroup = scope + "/containers";
   }
-  RegistryLogin login;
-  if (const char* user = std::getenv(kDockerUserEnv); user && *user) {
-    const char* password = std::getenv(kDockerPasswordEnv);
-    const char* server = std::getenv(kDockerServerEnv);
-    login.username = user;
-    login.password = password ? password : "";
-    login.server = server && *server ? server : RegistryOf(config.image);
-  }
+  auto getenv = [](const char* key) -> std::string {
+    const char* v = std::getenv(key);
+    return v ? v : "";
+  };
+  const RegistryLogin login = LoginFor(config.image, getenv(kDockerUserEnv),
+                                       getenv(kDockerPasswordEnv), getenv(kDockerServerEnv));
   PodmanRuntime podman;
   Result<RunningContainer> c = EnsureContainer(podman, state_dir, config, login);
   if (!c.ok()) {

@@ -22,6 +22,7 @@
 
 #include "agent/container/container_runtime.hpp"
 #include "herd/v1/common.pb.h"
+#include "shared/common/agent_layout.hpp"
 #include "shared/common/status.hpp"
 
 namespace herd::agent {
@@ -30,10 +31,10 @@ namespace herd::agent {
 inline constexpr const char* kContainerRunFlag = "--container-run";
 // ... and the one that removes the node's containers (`herd down`).
 inline constexpr const char* kContainerRemoveFlag = "--remove-containers";
-// The registry login SkyPilot takes from the task's environment.
-inline constexpr const char* kDockerUserEnv = "SKYPILOT_DOCKER_USERNAME";
-inline constexpr const char* kDockerPasswordEnv = "SKYPILOT_DOCKER_PASSWORD";
-inline constexpr const char* kDockerServerEnv = "SKYPILOT_DOCKER_SERVER";
+// The one that checks the node for an image before any job needs it (`herd launch`), the
+// registry login's variables and the exit code of a one-line error are in
+// shared/common/agent_layout.hpp (kContainerCheckFlag, kDocker*Env, kContainerErrorExit): the
+// controller uses them too.
 
 // What the containers of the agent with this state_dir on this node are labelled with (the
 // hostname too: test nodes on one machine share a path and podman's store).
@@ -68,6 +69,15 @@ std::optional<DirectEntry> WarmEntry(const std::string& state_dir,
                                      const std::map<std::string, std::string>& job_env,
                                      const std::vector<std::string>& command);
 
+// The login for image: none without a username; the server is the image's registry unless given.
+RegistryLogin LoginFor(const std::string& image, const std::string& username,
+                       const std::string& password, const std::string& server);
+
+// What a node needs before it can start a container of any image: the runtime runs and, with a
+// username, the registry takes the login. The error says which, without node or image (callers
+// name them): "no container runtime: podman is not installed ...", "the registry R refused ...".
+Status CheckRuntimeAndLogin(ContainerRuntime& runtime, const RegistryLogin& login);
+
 // Step 1 above: the running container for config (records under state_dir/containers). login:
 // used (before a start only) when its username is set. Errors are one line naming the image.
 Result<RunningContainer> EnsureContainer(ContainerRuntime& runtime, const std::string& state_dir,
@@ -87,8 +97,9 @@ std::vector<std::string> ContainerEnv(const std::vector<std::string>& image_env,
 // Removes every container this agent (state_dir) started, and their records; how many.
 Result<int> RemoveContainers(ContainerRuntime& runtime, const std::string& state_dir);
 
-// `herdlet --container-run ...` and `herdlet --remove-containers STATE_DIR`: argv[0] is the flag.
-// An error is one line on stderr, exit 125 (as podman's own errors).
+// `herdlet --container-run ...`, `herdlet --remove-containers STATE_DIR` and `herdlet
+// --check-container-runtime IMAGE [--login-stdin]`: argv[0] is the flag. An error is one line on
+// stderr, exit 125 (as podman's own errors); the check's is "herd: " and CheckRuntimeAndLogin's.
 int RunContainerMain(int argc, char** argv);
 
 }  // namespace herd::agent

@@ -1,5 +1,6 @@
 // herd storage ls | delete NAME...: the buckets herd mounted for this user (SkyPilot's
 // `sky storage ls/delete`), from <herd home>/storage.db.
+#include <algorithm>
 #include <boost/json.hpp>
 #include <ostream>
 
@@ -56,6 +57,14 @@ class StorageCommand final : public Command {
     if (!table.ok()) return FailForStatus(ctx, table.status());
     auto all = (*table)->List();
     if (!all.ok()) return FailForStatus(ctx, all.status());
+    // A holding job whose controller died ends (FAILED_CONTROLLER) when the jobs are looked at,
+    // and lets its buckets go: look, then read the table again.
+    if (std::any_of(all->begin(), all->end(),
+                    [](const storage::StorageRecord& r) { return !r.managed_jobs.empty(); })) {
+      (void)controller::ListManagedJobs();
+      all = (*table)->List();
+      if (!all.ok()) return FailForStatus(ctx, all.status());
+    }
     if (output_ == "json") {
       boost::json::array arr;
       for (const auto& r : *all) {

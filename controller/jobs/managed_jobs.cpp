@@ -29,6 +29,7 @@
 #include "controller/ssh/subprocess.hpp"
 #include "controller/ssh/tcp_probe.hpp"
 #include "controller/state/herd_home.hpp"
+#include "controller/storage/storage_ops.hpp"
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/unix_time.hpp"
@@ -156,6 +157,16 @@ void JudgeController(ManagedJobStore& store, ManagedJob& job) {
     job.message += "; cluster " + job.cluster + " may still be up (herd down " + job.cluster + ")";
   }
   (void)store.Put(job);
+  // The ended job holds its buckets no longer (one its cluster still mounts goes with that
+  // cluster's down). One stat for users without buckets.
+  std::error_code ec;
+  if (fs::exists(storage::StorageDbPath(), ec)) {
+    storage::StorageParts parts = storage::SystemStorageParts();
+    if (Status s = storage::ReleaseManagedJobStorage(job.id, parts); !s.ok()) {
+      job.message += "; buckets: " + s.message();
+      (void)store.Put(job);
+    }
+  }
 }
 
 int ExitCodeFor(ManagedState s) {

@@ -20,6 +20,7 @@
 #include "controller/core/mux.hpp"
 #include "controller/core/trace.hpp"
 #include "controller/ops/agent_install.hpp"
+#include "controller/ops/container_check.hpp"
 #include "controller/ops/node_targets.hpp"
 #include "controller/ssh/parallel.hpp"
 #include "controller/ssh/ssh_command.hpp"
@@ -370,6 +371,15 @@ Result<LaunchResult> ClusterOps::LaunchPrepared(const Task& task, const LaunchOp
 
   // A stopped cluster's bucket mounts are made again once its agents run.
   const bool was_stopped = !fresh && c.status == ClusterStatus::kStopped;
+  // ... and must still exist: a deleted one fails the start before any node starts.
+  if (was_stopped && parts_.storage) {
+    std::vector<std::string> prepared_by_launch;
+    if (prepared != nullptr) {
+      for (const auto& m : prepared->mounts) prepared_by_launch.push_back(m.target);
+    }
+    HERD_RETURN_IF_ERROR(
+        storage::CheckClusterBuckets(c.state_dir, *parts_.storage, prepared_by_launch));
+  }
   bool ssh_ready = false;  // the provider just brought every node's sshd up and waited for it
   std::unique_ptr<Provider> provider;
   bool provisioned = false;
@@ -451,6 +461,19 @@ Result<LaunchResult> ClusterOps::LaunchPrepared(const Task& task, const LaunchOp
     HERD_RETURN_IF_ERROR(store->Put(c));
     result.agents_uploaded = boot.uploaded;
     result.agents_restarted = boot.restarted;
+  }
+  // A container image: every node must be able to start it before anything is synced or
+  // submitted (a Slurm cluster's agents are not under the login node's home: its nodes find out
+  // at the job's start).
+  if (!res.container_image.empty() && c.provider != "slurm") {
+    const int total = static_cast<int>(c.nodes.size());
+    Report(o.progress, "Checking the nodes' container runtime", 0, total);
+    std::vector<NodeToCheck> nodes;
+    for (const auto& node : c.nodes) nodes.push_back({node.name, TargetOf(c, node)});
+    HERD_RETURN_IF_ERROR(CheckNodesForImage(ssh, nodes,
+                                            std::string(kDefaultAgentDir) + "/bin/herdlet",
+                                            res.container_image, task.envs, task.secrets));
+    Report(o.progress, "Checking the nodes' container runtime", total, total);
   }
   HERD_RETURN_IF_ERROR(SyncFiles(c, task, true, o.progress));
   if (was_stopped && parts_.storage) {

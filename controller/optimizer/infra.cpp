@@ -8,6 +8,7 @@
 
 #include "controller/provider/aws_provider.hpp"
 #include "controller/provider/herd_config.hpp"
+#include "controller/provider/local_provider.hpp"
 #include "controller/provider/slurm_config.hpp"
 #include "controller/provider/ssh_pool_provider.hpp"
 #include "shared/common/file_util.hpp"
@@ -170,6 +171,9 @@ Result<Environment> ProbeEnvironment(const controller::GetenvFn& getenv,
 
   std::string cfg = config_file.empty() ? controller::DefaultHerdConfigFile() : config_file;
   HERD_ASSIGN_OR_RETURN(env.prices, LoadInfraPrices(cfg));
+  // The local provider reads its section at provisioning: its mistakes are named here already
+  // (`herd check`, and a launch before anything is made), at file:line:col.
+  HERD_RETURN_IF_ERROR(controller::LoadLocalConfig(cfg).status());
   return env;
 }
 

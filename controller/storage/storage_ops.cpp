@@ -407,6 +407,32 @@ Status RecordClusterMounts(const std::string& state_dir, const std::vector<NodeM
                          Durability::kProcessCrash);
 }
 
+Status CheckClusterBuckets(const std::string& state_dir, StorageParts& parts,
+                           const std::vector<std::string>& skip) {
+  HERD_ASSIGN_OR_RETURN(std::vector<NodeMount> kept, ClusterMounts(state_dir));
+  std::unique_ptr<ObjectStore> store;
+  for (const NodeMount& m : kept) {
+    if (Contains(skip, m.target)) continue;
+    const std::string where = "file_mounts." + m.target + ": ";
+    if (!store) {
+      // Buckets are S3 (or S3-compatible) for now: the one store PrepareBuckets opens.
+      auto opened = parts.open_store("s3");
+      if (!opened.ok()) return Status(opened.status().code(), where + opened.status().message());
+      store = std::move(*opened);
+    }
+    const std::string bucket = m.bucket_path.substr(0, m.bucket_path.find('/'));
+    auto exists = store->BucketExists(bucket);
+    if (!exists.ok()) return Status(exists.status().code(), where + exists.status().message());
+    if (!*exists) {
+      return FailedPrecondition(where + "bucket '" + bucket + "' no longer exists at " +
+                                store->Describe() +
+                                " (deleted since the cluster was launched); nothing was started: "
+                                "make the bucket again, or `herd down` the cluster");
+    }
+  }
+  return Status::Ok();
+}
+
 Status RemountCluster(controller::SshRunner& ssh, const std::vector<controller::SshTarget>& targets,
                       const std::string& state_dir, const std::string& cluster, StorageParts& parts,
                       const std::vector<std::string>& skip) {

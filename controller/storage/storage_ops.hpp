@@ -96,6 +96,13 @@ std::string ClusterMountsPath(const std::string& state_dir);
 Status RecordClusterMounts(const std::string& state_dir, const std::vector<NodeMount>& mounts);
 // What RecordClusterMounts kept (none when nothing was kept).
 Result<std::vector<NodeMount>> ClusterMounts(const std::string& state_dir);
+// `herd start` (and a launch that starts a stopped cluster), before any node starts: every bucket
+// the cluster keeps mounted (RecordClusterMounts) still exists, except for the targets in `skip`
+// (the launch prepares those itself). FailedPrecondition naming the first mount whose bucket is
+// gone ("file_mounts./checkpoints: bucket 'ckpt' no longer exists at ..."); the store's own error,
+// naming the mount, when it cannot be asked.
+Status CheckClusterBuckets(const std::string& state_dir, StorageParts& parts,
+                           const std::vector<std::string>& skip = {});
 // `herd start` (and a launch that starts a stopped cluster): mounts what the cluster keeps on
 // every target again, with keys from the user's chain as at launch, except the targets in `skip`
 // (the launch mounts those itself). Errors as MountOnNodes', with nothing left mounted.

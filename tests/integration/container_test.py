@@ -12,11 +12,14 @@ killing a job in the container; an image that does not exist (a one-line error n
 2-node minGPT DDP job with torchrun in a torch image (CONTAINER_TORCH=0 skips it); `down`
 removing the containers. The images the test made are removed, also after a failure."""
 
+import contextlib
+import glob
 import io
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -26,6 +29,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(__file__))
 from herd_env import (HerdEnvTestCase, netns_available, pids_with_marker,  # noqa: E402
                       wait_for)
+from s3_server import free_port  # noqa: E402
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 EXAMPLE = os.path.join(ROOT, "examples", "mingpt-ddp")
@@ -39,6 +43,10 @@ BASE_PACKAGES = ["bash", "coreutils", "dash", "grep", "sed", "base-files", "proc
 
 def has_podman():
     return shutil.which("podman") is not None and os.path.exists("/usr/sbin/runc")
+
+
+def has_registry():
+    return shutil.which("docker-registry") is not None and shutil.which("htpasswd") is not None
 
 
 def has_torch():
@@ -183,6 +191,60 @@ def ours(containers):
     return [c for c in containers if re.search(rf"@{CLUSTER}-", c[1])]
 
 
+REGISTRY_ADDR = "127.0.235.1"
+REGISTRY_USER = "herd-test-user"
+
+
+class Registry:
+    """docker-registry (distribution 2.8) with htpasswd auth over a data directory of the test's
+    own. A node namespace has a loopback of its own: the registry runs once on this machine's
+    127.0.235.1 (for the test's push) and once in each node's network namespace on the same
+    address and port, every process serving the same files. stop() ends them all and removes
+    the files."""
+
+    def __init__(self, dirname, password):
+        self.dir = dirname
+        os.makedirs(os.path.join(self.dir, "data"))
+        self.port = free_port(REGISTRY_ADDR)
+        self.procs = []
+        htpasswd = subprocess.run(["htpasswd", "-Bbn", REGISTRY_USER, password],
+                                  capture_output=True, text=True, check=True).stdout
+        with open(os.path.join(self.dir, "htpasswd"), "w") as f:
+            f.write(htpasswd)
+        self.config = os.path.join(self.dir, "config.yml")
+        with open(self.config, "w") as f:
+            f.write(f"""version: 0.1
+log: {{level: error, accesslog: {{disabled: true}}}}
+storage: {{filesystem: {{rootdirectory: {self.dir}/data}}}}
+http: {{addr: "{REGISTRY_ADDR}:{self.port}"}}
+auth: {{htpasswd: {{realm: herd-test, path: {self.dir}/htpasswd}}}}
+""")
+
+    @property
+    def server(self):
+        return f"{REGISTRY_ADDR}:{self.port}"
+
+    def start(self, netns=None):
+        enter = ["nsenter", f"--net=/run/netns/{netns}"] if netns else []
+        log = open(os.path.join(self.dir, f"registry-{netns or 'host'}.log"), "w")
+        self.procs.append(subprocess.Popen([*enter, "docker-registry", "serve", self.config],
+                                           stdout=log, stderr=log, start_new_session=True))
+        log.close()
+        probe = [*enter, "bash", "-c", f"exec 3<>/dev/tcp/{REGISTRY_ADDR}/{self.port}"]
+        assert wait_for(lambda: subprocess.run(probe, capture_output=True).returncode == 0, 20), \
+            f"the registry did not start in {netns or 'this machine'}"
+
+    def stop(self):
+        try:
+            for p in self.procs:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=10)
+        finally:
+            self.procs = []
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
 TASK = f"""
 name: in-container
 num_nodes: 2
@@ -310,6 +372,104 @@ class ContainerTest(HerdEnvTestCase):
                            r"the container: .+")
         self.assertTrue([ln for ln in text.splitlines() if error.search(ln)], text[-3000:])
         self.assertEqual(sorted(ours(herd_containers())), sorted(before))  # nothing started
+
+    def node_dir(self, node):
+        dirs = glob.glob(os.path.join(self.h.env["HERD_HOME"], "**", "provider", "nodes",
+                                      f"{CLUSTER}-{node}"),
+                         recursive=True)
+        self.assertEqual(len(dirs), 1, dirs)
+        return dirs[0]
+
+    @contextlib.contextmanager
+    def podman_hidden(self, node):
+        """podman is not there for new processes of the node: an empty file bound over it in the
+        node's own mount namespace (its sshd's; private propagation, so this machine keeps it)."""
+        with open(os.path.join(self.node_dir(node), "sshd.pid")) as f:
+            sshd = f.read().strip()
+        empty = os.path.join(self.h.dir, "no-podman")
+        open(empty, "w").close()
+        podman = shutil.which("podman")
+        enter = ["nsenter", f"--target={sshd}", "--mount"]
+        subprocess.run([*enter, "mount", "--bind", empty, podman], check=True, timeout=30)
+        try:
+            yield
+        finally:
+            subprocess.run([*enter, "umount", podman], check=True, timeout=30)
+
+    def job_ids(self):
+        return sorted(j["id"] for j in json.loads(self.h.herd("queue", CLUSTER, "-o",
+                                                              "json").stdout))
+
+    def test_5a_a_node_without_a_runtime_fails_the_launch(self):
+        jobs, before = self.job_ids(), sorted(ours(herd_containers()))
+        with self.podman_hidden("worker1"):
+            p = self.h.herd("launch", "-c", CLUSTER, "-y", "task.yaml", check=False)
+        err = p.stderr.decode()
+        self.assertEqual(p.returncode, 1, err[-3000:])
+        self.assertEqual([ln for ln in err.splitlines() if ln.startswith("herd: ")],
+                         [f"herd: node {CLUSTER}-worker1, image {IMAGE}: no container runtime: "
+                          "podman is not installed (no container runtime)"], err[-3000:])
+        # Nothing submitted, nothing started.
+        self.assertEqual(self.job_ids(), jobs)
+        self.assertEqual(sorted(ours(herd_containers())), before)
+        # The node has its runtime again: the same launch goes through.
+        p = self.h.herd("launch", "-c", CLUSTER, "-y", "task.yaml")
+        self.assertIn("Job finished (status: SUCCEEDED).", p.stderr.decode())
+
+    @unittest.skipUnless(has_registry(), "needs docker-registry and htpasswd")
+    def test_5b_a_private_registry(self):
+        password = "herd-registry-pw-7d1"
+        registry = Registry(os.path.join(self.h.dir, "registry"), password)
+        confs = []
+        try:
+            registry.start()
+            private = f"{registry.server}/herd/private:1"
+            self.images.append(private)  # pulled into the machine's store: removed at the end
+            subprocess.run([*PODMAN, "push", "-q", "--tls-verify=false", "--creds",
+                            f"{REGISTRY_USER}:{password}", IMAGE, f"docker://{private}"],
+                           check=True, capture_output=True, timeout=300)
+            # The nodes' podman speaks plain HTTP to it (a user's registries.conf in their home)
+            # and reaches it in their own namespace.
+            for i, node in enumerate(("head", "worker1")):
+                conf = os.path.join(self.node_dir(node), "home", ".config", "containers",
+                                    "registries.conf")
+                os.makedirs(os.path.dirname(conf), exist_ok=True)
+                with open(conf, "w") as f:
+                    f.write(f'[[registry]]\nlocation = "{registry.server}"\ninsecure = true\n')
+                confs.append(conf)
+                registry.start(f"herd-{CLUSTER}-{i}")
+
+            def launch(pw):
+                return self.h.herd("launch", "-c", CLUSTER, "-y", "--image-id", f"docker:{private}",
+                                   "--env", f"SKYPILOT_DOCKER_USERNAME={REGISTRY_USER}",
+                                   "--env", f"SKYPILOT_DOCKER_SERVER={registry.server}",
+                                   "--secret", f"SKYPILOT_DOCKER_PASSWORD={pw}", "task.yaml",
+                                   check=False, timeout=600)
+
+            jobs, before = self.job_ids(), sorted(ours(herd_containers()))
+            p = launch("not-the-password")
+            err = p.stderr.decode()
+            self.assertEqual(p.returncode, 1, err[-3000:])
+            lines = [ln for ln in err.splitlines() if ln.startswith("herd: ")]
+            self.assertEqual(len(lines), 1, err[-3000:])
+            self.assertRegex(lines[0], rf"^herd: node {CLUSTER}-head, image {re.escape(private)}: "
+                                       rf"the registry {re.escape(registry.server)} refused the "
+                                       rf"login of {REGISTRY_USER}: .+ \(and 1 other node\)$")
+            self.assertEqual(self.job_ids(), jobs)
+            self.assertEqual(sorted(ours(herd_containers())), before)
+
+            p = launch(password)
+            out, err = p.stdout.decode(), p.stderr.decode()
+            self.assertEqual(p.returncode, 0, err[-3000:] + out[-3000:])
+            for rank in (0, 1):
+                self.assertIn(f"rank {rank} of 2: inside the herd test image", out)
+            self.assertEqual(len(ours(herd_containers())), len(before) + 2, herd_containers())
+            for text in (out, err, self.h.herd("queue", CLUSTER, "-o", "json").stdout.decode()):
+                self.assertNotIn(password, text)
+        finally:
+            for conf in confs:
+                os.unlink(conf)
+            registry.stop()
 
     @unittest.skipIf(os.environ.get("CONTAINER_TORCH") == "0" or not has_torch(),
                      "CONTAINER_TORCH=0, or no python3-torch on this machine to build from")

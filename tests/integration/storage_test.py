@@ -250,6 +250,29 @@ run: |
         self.assertEqual(self.rclone("cat", f"t:{SRC}/after-start-1.txt").stdout,
                          "after start 1\n")
 
+    def test_e_start_fails_naming_the_mount_when_a_bucket_was_deleted(self):
+        saved = os.path.join(self.h.dir, "src-saved")
+        self.rclone("copy", f"t:{SRC}", saved)
+        self.h.herd("stop", CLUSTER, "-y")
+        self.rclone("purge", f"t:{SRC}")  # deleted behind herd's back
+        self.assertIsNone(self.objects(SRC))
+        p = self.h.herd("start", CLUSTER, "-y", check=False)
+        err = p.stderr.decode()
+        self.assertEqual(p.returncode, 1, err)
+        lines = [x for x in err.splitlines() if x.startswith("herd:")]
+        self.assertEqual(len(lines), 1, err)
+        self.assertIn(f"file_mounts.~/src: bucket '{SRC}' no longer exists at {self.endpoint}",
+                      lines[0])
+        # Nothing started: the cluster is as it was, and the bucket was not made again.
+        self.assertEqual(self.h.clusters()[CLUSTER]["status"], "STOPPED")
+        self.assertIsNone(self.objects(SRC))
+        # With the bucket back, the start goes through and mounts it again.
+        self.rclone("copy", saved, f"t:{SRC}")
+        self.h.herd("start", CLUSTER, "-y")
+        for alias, paths in self.mounts().items():
+            self.assertEqual(sorted(x.rsplit("/", 1)[1] for x in paths), ["checkpoints", "src"],
+                             alias)
+
     def test_z_down_unmounts_deletes_non_persistent_and_storage_delete(self):
         self.h.herd("down", CLUSTER, "-y")
         # The bridge address went with the cluster: the same data, served on loopback now.

@@ -163,6 +163,31 @@ TEST_CASE("a registry login comes before the start, only with a username, and ca
   CHECK(refused.started.empty());
 }
 
+TEST_CASE("launch's check of a node: the runtime, then the login only with a username") {
+  FakeRuntime rt;
+  CHECK(CheckRuntimeAndLogin(rt, LoginFor("localhost/herd-test:1", "", "pw", "")).ok());
+  CHECK(rt.calls == std::vector<std::string>{"check"});
+
+  FakeRuntime none;
+  none.check = FailedPrecondition("podman is not installed (no container runtime)");
+  Status s = CheckRuntimeAndLogin(none, LoginFor("127.0.235.1:5000/img:1", "me", "pw", ""));
+  CHECK(s.code() == Code::kFailedPrecondition);
+  CHECK(s.message() == "no container runtime: podman is not installed (no container runtime)");
+  CHECK(none.logins.empty());
+
+  FakeRuntime refused;
+  refused.login_result = PermissionDenied("the registry 127.0.235.1:5000 refused the login of me");
+  s = CheckRuntimeAndLogin(refused, LoginFor("127.0.235.1:5000/img:1", "me", "pw", ""));
+  CHECK(s.code() == Code::kPermissionDenied);
+  REQUIRE(refused.logins.size() == 1);
+  // No server given: the image's registry; given: that one.
+  CHECK(refused.logins[0].server == "127.0.235.1:5000");
+  CHECK(refused.logins[0].password == "pw");
+  CHECK(LoginFor("ubuntu:22.04", "me", "pw", "").server == "docker.io");
+  CHECK(LoginFor("ubuntu:22.04", "me", "pw", "registry.example").server == "registry.example");
+  CHECK(LoginFor("ubuntu:22.04", "", "pw", "registry.example").username.empty());
+}
+
 TEST_CASE("container names: per agent, image and set of mounts, in any order") {
   const std::string a = ContainerName("/s", "img:1", {"/a", "/b"});
   CHECK(a == ContainerName("/s", "img:1", {"/b", "/a"}));

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 
 #include "controller/optimizer/catalog.hpp"
@@ -400,4 +401,26 @@ TEST_CASE("prices: section of config.yaml; mistakes named at file:line:col") {
   std::ofstream(file) << "prices:\n  local: cheap\n";
   CHECK(LoadInfraPrices(file).status().message() ==
         file + ":2:10: prices.local: expected a price in USD per node per hour (e.g. 2.5)");
+}
+
+TEST_CASE("the environment names a mistake in config.yaml's local: section at file:line:col") {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("herd_opt_local_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  struct Cleanup {
+    fs::path d;
+    ~Cleanup() { fs::remove_all(d); }
+  } cleanup{dir};
+  const std::string file = (dir / "config.yaml").string();
+  auto no_env = [](const std::string&) -> std::optional<std::string> { return std::nullopt; };
+  std::ofstream(file) << "local:\n  host_routes: [10.213.0.0/24]\n";
+  CHECK(ProbeEnvironment(no_env, file).ok());
+  std::ofstream(file) << "prices:\n  local: 0.5\nlocal:\n  host_routes:\n    - 127.0.0.1\n";
+  auto env = ProbeEnvironment(no_env, file);
+  REQUIRE(!env.ok());
+  CHECK(env.status().message().starts_with(file + ":5:7: local.host_routes[0]: 127.0.0.1 is or "
+                                                  "covers loopback"));
+  std::ofstream(file) << "local:\n  hosts_routes: []\n";
+  CHECK(ProbeEnvironment(no_env, file).status().message() ==
+        file + ":2:3: local.hosts_routes: unknown field (known: host_routes)");
 }

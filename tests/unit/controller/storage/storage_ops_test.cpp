@@ -390,5 +390,32 @@ TEST_CASE("a started cluster mounts again what its launches mounted, COPY and sk
   CHECK(ssh4.Calls().empty());
 }
 
+TEST_CASE("a start fails, naming the mount, when a bucket the cluster mounts was deleted") {
+  World w;
+  TempDir state;
+  REQUIRE(RecordClusterMounts(state.path(), {{"/checkpoints", "MOUNT_CACHED", "ckpt"},
+                                             {"~/out", "MOUNT", "outs/run1"}})
+              .ok());
+  w.buckets.names = {"ckpt", "outs"};
+  CHECK(CheckClusterBuckets(state.path(), w.parts).ok());
+  w.buckets.names.erase("outs");  // `herd storage delete outs`, or deleted elsewhere
+  Status s = CheckClusterBuckets(state.path(), w.parts);
+  CHECK(s.code() == Code::kFailedPrecondition);
+  CHECK(s.message().starts_with(
+      "file_mounts.~/out: bucket 'outs' no longer exists at http://store (deleted since the "
+      "cluster was launched)"));
+  CHECK(s.message().find('\n') == std::string::npos);
+  // A mount the starting launch prepares itself is not asked about.
+  CHECK(CheckClusterBuckets(state.path(), w.parts, {"~/out"}).ok());
+  // A cluster that kept no mounts asks no store.
+  TempDir none;
+  w.parts.open_store = [](const std::string&) -> Result<std::unique_ptr<ObjectStore>> {
+    return FailedPrecondition("no AWS credentials found");
+  };
+  CHECK(CheckClusterBuckets(none.path(), w.parts).ok());
+  s = CheckClusterBuckets(state.path(), w.parts);
+  CHECK(s.message() == "file_mounts./checkpoints: no AWS credentials found");
+}
+
 }  // namespace
 }  // namespace herd::storage
