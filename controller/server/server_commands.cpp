@@ -297,6 +297,9 @@ void ServerImpl::Finished(const User& user, const std::string& id, const std::st
     Audit(user, verb, cluster,
           code == 0 ? "ok"
                     : "exit " + std::to_string(code) + (message.empty() ? "" : ": " + message));
+    // What GPUs are held may have changed (a job started or ended, a cluster came or went): the
+    // chart gets a sample now rather than at the next interval (gpu_sampler.hpp).
+    if (sampler_) sampler_->Kick();
   }
   if (verb == "down" && code == 0 && !cluster.empty()) {
     (void)store_->ReleaseName(NameKind::kCluster, cluster);

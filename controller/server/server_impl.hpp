@@ -6,6 +6,7 @@
 //   server_requests.cpp      /api/v1/requests: list, one, its log (followed), cancel
 //   server_users.cpp         /api/v1/users, /api/v1/tokens, /api/v1/audit (admins)
 //   server_managed_jobs.cpp  managed jobs' controllers hosted here (job_keeper.hpp), their secrets
+//   server_gpu_samples.cpp   the GPU sampler's parts (gpu_sampler.hpp): users, reads, the store
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -14,12 +15,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stop_token>
 #include <string>
 #include <vector>
 
 #include "controller/server/api_server.hpp"
 #include "controller/server/command_runner.hpp"
 #include "controller/server/dashboard/dashboard.hpp"
+#include "controller/server/gpu_sampler.hpp"
 #include "controller/server/http/http_server.hpp"
 #include "controller/server/http/request_codec.hpp"
 #include "controller/server/job_keeper.hpp"
@@ -56,6 +59,8 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
   Status TakeOver(std::string holder);
   // Managed jobs' controllers run here, as the keeper's children (job_keeper.hpp).
   Status StartKeeper();
+  // The dashboard's GPU samples are taken here (gpu_sampler.hpp), not by the pages that show them.
+  Status StartSampler();
 
  private:
   std::map<std::string, std::shared_ptr<RunningCommand>> RunningById();
@@ -89,6 +94,13 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
   // the secrets it sealed go.
   void LaunchedManaged(const std::string& user, const std::string& verb, int code,
                        const std::string& secrets_ref);
+
+  // ---- GPU samples (server_gpu_samples.cpp)
+  Result<std::vector<std::string>> UsersWithClusters();
+  // `herd infra -o json` as `user`, interrupted at `deadline` or when `stop` is requested.
+  Result<std::vector<ClusterGpus>> ReadGpus(const std::string& user,
+                                            GpuSamplerParts::SteadyTime deadline,
+                                            std::stop_token stop);
 
   // ---- uploads (server_uploads.cpp)
   // An upload's place in the command's directory: "workdir" or "mounts/N".
@@ -126,6 +138,7 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
   std::unique_ptr<api_http::HttpServer> http_;
   std::unique_ptr<ServerKeeper> keeper_;
   std::unique_ptr<dashboard::Dashboard> dashboard_;
+  std::unique_ptr<GpuSampler> sampler_;
   std::string holder_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<RunningCommand>> running_;
