@@ -139,7 +139,14 @@ class InfraCommand final : public Command {
           for (const auto& p : *pools) {
             boost::json::array hosts;
             for (const auto& host : p.hosts) hosts.push_back(boost::json::string(host.address));
-            add("ssh/" + p.name, "ssh", true, "").o["hosts"] = std::move(hosts);
+            auto& o = add("ssh/" + p.name, "ssh", true, "").o;
+            o["hosts"] = std::move(hosts);
+            // Which of the user's clusters holds each host (the dashboard's infra page).
+            o["held_by"] = PoolHostHolders(
+                p, *all, [&p](std::size_t i) -> Result<std::pair<std::string, int>> {
+                  HERD_ASSIGN_OR_RETURN(auto h, controller::ResolveSshPoolHost(p, i));
+                  return std::make_pair(h.ip, h.port);
+                });
           }
         }
       }
@@ -191,7 +198,10 @@ class InfraCommand final : public Command {
       const auto& cl = o.at("clusters").as_array();
       std::string usable = o.at("usable").as_bool() ? "yes" : "no";
       if (const auto* hosts = o.if_contains("hosts")) {
-        usable += " (" + std::to_string(hosts->as_array().size()) + " hosts)";
+        const auto* held = o.if_contains("held_by");
+        usable += " (" + std::to_string(hosts->as_array().size()) + " hosts, " +
+                  std::to_string(held && held->is_object() ? held->as_object().size() : 0) +
+                  " held)";
       }
       infra.AddRow({std::string(o.at("infra").as_string()), usable, std::to_string(cl.size()),
                     std::to_string(o.at("nodes").as_int64()),

@@ -83,4 +83,22 @@ boost::json::object InfraClusterJson(const controller::ClusterRecord& c,
   return o;
 }
 
+boost::json::object PoolHostHolders(const controller::SshPool& pool,
+                                    const std::vector<controller::ClusterRecord>& clusters,
+                                    const ResolvePoolHostFn& resolve) {
+  std::map<std::pair<std::string, int>, std::string> holder;  // (ip, port) -> cluster
+  for (const auto& c : clusters) {
+    if (c.infra != "ssh/" + pool.name) continue;
+    for (const auto& n : c.nodes) holder.emplace(std::make_pair(n.ip, n.ssh_port), c.name);
+  }
+  boost::json::object held;
+  if (holder.empty()) return held;
+  for (std::size_t i = 0; i < pool.hosts.size(); ++i) {
+    auto at = resolve(i);
+    if (!at.ok()) continue;
+    if (auto h = holder.find(*at); h != holder.end()) held[pool.hosts[i].address] = h->second;
+  }
+  return held;
+}
+
 }  // namespace herd::cli

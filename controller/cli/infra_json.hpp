@@ -3,9 +3,14 @@
 #pragma once
 
 #include <boost/json.hpp>
+#include <cstddef>
+#include <functional>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "controller/provider/ssh_pool_provider.hpp"
 #include "controller/state/cluster_record.hpp"
 #include "herd/v1/client.pb.h"
 #include "shared/common/status.hpp"
@@ -28,5 +33,15 @@ std::map<std::string, int> GpusInUse(const herd::v1::QueueReply& queue);
 boost::json::object InfraClusterJson(const controller::ClusterRecord& c,
                                      const herd::v1::NodesReply* nodes,
                                      const herd::v1::QueueReply* queue, const Status* error);
+
+// Which cluster holds each host of an SSH node pool (`herd infra -o json`'s "held_by" of the pool):
+// {"HOST": "CLUSTER"} for each host, as the pools file writes it, that a node of one of `clusters`
+// on the pool (infra "ssh/<pool>") is: the same address and SSH port. `resolve(i)` gives host i's
+// (ResolveSshPoolHost: an alias through the ssh config, a name to its IP); it is asked only when
+// a cluster is on the pool, and a host it cannot resolve is held by none.
+using ResolvePoolHostFn = std::function<Result<std::pair<std::string, int>>(std::size_t index)>;
+boost::json::object PoolHostHolders(const controller::SshPool& pool,
+                                    const std::vector<controller::ClusterRecord>& clusters,
+                                    const ResolvePoolHostFn& resolve);
 
 }  // namespace herd::cli

@@ -724,9 +724,10 @@ static_assert(kDashboardSessionMaxTtl <= kApiTokenMaxLifetime,
               "a session never outlives what a token may");
 static_assert(kDashboardLogWindowBytes <= kApiMaxFrameBytes * 4,
               "a window is a few of the frames the server streams a log in");
-// GPUs in use over time per cluster (the cluster page's chart): the server records a sample of a
-// cluster's GPUs (in use, total) when it serves the cluster's state to a page (the cluster and
-// infra pages poll), at most one per cluster per kDashboardGpuSampleInterval, in the API store.
+// GPUs in use over time per cluster (the cluster page's chart): the server's sampler
+// (controller/server/gpu_sampler.hpp) records a sample of every user's clusters' GPUs (in use,
+// total) every kDashboardGpuSampleInterval, whether or not a page shows them, and the store keeps
+// at most one per cluster per interval (several servers on one database included).
 inline constexpr Duration kDashboardGpuSampleInterval = 30s;
 // What the store keeps: samples younger than kDashboardGpuSampleRetention (of every cluster, one
 // that is gone too), and at most kDashboardGpuSamplesPerCluster of each cluster, the oldest
@@ -739,6 +740,17 @@ static_assert(kDashboardGpuSampleInterval *
               "the per-cluster cap holds a whole retention window of samples");
 static_assert(kDashboardGpuSampleInterval > kStatusHeadTimeout,
               "one sample's question to the heads ends before the next is due");
+
+// ---- the server's GPU sampler (controller/server/gpu_sampler.hpp)
+// One pass asks each user with clusters for `herd infra -o json` in turn (each user's heads are
+// asked at once, each within kStatusHeadTimeout); a pass ends within kGpuSamplePassTimeout: a user
+// not reached by then (a slow head, many users) waits for the next pass, and a user's command
+// still running then is interrupted. Passes never overlap.
+inline constexpr Duration kGpuSamplePassTimeout = 20s;
+static_assert(kGpuSamplePassTimeout > kStatusHeadTimeout * 2,
+              "a pass waits for one user's slow heads and still reaches others");
+static_assert(kGpuSamplePassTimeout < kDashboardGpuSampleInterval,
+              "a pass ends before the next is due");
 
 // ---- Autostop on clouds (agent/head/cloud_autostop, controller/provider/iam_client) -----------
 // The head's EC2 call when an aws cluster has been idle long enough (curl --aws-sigv4 with the

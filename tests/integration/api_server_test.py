@@ -76,9 +76,9 @@ class ApiServerTest(unittest.TestCase):
             raise
 
     @classmethod
-    def start_server(cls):
+    def start_server(cls, *extra):
         db = ["--db", cls.DB] if cls.DB else []
-        cls.admin.herd("api", "start", "--home", cls.home, "--port", str(cls.port), *db,
+        cls.admin.herd("api", "start", "--home", cls.home, "--port", str(cls.port), *db, *extra,
                        timeout=60)
 
     @classmethod
@@ -238,6 +238,38 @@ class ApiServerTest(unittest.TestCase):
         p = self.alice.herd("queue", "no-such-cluster", check=False)
         self.assertEqual(p.returncode, 102, p.stderr)
         self.assertIn("does not exist", p.stderr.decode())
+
+    def restart_server(self, *extra):
+        self.admin.herd("api", "stop", "--home", self.home, timeout=60)
+        type(self).start_server(*extra)
+        type(self).info = json.loads(self.admin.out("api", "status", "--home", self.home, "-o",
+                                                    "json"))
+
+    def test_17_without_warm_workers_reads_answer_the_same(self):
+        # `herd api start --warm-workers 0`: every read is a `herd` child process of its own; the
+        # user sees exactly what the warm workers gave.
+        # (Tables say "N ago", which may change between two reads: -o json instead.)
+        reads = (("status", "-o", "json"), ("queue", self.CLUSTER, "-o", "json"),
+                 ("logs", self.CLUSTER, "1", "--no-follow"), ("queue", "no-such-cluster"))
+        warm = [self.alice.herd(*args, check=False) for args in reads]
+        self.assertTrue(self.warm_workers())
+        self.restart_server("--warm-workers", "0")
+        try:
+            for args, before in zip(reads, warm):
+                p = self.alice.herd(*args, check=False)
+                self.assertEqual(p.returncode, before.returncode, (args, p.stderr))
+                self.assertEqual(p.stderr, before.stderr, args)
+                if args[-1] == "json":
+                    self.assertEqual(json.loads(p.stdout), json.loads(before.stdout), args)
+                else:
+                    self.assertEqual(p.stdout, before.stdout, args)
+            self.assertEqual(warm[2].returncode, 0)
+            self.assertIn(b"rank 1 of 2 from-the-laptop", warm[2].stdout)
+            self.assertEqual(warm[3].returncode, 102)
+            # No read started a warm worker.
+            self.assertEqual(self.warm_workers(), {})
+        finally:
+            self.restart_server()
 
     def test_22_concurrent_reads_share_runs_and_each_gets_its_own_answer(self):
         # Many reads at once: the same words of one user share a run (read_coalescer.hpp), other

@@ -2,13 +2,17 @@
 protocol, browser.py): a server on 127.0.191.1 with its users (api_server_test's setup), alice's
 2-node local cluster launched through it, and each user in a browser context of their own,
 logged in with the one-time link of `herd dashboard`. Checked: the session cookie's attributes,
-a spent link, the clusters, cluster and job pages, the cluster's GPU chart, the infra page (the
-cluster's nodes with their GPUs, alice's SSH node pool with its hosts), log lines arriving live,
+a spent link, the clusters, cluster and job pages, the cluster's GPU chart (the server's own
+samples: GPUs in use while the job holds some), the infra page (the cluster's nodes with their GPUs
+in use, alice's SSH node pool with its hosts), log lines arriving live,
 a cancel from the page
 (CANCELLED, and in `herd api audit`), bob not seeing alice's cluster, an expired session acting on
 nothing, a cross-origin POST refused, script in a job name, a log line and a cluster name (in the
 page's address) shown as text, the keyboard alone, and logout. Screenshots of each page at 1280
-and 390 pixels go to $HERD_TEST_ARTIFACTS. Needs root, ip netns, herd-api and chromium; skipped otherwise."""
+and 390 pixels go to $HERD_TEST_ARTIFACTS. The cluster's nodes have two GPUs each: their herdlet is
+a wrapper (HERDLET_BINARY) that starts the real one with the fake NVML library ($FAKE_NVML) on its
+library path, as gpu_alloc_test's agents have it; the job holds one per node. Needs root, ip netns,
+herd-api, chromium and FAKE_NVML; skipped otherwise."""
 
 import http.client
 import json
@@ -23,7 +27,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(__file__))
 import api_server_test  # noqa: E402  (its server-and-users setup and cleanup)
 from browser import Browser, chromium_available  # noqa: E402
-from herd_env import netns_available  # noqa: E402
+from herd_env import HERD, netns_available  # noqa: E402
 
 HOST = "127.0.191.1"
 # Alice's SSH node pool on the server (never connected to: the infra page lists its hosts).
@@ -33,17 +37,37 @@ XSS_NAME = '<script>window.__xss=1</script>"><img src=x onerror="window.__xss=2"
 XSS_LINE = '"><img src=x onerror="window.__xss=3"><script>window.__xss=4</script>'
 NO_XSS = ("window.__xss === undefined && document.querySelectorAll('img').length === 0 && "
           "document.querySelectorAll('main script').length === 0")
+FAKE_NVML = os.environ.get("FAKE_NVML", "")
+GPUS_PER_NODE = 2
+
+
+def herdlet_with_fake_gpus(directory):
+    """A herdlet for HERDLET_BINARY: the build's, started with the fake NVML library on its library
+    path and GPUS_PER_NODE H200s. The install copies it to each node as $DIR/bin/herdlet; `exec -a`
+    keeps that name in the process's command line, which is how the install scripts find it."""
+    real = os.path.abspath(os.environ.get("HERDLET") or os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(HERD))), "agent", "herdlet"))
+    path = os.path.join(directory, "herdlet-fake-gpus")
+    with open(path, "w") as f:
+        f.write("#!/bin/bash\n"
+                f"export LD_LIBRARY_PATH={os.path.dirname(os.path.abspath(FAKE_NVML))}\n"
+                f"export FAKE_NVML_GPUS='{','.join(['NVIDIA H200'] * GPUS_PER_NODE)}'\n"
+                f'exec -a "$0" {real} "$@"\n')
+    os.chmod(path, 0o755)
+    return path
 
 
 @unittest.skipUnless(os.geteuid() == 0 and netns_available() and api_server_test.HERD_API and
-                     chromium_available(),
-                     "needs root, ip netns, HERD_API (herd-api) and chromium")
+                     chromium_available() and FAKE_NVML,
+                     "needs root, ip netns, HERD_API (herd-api), chromium and FAKE_NVML")
 class DashboardTest(unittest.TestCase):
     CLUSTER = "hdash1"
     DB = None
 
     @classmethod
     def start_server(cls):
+        # The server's commands install this herdlet on the cluster's nodes.
+        cls.admin.env["HERDLET_BINARY"] = herdlet_with_fake_gpus(cls.server_dir)
         cls.admin.herd("api", "start", "--home", cls.home, "--host", HOST, "--port",
                        str(cls.port), timeout=60)
 
@@ -56,7 +80,8 @@ class DashboardTest(unittest.TestCase):
             assert cls.endpoint == f"https://{HOST}:{cls.port}", cls.endpoint
             task = os.path.join(cls.alice.dir, "task.yaml")
             with open(task, "w") as f:
-                f.write("name: " + json.dumps(XSS_NAME) + "\nnum_nodes: 2\nrun: |\n"
+                f.write("name: " + json.dumps(XSS_NAME) + "\nnum_nodes: 2\n"
+                        "resources:\n  infra: local\n  accelerators: H200:1\nrun: |\n"
                         "  echo " + json.dumps(XSS_LINE).replace("$", "\\$") + "\n"
                         "  for i in $(seq 1 900); do echo \"rank $SKYPILOT_NODE_RANK line $i\";"
                         " sleep 0.3; done\n")
@@ -155,16 +180,20 @@ class DashboardTest(unittest.TestCase):
         page.goto(self.endpoint + f"/dashboard/#/cluster/{self.CLUSTER}")
         page.wait_for("document.querySelector('svg.gpu-chart path.in-use')", timeout=60,
                       what="the GPU chart")
-        self.assertIn("GPUs in use now", page.text("#gpu-now"))
-        # The sample the page's visit made is in the chart: one dot per sample.
+        # The job holds one GPU of each node: 2 of the cluster's 4 now ...
+        self.assertRegex(page.text("#gpu-now"),
+                         rf"^2 of {2 * GPUS_PER_NODE} GPUs in use now \(a sample every \d+ s")
+        # ... and in the server's samples (taken when the launch ended, then every interval; no
+        # page asked for them), which the page refreshes into the chart: one dot per sample.
+        peak = ("(m => m ? +m[1] : 0)((document.querySelector('svg.gpu-chart') || "
+                "{getAttribute: () => ''}).getAttribute('aria-label').match(/at most (\\d+)/))")
+        page.wait_for(f"{peak} === 2", timeout=90, what="a sample with the job's 2 GPUs in use")
         self.assertGreaterEqual(page.eval("document.querySelectorAll('svg.gpu-chart circle')"
                                           ".length"), 1)
-        # Each node's GPUs from its head: "N of M in use".
+        # Each node's GPUs from its head: "1 of 2 in use".
         cells = page.eval("[...document.querySelectorAll('main table')[0].tBodies[0].rows]"
                           ".map(r => r.cells[3].textContent)")
-        self.assertEqual(len(cells), 2)
-        for cell in cells:
-            self.assertRegex(cell, r"^\d+ of \d+ in use$")
+        self.assertEqual(cells, [f"1 of {GPUS_PER_NODE} in use"] * 2)
         self.shoot(page, "cluster-gpus")
 
     def test_35_infra_page_shows_the_clusters_nodes_with_their_gpus_and_the_pool(self):
@@ -183,7 +212,8 @@ class DashboardTest(unittest.TestCase):
             # Cluster, Node, Address, GPUs, In use, Free, (bar), Status
             self.assertTrue(cells[1].startswith(self.CLUSTER), cells)
             gpus, used, free = (int(cells[3]), int(cells[4]), int(cells[5]))
-            self.assertEqual(gpus, used + free, cells)
+            # The job holds one of each node's GPUs.
+            self.assertEqual((gpus, used, free), (GPUS_PER_NODE, 1, GPUS_PER_NODE - 1), cells)
             self.assertEqual(cells[7], "UP", cells)
         self.assertIn("(head)", nodes[0][1] + nodes[1][1])
         sections = page.eval("[...document.querySelectorAll('main section.infra h2')]"
@@ -194,7 +224,13 @@ class DashboardTest(unittest.TestCase):
         for h in POOL_HOSTS:
             self.assertIn(h, text)
         self.assertIn("0 of its 2 host(s) held by clusters", text)
-        self.assertRegex(page.text("#infra-summary"), r"^\d+ of \d+ GPUs in use on \d+ node")
+        # Each host with the cluster that holds it: none here (pool_test checks `herd infra`'s
+        # held_by with a cluster on a pool).
+        hosts = page.eval("[...document.querySelectorAll('main .pool-hosts tbody tr')]"
+                          ".map(r => [...r.cells].map(c => c.textContent))")
+        self.assertEqual(hosts, [[h, "free"] for h in POOL_HOSTS])
+        self.assertRegex(page.text("#infra-summary"),
+                         rf"^2 of {2 * GPUS_PER_NODE} GPUs in use on \d+ node")
         self.assertTrue(page.eval(NO_XSS))
         # The keyboard alone reaches the cluster's link, and Enter follows it.
         page.eval("document.activeElement.blur()")

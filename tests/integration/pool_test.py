@@ -2,6 +2,7 @@
 else, made by herd_test_hosts) registered in ssh_node_pools.yaml, launched on by pool name, and
 released by `down`; plus a pool whose key the hosts refuse."""
 
+import json
 import os
 import subprocess
 import sys
@@ -51,6 +52,13 @@ class PoolTest(HerdEnvTestCase):
                                "UserKnownHostsFile=/dev/null", f"root@{ip}", command],
                               capture_output=True, text=True, timeout=30)
 
+    def pool_held_by(self):
+        infra = json.loads(self.h.herd("infra", "-o", "json").stdout)
+        pool = [i for i in infra if i["infra"] == "ssh/mypool"]
+        self.assertEqual(len(pool), 1, infra)
+        self.assertEqual(pool[0]["hosts"], self.ips)
+        return pool[0]["held_by"]
+
     def test_launch_exec_down_on_a_pool(self):
         p = self.h.herd("launch", "-c", "onpool", "--infra", "ssh/mypool", "--num-nodes", "2",
                         "-y", "--", "echo", "on", "$(hostname)", "rank", "$SKYPILOT_NODE_RANK")
@@ -61,6 +69,8 @@ class PoolTest(HerdEnvTestCase):
         c = self.h.clusters()["onpool"]
         self.assertEqual(c["infra"], "ssh/mypool")
         self.assertEqual([n["ip"] for n in c["nodes"]], self.ips)
+        # `herd infra` (the dashboard's infra page) names the cluster that holds each host.
+        self.assertEqual(self.pool_held_by(), {ip: "onpool" for ip in self.ips})
         p = self.h.herd("exec", "onpool", "--num-nodes", "2", "--", "echo", "again")
         self.assertEqual(p.stdout.count(b"again\n"), 2)
         scopes = [self.host_ssh(ip, "cat " + AGENT_CGROUP_SCOPE_FILE).stdout.strip()
@@ -70,6 +80,7 @@ class PoolTest(HerdEnvTestCase):
         for d in scopes:  # a job's cgroup the agent did not get to remove: its own cleanup stops
             os.mkdir(os.path.join(d, "job-left-a1"))
         self.h.herd("down", "onpool", "-y")
+        self.assertEqual(self.pool_held_by(), {})
         # The cgroups its agents made for jobs went with them.
         self.assertEqual([d for d in scopes if os.path.exists(d)], [])
         # The machines are not ours: they stay, without herd's agent or files.

@@ -372,11 +372,9 @@ class Dashboard::Impl : public std::enable_shared_from_this<Dashboard::Impl> {
     std::size_t offset = 0;
     std::size_t limit = SIZE_MAX;
   };
-  // `seen`, when given, gets every user's items before the answer goes out.
-  using ItemsFn = std::function<void(const boost::json::array& items)>;
   void GatherEveryUser(const User& user, std::vector<std::string> args, const std::string& key,
                        bool tag_user, std::size_t max_bytes, const Res& res,
-                       std::optional<Page> page = std::nullopt, ItemsFn seen = nullptr) {
+                       std::optional<Page> page = std::nullopt) {
     std::vector<User> whose = {user};
     if (user.role == Role::kAdmin) {
       auto users = host_.store->ListUsers();
@@ -394,7 +392,7 @@ class Dashboard::Impl : public std::enable_shared_from_this<Dashboard::Impl> {
     for (const auto& u : whose) {
       const std::string name = u.name;
       Collect(u, args, max_bytes, res,
-              [g, res, name, key, max_bytes, tag_user, page, seen](Result<Output> o) {
+              [g, res, name, key, max_bytes, tag_user, page](Result<Output> o) {
                 std::lock_guard<std::mutex> l(g->mu);
                 if (!o.ok()) {
                   g->errors.push_back(name + ": " + o.status().message());
@@ -412,7 +410,6 @@ class Dashboard::Impl : public std::enable_shared_from_this<Dashboard::Impl> {
                                                     : std::string("not a JSON array")));
                 }
                 if (--g->left > 0) return;
-                if (seen) seen(g->items);
                 boost::json::array errors;
                 for (auto& e : g->errors) errors.push_back(boost::json::string(e));
                 boost::json::object out{{"errors", errors}};
@@ -441,42 +438,14 @@ class Dashboard::Impl : public std::enable_shared_from_this<Dashboard::Impl> {
   }
 
   // The infra page: each user's `infra -o json` (an admin's page: every user's, each infra with
-  // its "user"). What it says of each cluster's GPUs is a sample for the cluster's chart.
+  // its "user").
   void Infra(const User& user, const Res& res) {
-    auto self = shared_from_this();
     GatherEveryUser(user, {"infra", "-o", "json"}, "infra", /*tag_user=*/true,
-                    limits::kApiMaxBodyBytes, res, std::nullopt,
-                    [self](const boost::json::array& items) {
-                      for (const auto& item : items) self->SampleGpus(item);
-                    });
+                    limits::kApiMaxBodyBytes, res);
   }
 
-  // Records a GPU sample of every cluster of one `infra -o json` item whose head answered.
-  void SampleGpus(const boost::json::value& item) {
-    const auto* o = item.if_object();
-    const auto* clusters = o ? o->if_contains("clusters") : nullptr;
-    if (!clusters || !clusters->is_array()) return;
-    for (const auto& cv : clusters->as_array()) {
-      const auto* c = cv.if_object();
-      if (!c) continue;
-      const auto* known = c->if_contains("gpus_known");
-      const auto* name = c->if_contains("name");
-      const auto* gpus = c->if_contains("gpus");
-      const auto* in_use = c->if_contains("gpus_in_use");
-      if (!known || !known->is_bool() || !known->as_bool() || !name || !name->is_string() ||
-          !gpus || !gpus->is_int64() || !in_use || !in_use->is_int64()) {
-        continue;
-      }
-      auto r = host_.store->RecordGpuSample(std::string(name->as_string()), gpus->as_int64(),
-                                            in_use->as_int64(), host_.now_ms());
-      if (!r.ok()) {
-        HERD_LOG(kWarn) << "GPU sample of " << name->as_string() << ": " << r.status().message();
-      }
-    }
-  }
-
-  // A cluster's GPUs now (`infra C -o json`: its nodes with GPUs free and in use; recorded as a
-  // sample) and its samples of the retention window, oldest first: {"cluster", "samples":
+  // A cluster's GPUs now (`infra C -o json`: its nodes with GPUs free and in use) and its samples
+  // of the retention window (the server's sampler took them), oldest first: {"cluster", "samples":
   // [[at_ms, gpus, in_use], ...], "interval_ms", "now_ms"}.
   void Gpus(const User& as, const std::string& cluster, const Res& res) {
     auto self = shared_from_this();
@@ -490,7 +459,6 @@ class Dashboard::Impl : public std::enable_shared_from_this<Dashboard::Impl> {
               boost::json::value now;
               if (v->is_array()) {
                 for (const auto& item : v->as_array()) {
-                  self->SampleGpus(item);
                   const auto* io = item.if_object();
                   const auto* cl = io ? io->if_contains("clusters") : nullptr;
                   if (!cl || !cl->is_array()) continue;

@@ -24,9 +24,10 @@
 //   GET  /dashboard/api/clusters/C/nodes    `nodes C -o json`
 //   GET  /dashboard/api/clusters/C/gpus     {"cluster": `infra C -o json`'s cluster (its nodes
 //        with GPUs and GPUs in use), "samples": [[at_ms, gpus, in_use], ...] oldest first,
-//        "interval_ms", "now_ms"}; records a sample (ApiStore::RecordGpuSample)
+//        "interval_ms", "now_ms"}; the samples are the server's (gpu_sampler.hpp): a GET records
+//        nothing
 //   GET  /dashboard/api/infra               `infra -o json` (admins: every user's, each infra with
-//        "user"); records a sample of each cluster whose head answered
+//        "user")
 //   GET  /dashboard/api/clusters/C/jobs/J/log?offset=N   a window of the log from byte N:
 //        {"offset", "next_offset", "text", "more"} (at most limits::kDashboardLogWindowBytes)
 //   GET  /dashboard/api/clusters/C/jobs/J/events?offset=N  the log followed live (server-sent

@@ -265,8 +265,8 @@ function gpuChart(g) {
     `${g.cluster.gpus_in_use} of ${g.cluster.gpus} GPUs in use now` : "GPUs now: unknown";
   const intervalS = Math.round((g.interval_ms || 0) / 1000);
   const caption = h("p", {id: "gpu-now"}, now,
-    h("span", {class: "muted"}, ` (a sample at most every ${intervalS} s while a page shows the ` +
-                                `cluster; ${samples.length} kept)`));
+    h("span", {class: "muted"}, ` (a sample every ${intervalS} s, taken by the server; ` +
+                                `${samples.length} kept)`));
   if (!samples.length) return h("div", {}, caption,
                                 h("p", {class: "muted"}, "No samples yet."));
   const W = 1000, H = 180, left = 40, right = 10, top = 10, bottom = 24;
@@ -343,6 +343,7 @@ async function infraPage() {
           have.clusters.push(Object.assign({user: item.user}, c));
         }
         if (item.hosts && !have.hosts) have.hosts = item.hosts;
+        have.held_by = Object.assign({}, item.held_by || {}, have.held_by || {});
       }
     }
     let total = 0, inUse = 0, nodeCount = 0;
@@ -361,14 +362,19 @@ async function infraPage() {
             known ? gpuBar(n.gpus, n.gpus_in_use) : "", stateCell(n.status || "-")]));
         }
       }
-      const held = inf.clusters.reduce((k, c) => k + (c.nodes || []).length, 0);
+      // An SSH node pool's hosts, each with the cluster that holds it (herd infra's "held_by").
+      const heldBy = inf.held_by || {};
+      const held = (inf.hosts || []).filter(host => heldBy[host]).length;
       const about = [inf.usable ? "usable" : "not usable", inf.reason ? ": " + inf.reason : ""];
       if (inf.hosts) about.push(`; ${held} of its ${inf.hosts.length} host(s) held by clusters`);
       sections.push(h("section", {class: "infra", "aria-label": "Infra " + inf.infra},
         h("h2", {}, inf.infra, " ", h("span", {class: "kind"}, inf.kind)),
         h("p", {class: "muted"}, about.join("")),
         inf.hosts && inf.hosts.length ?
-          h("p", {class: "muted wrap"}, "Hosts: " + inf.hosts.join(", ")) : null,
+          h("div", {class: "pool-hosts"}, table(["Host", "Held by"],
+            inf.hosts.map(host => [h("td", {class: "wrap"}, host),
+              heldBy[host] ? clusterLink(heldBy[host]) : h("td", {class: "muted"}, "free")]))) :
+          null,
         rows.length ?
           table(["Cluster"].concat(admin ? ["User"] : [],
                 ["Node", "Address", "GPUs", "In use", "Free", "", "Status"]), rows,

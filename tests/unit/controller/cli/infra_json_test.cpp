@@ -114,6 +114,43 @@ TEST_CASE("a cluster not asked or not answering: the record's nodes, GPUs unknow
   CHECK_FALSE(o.at("gpus_known").as_bool());
 }
 
+TEST_CASE("an SSH pool's hosts: the cluster on the pool that holds each, by address and port") {
+  controller::SshPool pool;
+  pool.name = "lab";
+  for (const char* a : {"10.0.0.1", "box2", "10.0.0.3", "10.0.0.4"}) {
+    controller::SshPoolHost h;
+    h.address = a;
+    pool.hosts.push_back(h);
+  }
+  // How each host resolves: box2 is an alias of 10.0.0.2; 10.0.0.4 cannot be resolved.
+  std::size_t asked = 0;
+  auto resolve = [&](std::size_t i) -> Result<std::pair<std::string, int>> {
+    ++asked;
+    if (i == 1) return std::make_pair(std::string("10.0.0.2"), 22);
+    if (i == 3) return Unavailable("no such host");
+    return std::make_pair(pool.hosts[i].address, 22);
+  };
+  controller::ClusterRecord train = Record();  // ssh/lab on 10.0.0.1 and 10.0.0.2
+  controller::ClusterRecord other = Record();  // another pool's cluster on 10.0.0.3
+  other.name = "elsewhere";
+  other.infra = "ssh/other";
+  other.nodes = {other.nodes[0]};
+  other.nodes[0].ip = "10.0.0.3";
+  controller::ClusterRecord port = Record();  // lab's 10.0.0.3, but another port: not that host
+  port.name = "onport";
+  port.nodes = {port.nodes[0]};
+  port.nodes[0].ip = "10.0.0.3";
+  port.nodes[0].ssh_port = 2222;
+  for (auto& n : train.nodes) n.ssh_port = 22;
+  auto held = PoolHostHolders(pool, {train, other, port}, resolve);
+  CHECK(held == boost::json::object{{"10.0.0.1", "train"}, {"box2", "train"}});
+  CHECK(asked == 4);
+  // No cluster on the pool: nothing held, nothing resolved.
+  asked = 0;
+  CHECK(PoolHostHolders(pool, {other}, resolve).empty());
+  CHECK(asked == 0);
+}
+
 TEST_CASE("a node's condition in one word, from alive alone for a head without health") {
   NodeHealth h;
   CHECK(NodeConditionWord(h, true) == "UP");
