@@ -166,7 +166,9 @@ void Head::OnMessage(const ConnPtr& conn, std::string message) {
 
 void Head::OnClose(const ConnPtr& conn, const Status& why) {
   std::string node_id;
-  if (nodes_.Closed(conn.get(), &node_id)) {
+  // An error ends an agent's connection that its kernel closed (the agent died): the node is
+  // lost unless an agent registers within kNodeClosedGrace. A clean close keeps kNodeLostAfter.
+  if (nodes_.Closed(conn.get(), &node_id, /*abrupt=*/!why.ok())) {
     if (!node_id.empty()) {
       HERD_LOG(kWarn) << "agent " << node_id << " disconnected: " << why.message();
     }
@@ -341,10 +343,16 @@ void Head::CheckNodes() {
 }
 
 void Head::NodeLost(const std::string& node_id) {
-  HERD_LOG(kError) << "node " << node_id << " lost: no message for "
-                   << limits::kNodeLostAfter.count() << " ms";
+  const NodeEntry* node = nodes_.Find(node_id);
+  const std::string why =
+      node && node->lost_on_close
+          ? "its agent's connection was closed and it did not come back within " +
+                std::to_string(limits::kNodeClosedGrace.count() / 1000) + " s"
+          : "no message from it for " + std::to_string(limits::kNodeLostAfter.count() / 1000) +
+                " s";
+  HERD_LOG(kError) << "node " << node_id << " lost: " << why;
   nodes_.MarkLost(node_id);
-  runner_->NodeLost(node_id);
+  runner_->NodeLost(node_id, why);
   runner_->Schedule();
 }
 

@@ -93,8 +93,9 @@ class Head {
   NodeEntry* RegisteredNode(const ConnPtr& conn);
   // OK when the peer's certificate proves node node_id of this head's cluster; why not otherwise.
   Status ProvesNode(const transport::PeerIdentity& peer, const std::string& node_id) const;
-  // Every kNodeCheckInterval: nodes silent too long are lost (NodeRegistry::CheckLiveness),
-  // then autostop's check.
+  // Every kNodeCheckInterval: nodes silent too long, or whose agent's connection closed and
+  // stayed closed for kNodeClosedGrace, are lost (NodeRegistry::CheckLiveness), then autostop's
+  // check.
   void CheckNodes();
   void NodeLost(const std::string& node_id);
   // An agent's last message before it stops on SIGTERM: the node is STOPPED until it registers.

@@ -246,7 +246,7 @@ void JobRunner::CatchUp(const ConnPtr& conn, const std::string& id, const Regist
   }
 }
 
-void JobRunner::NodeLost(const std::string& node_id) {
+void JobRunner::NodeLost(const std::string& node_id, const std::string& why) {
   for (int64_t id : JobsRunningOn(node_id)) {
     auto& run = jobs_.at(id);
     if (run.stop == JobStop::kCancelling) {
@@ -281,8 +281,7 @@ void JobRunner::NodeLost(const std::string& node_id) {
     KillJobProcesses(run, StopGrace(run.rec.spec));
     Finalize(id, LostNodeState(run.phase),
              "ERROR: Job " + std::to_string(id) + " failed: node " + node_id + " (" + ranks +
-                 ") was lost: no message from it for " +
-                 std::to_string(limits::kNodeLostAfter.count() / 1000) + " s");
+                 ") was lost: " + why);
   }
 }
 

@@ -101,7 +101,8 @@ class JobRunner {
 
   // Nodes.
   // node_id was lost (NodeRegistry::MarkLost done): its jobs end, or end CANCELLED if cancelled.
-  void NodeLost(const std::string& node_id);
+  // `why` ends the jobs' message ("... was lost: WHY").
+  void NodeLost(const std::string& node_id, const std::string& why);
   // node_id was drained because its agent reported it unhealthy: its jobs end FAILED_DRIVER.
   void EndJobsOnDrained(const std::string& node_id, const std::string& drain_reason);
   // node_id's cloud will take it back (a spot interruption notice, for `when`): every job with a

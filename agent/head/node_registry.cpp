@@ -55,6 +55,8 @@ NodeRegistry::Registered NodeRegistry::Register(const ConnPtr& conn, const NodeI
   node.conn = conn;
   node.last_seen = clock_.Now();
   node.alive = true;
+  node.closed_at.reset();
+  node.lost_on_close = false;
   agent_conns_[conn.get()] = id;
   return r;
 }
@@ -68,7 +70,7 @@ NodeEntry* NodeRegistry::RegisteredOn(const transport::Connection* conn, bool* r
   return &node->second;
 }
 
-bool NodeRegistry::Closed(const transport::Connection* conn, std::string* node_id) {
+bool NodeRegistry::Closed(const transport::Connection* conn, std::string* node_id, bool abrupt) {
   node_id->clear();
   auto it = agent_conns_.find(conn);
   if (it == agent_conns_.end()) return false;
@@ -76,6 +78,7 @@ bool NodeRegistry::Closed(const transport::Connection* conn, std::string* node_i
   if (node != nodes_.end() && node->second.conn.get() == conn) {
     *node_id = it->second;
     node->second.conn.reset();
+    if (abrupt) node->second.closed_at = clock_.Now();
   }
   agent_conns_.erase(it);
   return true;
@@ -113,7 +116,9 @@ std::vector<std::string> NodeRegistry::CheckLiveness() {
         << " ms; giving every agent " << limits::kNodeLostAfter.count()
         << " ms to be heard from again";
     for (auto& [id, node] : nodes_) {
-      if (node.alive) node.last_seen = now;
+      if (!node.alive) continue;
+      node.last_seen = now;
+      if (node.closed_at) node.closed_at = now;
     }
   }
   last_check_ = now;
@@ -127,13 +132,19 @@ std::vector<std::string> NodeRegistry::CheckLiveness() {
         node.conn.reset();
       }
       lost.push_back(id);
+    } else if (node.closed_at && !node.conn &&
+               !(node.left && node.left_incarnation == node.incarnation) &&
+               now - *node.closed_at > limits::kNodeClosedGrace) {
+      node.lost_on_close = true;
+      lost.push_back(id);
     }
   }
   return lost;
 }
 
 bool NodeRegistry::IsLost(const NodeEntry& node) const {
-  return !node.alive &&
+  if (node.alive) return false;
+  return node.lost_on_close ||
          clock_.Now() - std::max(node.last_seen, started_at_) >= limits::kNodeLostAfter;
 }
 

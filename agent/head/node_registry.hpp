@@ -27,6 +27,11 @@ struct NodeEntry {
   std::shared_ptr<transport::Connection> conn;
   std::chrono::steady_clock::time_point last_seen;
   bool alive = false;
+  // Its current agent connection ended abruptly at this time (Closed), and no agent registered
+  // since: lost once that lasts limits::kNodeClosedGrace.
+  std::optional<std::chrono::steady_clock::time_point> closed_at;
+  // Declared lost by that rule (not by silence); cleared when an agent registers.
+  bool lost_on_close = false;
   // Its agent of incarnation left_incarnation said it was stopping (Leaving): while no newer
   // agent registered, the node is STOPPED (NodeHealth), with the reason it gave.
   bool left = false;
@@ -68,8 +73,11 @@ class NodeRegistry {
   // by a newer connection of its node, is only ignored).
   NodeEntry* RegisteredOn(const transport::Connection* conn, bool* registered);
   // conn closed. True when it was an agent's connection; *node_id then names the node whose
-  // current connection it was (empty for a fenced-out one).
-  bool Closed(const transport::Connection* conn, std::string* node_id);
+  // current connection it was (empty for a fenced-out one). abrupt: it ended without a websocket
+  // close (EOF or reset from the agent's kernel: its process died; transport's on_close with an
+  // error), which starts the node's limits::kNodeClosedGrace (closed_at); a clean close, as an
+  // agent stopping on purpose makes, leaves the node to the kNodeLostAfter rule.
+  bool Closed(const transport::Connection* conn, std::string* node_id, bool abrupt = false);
 
   // A message came from the node.
   void Heard(NodeEntry& node) { node.last_seen = clock_.Now(); }
@@ -80,14 +88,18 @@ class NodeRegistry {
   void ExpectBack(const std::string& node_id);
 
   // Liveness, every limits::kNodeCheckInterval: the nodes silent for longer than
-  // limits::kNodeLostAfter, whose connections are closed here; the caller declares each lost
-  // (MarkLost). A check that runs more than kHeadStallAfter late means the head itself did not
-  // run: the silence is its own, and every node alive gets a fresh kNodeLostAfter instead.
+  // limits::kNodeLostAfter, whose connections are closed here, and the nodes whose agent's
+  // connection ended abruptly longer than limits::kNodeClosedGrace ago without a registration
+  // since (lost_on_close; not a node whose agent said it was stopping, which keeps
+  // the whole kNodeLostAfter); the caller declares each lost (MarkLost). A check that runs more
+  // than kHeadStallAfter late means the head itself did not run: the silence is its own, and
+  // every node alive gets a fresh kNodeLostAfter (and a closed one a fresh grace) instead.
   std::vector<std::string> CheckLiveness();
   void MarkLost(const std::string& node_id) { nodes_[node_id].alive = false; }
 
-  // Declared lost (silent for limits::kNodeLostAfter; after a head restart, not registered within
-  // it). A node only reconnecting is not.
+  // Declared lost (silent for limits::kNodeLostAfter, or its connection closed for
+  // limits::kNodeClosedGrace; after a head restart, not registered within kNodeLostAfter). A node
+  // only reconnecting is not.
   bool IsLost(const NodeEntry& node) const;
   // UP, RECONNECTING, LOST or STOPPED, as `herd nodes` and `herd status` show it.
   herd::v1::NodeHealth HealthOf(const NodeEntry& node) const;

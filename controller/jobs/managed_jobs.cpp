@@ -26,6 +26,7 @@
 #include "controller/optimizer/failover.hpp"
 #include "controller/optimizer/infra.hpp"
 #include "controller/optimizer/optimizer.hpp"
+#include "controller/provider/herd_config.hpp"
 #include "controller/ssh/subprocess.hpp"
 #include "controller/ssh/tcp_probe.hpp"
 #include "controller/state/herd_home.hpp"
@@ -187,6 +188,30 @@ int ExitCodeFor(ManagedState s) {
 
 // ---- The controller process -------------------------------------------------------------------
 
+// herd's config.yaml `jobs: {node_recovery: cluster}`: every recovery from a lost node relaunches
+// the whole cluster, as before lost workers were replaced alone (the recovery bench compares
+// both). `replace`, the default, replaces lost workers alone (jobs::ReplaceableLostNodes). An
+// unreadable file or an unknown value keeps the default and says so in the controller's log.
+bool WholeClusterRecovery(std::string& note) {
+  const std::string file = DefaultHerdConfigFile();
+  auto root = LoadHerdConfigYaml(file);
+  if (!root.ok()) {
+    note = root.status().message();
+    return false;
+  }
+  if (!root->IsMap()) return false;
+  const YAML::Node jobs = (*root)["jobs"];
+  if (!jobs || !jobs.IsMap()) return false;
+  const YAML::Node mode = jobs["node_recovery"];
+  if (!mode || mode.IsNull()) return false;
+  const std::string value = mode.IsScalar() ? mode.Scalar() : std::string();
+  if (value == "cluster") return true;
+  if (value != "replace") {
+    note = file + ": jobs.node_recovery: expected replace or cluster, not '" + value + "'";
+  }
+  return false;
+}
+
 std::atomic<bool> g_cancel_signal{false};
 void OnTerm(int) { g_cancel_signal = true; }
 
@@ -200,13 +225,19 @@ class Controller {
     const task::JobRecovery policy = jobs::PolicyOf(task_);
     jobs::RecoveryCounters counters{.recoveries = job_.recoveries,
                                     .restarts_on_errors = job_.restarts_on_errors};
+    std::string note;
+    whole_cluster_recovery_ = WholeClusterRecovery(note);
+    if (!note.empty()) Log(note + "; replacing lost workers alone");
     Log("controller started (pid " + std::to_string(::getpid()) + "), strategy " + policy.strategy +
-        ", max_restarts_on_errors " + std::to_string(policy.max_restarts_on_errors));
+        ", max_restarts_on_errors " + std::to_string(policy.max_restarts_on_errors) +
+        (whole_cluster_recovery_ ? ", whole-cluster recovery" : ""));
     if (auto done = Resume(policy, counters)) return *done;
     while (true) {
       if (CancelRequested()) return Finish(ManagedState::kCancelled, "cancelled by the user", "");
       const int attempt = static_cast<int>(job_.attempts.size()) + 1;
-      const std::string cluster = AttemptCluster(job_, attempt);
+      // A lost worker being replaced alone: the next attempt runs on the same cluster.
+      const std::string cluster =
+          repair_cluster_.empty() ? AttemptCluster(job_, attempt) : repair_cluster_;
       job_.cluster = cluster;
       job_.attempts.push_back({.attempt = attempt,
                                .cluster = cluster,
@@ -251,6 +282,20 @@ class Controller {
     job_.message = rec.reason;
     Save();
     StopGracefully(cluster, outcome);
+    if (d.action == jobs::NextAction::kRelaunch && outcome == AttemptOutcome::kNodeLost) {
+      const std::vector<std::string> lost = LostWorkers(cluster);
+      if (!lost.empty()) {
+        std::string names;
+        for (const auto& n : lost) names += (names.empty() ? "" : ", ") + n;
+        rec.reason += "; replacing " + names + " alone on cluster " + cluster;
+        job_.message = rec.reason;
+        Save();
+        Log("the head of " + cluster + " answers and only " + names +
+            " is lost: replacing it alone (the other nodes and their agents stay)");
+        repair_cluster_ = cluster;
+        return std::nullopt;
+      }
+    }
     TearDown(cluster);
     if (d.action == jobs::NextAction::kRetryLaunch) Wait(limits::kManagedLaunchRetryWait);
     return std::nullopt;
@@ -364,6 +409,20 @@ class Controller {
     Log("the jobs on " + cluster + " did not end within their grace period");
   }
 
+  // The workers of `cluster` a recovery replaces alone (jobs::ReplaceableLostNodes), asking its
+  // head; empty when the whole cluster is to be relaunched (the head does not answer, its node is
+  // lost, the config asks for whole-cluster recovery).
+  std::vector<std::string> LostWorkers(const std::string& cluster) {
+    if (whole_cluster_recovery_) return {};
+    auto nodes = ops_.Nodes(cluster);
+    if (!nodes.ok()) {
+      Log("the head of " + cluster + " does not answer (" + nodes.status().message() +
+          "): relaunching the whole cluster");
+      return {};
+    }
+    return jobs::ReplaceableLostNodes(*nodes, jobs::PolicyOf(task_));
+  }
+
   // Before a recovery tears the attempt's cluster down, what still runs of the attempt's job on
   // the surviving nodes gets SIGTERM and the job's grace to save. When the head still lists the
   // cluster job as unfinished (it stopped streaming, or its end is not final yet), it is cancelled
@@ -435,9 +494,12 @@ class Controller {
   }
 
   // One attempt: launch, follow to the end, classify.
-  AttemptOutcome RunAttempt(const std::string& cluster, int attempt, std::string& why) {
+  AttemptOutcome RunAttempt(std::string cluster, int attempt, std::string& why) {
+    const bool repair = !repair_cluster_.empty() && repair_cluster_ == cluster;
+    repair_cluster_.clear();
     ops::LaunchOptions o;
     o.cluster = cluster;
+    o.repair_nodes = repair;
     o.infra = job_.infra;
     o.task_id = job_.task_id;
     o.attempt = attempt;
@@ -449,6 +511,21 @@ class Controller {
       return AttemptOutcome::kLaunchFailed;
     }
     auto launched = Launch(cluster, attempt_task, o);
+    if (repair && !launched.ok() && !CancelRequested()) {
+      // The lost worker could not be replaced: the whole cluster is relaunched, as without it.
+      Log("replacing the lost node(s) of " + cluster + " failed (" + launched.status().message() +
+          "); relaunching the whole cluster");
+      StopGracefully(cluster, AttemptOutcome::kNodeLost);
+      TearDown(cluster);
+      cluster = AttemptCluster(job_, attempt);
+      job_.cluster = cluster;
+      job_.attempts.back().cluster = cluster;
+      job_.message = "launching attempt " + std::to_string(attempt) + " on cluster " + cluster;
+      Save();
+      o.cluster = cluster;
+      o.repair_nodes = false;
+      launched = Launch(cluster, attempt_task, o);
+    }
     task::RemoveGitWorkdir(attempt_task);
     if (!launched.ok()) {
       why = launched.status().message();
@@ -585,6 +662,12 @@ class Controller {
   // The infra the last attempt ran on ("aws/us-east-1/us-east-1a"): where a relaunch looks first
   // or last (jobs::RecoveryPreference). Read again from the cluster when a controller resumes.
   std::string last_infra_;
+  // The cluster whose lost workers the next attempt replaces (LostWorkers), relaunching on it with
+  // LaunchOptions::repair_nodes; "" for a new cluster. Not kept across a controller's restart: a
+  // resumed controller tears a decided attempt's cluster down and relaunches whole.
+  std::string repair_cluster_;
+  // config.yaml jobs.node_recovery: cluster (WholeClusterRecovery).
+  bool whole_cluster_recovery_ = false;
 };
 
 // Workdir and local file_mounts sources made absolute: the controller may start elsewhere.

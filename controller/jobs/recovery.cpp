@@ -169,6 +169,24 @@ RegionPreference RecoveryPreference(const task::JobRecovery& policy,
   return p;
 }
 
+std::vector<std::string> ReplaceableLostNodes(const herd::v1::NodesReply& nodes,
+                                              const task::JobRecovery& policy) {
+  if (policy.strategy != "FAILOVER") return {};
+  bool head_alive = false;
+  std::vector<std::string> lost;
+  for (int i = 0; i < nodes.nodes_size(); ++i) {
+    const bool alive = i < nodes.alive_size() && nodes.alive(i);
+    if (nodes.nodes(i).is_head()) {
+      if (!alive) return {};
+      head_alive = true;
+    } else if (!alive) {
+      lost.push_back(nodes.nodes(i).node_id());
+    }
+  }
+  if (!head_alive) return {};
+  return lost;
+}
+
 task::JobRecovery PolicyOf(const task::Task& task) {
   const task::Resources& primary = task::PrimaryResources(task);
   if (primary.job_recovery) return *primary.job_recovery;

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "herd/v1/client.pb.h"
 #include "herd/v1/common.pb.h"
 
 #include "controller/task/task.hpp"
@@ -90,6 +91,15 @@ struct RegionPreference {
   std::vector<std::string> prefer, avoid;
 };
 RegionPreference RecoveryPreference(const task::JobRecovery& policy, const std::string& last_infra);
+
+// The nodes a recovery from a lost node replaces alone, keeping the rest of the attempt's cluster
+// (its head, the survivors' agents and their NODE_RANKs): the lost workers' node ids, in cluster
+// order, when the head answered after the attempt (`nodes`, its NodesReply), its own node is
+// alive and at least one worker is not. Empty when the whole cluster is relaunched instead: the
+// head's node lost, no node lost (a hung rank, a drained node), or a strategy other than FAILOVER
+// (EAGER_NEXT_REGION moves the job elsewhere; NONE recovers nothing).
+std::vector<std::string> ReplaceableLostNodes(const herd::v1::NodesReply& nodes,
+                                              const task::JobRecovery& policy);
 
 // The policy of a task: PrimaryResources' job_recovery, else the top level's, else the default.
 task::JobRecovery PolicyOf(const task::Task& task);

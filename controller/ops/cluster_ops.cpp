@@ -425,7 +425,9 @@ Result<LaunchResult> ClusterOps::LaunchPrepared(const Task& task, const LaunchOp
     provisioned = true;
     return Status::Ok();
   };
-  if (fresh || c.status != ClusterStatus::kUp) HERD_RETURN_IF_ERROR(provision());
+  if (fresh || c.status != ClusterStatus::kUp || o.repair_nodes) {
+    HERD_RETURN_IF_ERROR(provision());
+  }
   HERD_RETURN_IF_ERROR(WriteSshConfig(c));
   LaunchResult result;
   // Relaunch of an UP cluster with nothing changed: its agents run what this launch would install

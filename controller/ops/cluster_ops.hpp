@@ -91,6 +91,11 @@ struct LaunchOptions {
   // The managed job this launch is an attempt of (0: none): it holds the task's buckets beyond
   // this cluster (storage::PrepareBuckets).
   int64_t managed_job = 0;
+  // Provision an UP cluster again before its bootstrap: the provider's Provision (idempotent)
+  // makes again what is missing of it, a lost node among them, and returns the others as they
+  // are; the bootstrap then starts an agent where none runs and keeps the running ones. A managed
+  // job's recovery of a lost worker (jobs::ReplaceableLostNodes) relaunches on the same cluster so.
+  bool repair_nodes = false;
 };
 
 struct LaunchResult {

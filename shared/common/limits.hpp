@@ -836,4 +836,20 @@ static_assert(kSpotNoticePoll + kSpotMetadataTimeout + kDefaultStopGrace < kSpot
               "a notice is seen and the default grace runs out before EC2 takes the node");
 static_assert(kSpotMetadataTokenRenew > kSpotNoticePoll * 100, "a token serves many asks");
 
+// ---- Fast node loss (agent/head/node_registry; issue 26 item 3) -----------------------------
+// A node whose agent's connection was closed by the other end (its process died: the kernel sent
+// FIN or RST) and that has not registered again within this is lost, without waiting out
+// kNodeLostAfter: a killed node's job is recovered about twice as soon. A silent link (no bytes,
+// the connection still open) keeps the kNodeLostAfter rule, and so does a node whose agent said it
+// was stopping (Leaving: a planned restart gets the whole window). The grace covers an agent
+// started again by its supervisor (its first restart delay) and one that redials after a dropped
+// connection (its backoff at its longest, as after a stalled head), each with a handshake.
+inline constexpr Duration kNodeClosedGrace = 4s;
+static_assert(kAgentRestartBackoffInitial + kHandshakeTimeout / 8 < kNodeClosedGrace,
+              "an agent its supervisor starts again registers within the grace");
+static_assert(kReconnectBackoffMax + kNodeCheckInterval < kNodeClosedGrace,
+              "an agent redialing at its longest backoff is back within the grace");
+static_assert(kNodeClosedGrace + kNodeCheckInterval < kNodeLostAfter,
+              "a closed connection is declared lost before silence would");
+
 }  // namespace herd::limits

@@ -71,7 +71,9 @@ class BucketResumeTest(HerdEnvTestCase):
         herd_home = cls.h.env["HERD_HOME"]
         os.makedirs(herd_home, exist_ok=True)
         with open(os.path.join(herd_home, "config.yaml"), "w") as f:
-            f.write(f"local:\n  host_routes: [{S3_ADDR}]\n")
+            # The whole cluster relaunched on another subnet (a lost worker replaced alone on the
+            # same cluster is one_node_recovery_test's).
+            f.write(f"local:\n  host_routes: [{S3_ADDR}]\njobs:\n  node_recovery: cluster\n")
 
     @classmethod
     def close_env(cls):

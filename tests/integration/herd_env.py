@@ -167,6 +167,37 @@ def namespaces_of(cluster):
             if line.startswith(f"herd-{cluster}-")]
 
 
+def netns_pids(ns):
+    """PIDs of every process in network namespace ns (`ip netns pids`)."""
+    out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def kill_netns(ns):
+    """SIGKILLs every process in network namespace ns (sshd, supervisor, herdlet, job processes),
+    as a machine that is gone; the namespace stays. Returns the pids killed."""
+    pids = netns_pids(ns)
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return pids
+
+
+def herdlets_in(ns):
+    """PIDs of the herdlet processes (comm "herdlet") in network namespace ns."""
+    found = []
+    for p in netns_pids(ns):
+        try:
+            with open(f"/proc/{p}/comm") as f:
+                if f.read().strip() == "herdlet":
+                    found.append(p)
+        except OSError:
+            continue
+    return sorted(found)
+
+
 def pids_where(match, *files):
     """PIDs of the processes for which match(*contents) is true: the bytes of /proc/PID/FILE for
     each of files (a process that ends meanwhile is skipped)."""
@@ -216,3 +247,30 @@ def wait_for(cond, timeout=20):
             return got
         time.sleep(0.05)
     return cond()
+
+
+def managed_jobs(env):
+    """`herd jobs queue -o json` of env, by job id."""
+    return {j["id"]: j for j in json.loads(env.herd("jobs", "queue", "-o", "json").stdout)}
+
+
+def launch_managed(env, task_path):
+    """`herd jobs launch -d -y TASK`: the managed job's id."""
+    out = env.herd("jobs", "launch", "-d", "-y", task_path).stdout.decode()
+    return int(out.split("Managed job ID:")[1].split()[0])
+
+
+def wait_managed(env, job_id, pred, timeout, what, poll=0.1):
+    """Polls the managed job until pred(job) holds: (job, the time it was seen, the states seen).
+    Raises AssertionError naming what, the states seen and the controller's log otherwise."""
+    seen = []
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        j = managed_jobs(env)[job_id]
+        if not seen or seen[-1] != j["status"]:
+            seen.append(j["status"])
+        if pred(j):
+            return j, time.time(), seen
+        time.sleep(poll)
+    raise AssertionError(f"job {job_id}: no {what} within {timeout} s; states seen {seen}; "
+                         f"controller log:\n{env.controller_log(job_id)}")

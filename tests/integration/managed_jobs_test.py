@@ -1,6 +1,7 @@
 """Managed jobs (`herd jobs`) end to end on `local` netns clusters, as a user drives them: a
-2-node job whose worker node dies mid-run is relaunched on a new cluster and resumes from its
-checkpoint (same SKYPILOT_TASK_ID, attempt 2); a failing task is retried max_restarts_on_errors
+2-node job whose worker node dies mid-run is relaunched on a new cluster (config.yaml
+`jobs: {node_recovery: cluster}`; replacing the worker alone is one_node_recovery_test's) and
+resumes from its checkpoint (same SKYPILOT_TASK_ID, attempt 2); a failing task is retried max_restarts_on_errors
 times, then FAILED; a running job is cancelled. Cluster names start with `hmj`."""
 
 import hashlib
@@ -37,6 +38,11 @@ class ManagedJobsTest(HerdEnvTestCase):
     def prepare_env(cls):
         cls.ckpt = os.path.join(cls.h.dir, "ckpt")  # a host directory every local node sees
         os.makedirs(cls.ckpt)
+        # These tests drive the whole-cluster relaunch; a lost worker replaced alone on the same
+        # cluster is one_node_recovery_test's.
+        os.makedirs(cls.h.env["HERD_HOME"], exist_ok=True)
+        with open(os.path.join(cls.h.env["HERD_HOME"], "config.yaml"), "w") as f:
+            f.write("jobs:\n  node_recovery: cluster\n")
 
     @classmethod
     def close_env(cls):

@@ -1,6 +1,7 @@
 // The head's node registry (agent/head/node_registry) on simulated time: when a silent node is
-// lost (and when a stalled head forgives the silence it caused), fencing by incarnation, what a
-// closed or replaced connection means, and each health condition `herd nodes` shows.
+// lost (and when a stalled head forgives the silence it caused), when a node whose agent's
+// connection ended abruptly is, fencing by incarnation, what a closed or replaced connection
+// means, and each health condition `herd nodes` shows.
 #include "agent/head/node_registry.hpp"
 
 #include <doctest/doctest.h>
@@ -253,6 +254,95 @@ TEST_CASE("cluster order: infos sorted once, rebuilt when a node's info changes"
   for (const NodeEntry* n : nodes.Order()) order.push_back(n->info.node_id());
   CHECK(order == std::vector<std::string>{"b", "c", "a"});
   CHECK(nodes.Order()[2] == first);  // entries stay where they are
+}
+
+TEST_CASE("a node whose agent's connection ended abruptly is lost after kNodeClosedGrace") {
+  FakeClock clock;
+  NodeRegistry nodes(clock);
+  nodes.Started();
+  auto a = Conn("a");
+  auto b = Conn("b");
+  nodes.Register(a, Info("a", "127.0.9.1"), 1);
+  nodes.Register(b, Info("b", "127.0.9.2"), 1);
+  std::string id;
+  // a's agent died (its kernel closed the connection); b's link is silent, its connection open.
+  REQUIRE(nodes.Closed(a.get(), &id, /*abrupt=*/true));
+  CHECK(id == "a");
+  CHECK(CheckFor(clock, nodes, limits::kNodeClosedGrace).empty());  // exactly the grace: not yet
+  CHECK(nodes.HealthOf(*nodes.Find("a")).condition() == herd::v1::NODE_CONDITION_RECONNECTING);
+  CHECK(CheckFor(clock, nodes, limits::kNodeCheckInterval) == std::vector<std::string>{"a"});
+  CHECK(nodes.IsLost(*nodes.Find("a")));
+  CHECK(nodes.Find("a")->lost_on_close);
+  CHECK(nodes.HealthOf(*nodes.Find("a")).condition() == herd::v1::NODE_CONDITION_LOST);
+  // The silent one keeps the whole kNodeLostAfter.
+  CHECK_FALSE(nodes.IsLost(*nodes.Find("b")));
+  const auto silent_for = limits::kNodeClosedGrace + limits::kNodeCheckInterval;
+  CHECK(CheckFor(clock, nodes, limits::kNodeLostAfter - silent_for).empty());
+  CHECK(CheckFor(clock, nodes, limits::kNodeCheckInterval) == std::vector<std::string>{"b"});
+  CHECK_FALSE(nodes.Find("b")->lost_on_close);
+
+  // A new agent of a registers: UP again, the rule's state gone.
+  auto back = Conn("a");
+  nodes.Register(back, Info("a", "127.0.9.1"), 2);
+  CHECK(nodes.HealthOf(*nodes.Find("a")).condition() == herd::v1::NODE_CONDITION_UP);
+  CHECK_FALSE(nodes.Find("a")->lost_on_close);
+  CHECK_FALSE(nodes.Find("a")->closed_at.has_value());
+}
+
+TEST_CASE("an agent back within kNodeClosedGrace keeps its node; a clean close is not abrupt") {
+  FakeClock clock;
+  NodeRegistry nodes(clock);
+  nodes.Started();
+  auto a = Conn("a");
+  nodes.Register(a, Info("a", "127.0.9.1"), 1);
+  std::string id;
+  // Killed and started again (its supervisor, after its first restart delay).
+  REQUIRE(nodes.Closed(a.get(), &id, /*abrupt=*/true));
+  CHECK(CheckFor(clock, nodes, limits::kNodeClosedGrace - limits::kNodeCheckInterval).empty());
+  auto again = Conn("a");
+  CHECK(nodes.Register(again, Info("a", "127.0.9.1"), 2).agent_restarted);
+  CHECK(CheckFor(clock, nodes, limits::kNodeLostAfter - limits::kNodeCheckInterval).empty());
+
+  // A clean websocket close (an agent stopping on purpose) gets the whole kNodeLostAfter.
+  nodes.Heard(*nodes.Find("a"));
+  REQUIRE(nodes.Closed(again.get(), &id));
+  CHECK_FALSE(nodes.Find("a")->closed_at.has_value());
+  CHECK(CheckFor(clock, nodes, limits::kNodeClosedGrace * 3 / 2).empty());
+  CHECK(CheckFor(clock, nodes, limits::kNodeLostAfter) == std::vector<std::string>{"a"});
+  CHECK_FALSE(nodes.Find("a")->lost_on_close);
+
+  // A fenced-out connection ending abruptly is no news of its node.
+  auto c1 = Conn("c");
+  auto c2 = Conn("c");
+  nodes.Register(c1, Info("c", "127.0.9.3"), 1);
+  nodes.Register(c2, Info("c", "127.0.9.3"), 1);
+  CHECK_FALSE(nodes.Closed(c1.get(), &id, /*abrupt=*/true));
+  CHECK_FALSE(nodes.Find("c")->closed_at.has_value());
+}
+
+TEST_CASE("a stopping agent's abrupt close and a stalled head keep the longer windows") {
+  FakeClock clock;
+  NodeRegistry nodes(clock);
+  nodes.Started();
+  auto a = Conn("a");
+  nodes.Register(a, Info("a", "127.0.9.1"), 1);
+  std::string id;
+  // It said it was stopping (a planned restart), then its connection ended without a close.
+  nodes.Leaving(*nodes.Find("a"), "herdlet received SIGTERM");
+  REQUIRE(nodes.Closed(a.get(), &id, /*abrupt=*/true));
+  CHECK(CheckFor(clock, nodes, limits::kNodeLostAfter).empty());
+  CHECK(CheckFor(clock, nodes, limits::kNodeCheckInterval) == std::vector<std::string>{"a"});
+
+  // The head did not run (SIGSTOP) while an agent's connection ended: the agent redials once the
+  // head runs again, so the grace starts from the late check.
+  auto b = Conn("b");
+  nodes.Register(b, Info("b", "127.0.9.2"), 1);
+  CHECK(CheckFor(clock, nodes, limits::kNodeCheckInterval).empty());
+  REQUIRE(nodes.Closed(b.get(), &id, /*abrupt=*/true));
+  clock.Advance(limits::kNodeLostAfter * 2);
+  CHECK(nodes.CheckLiveness().empty());
+  CHECK(CheckFor(clock, nodes, limits::kNodeClosedGrace - limits::kNodeCheckInterval).empty());
+  CHECK(CheckFor(clock, nodes, limits::kNodeCheckInterval * 2) == std::vector<std::string>{"b"});
 }
 
 }  // namespace

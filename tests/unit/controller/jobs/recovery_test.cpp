@@ -361,6 +361,44 @@ TEST_CASE("EAGER_NEXT_REGION avoids the last attempt's region, FAILOVER prefers 
   CHECK(RecoveryPreference(eager, "aws").avoid.empty());
 }
 
+herd::v1::NodesReply Reply(const std::vector<std::pair<std::string, bool>>& nodes) {
+  herd::v1::NodesReply r;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    auto* n = r.add_nodes();
+    n->set_node_id(nodes[i].first);
+    n->set_is_head(i == 0);
+    r.add_alive(nodes[i].second);
+  }
+  return r;
+}
+
+TEST_CASE(
+    "a lost worker is replaced alone while the head's node is alive; else the whole cluster") {
+  task::JobRecovery failover;  // the default strategy
+  using V = std::vector<std::string>;
+  CHECK(ReplaceableLostNodes(Reply({{"h", true}, {"w1", false}, {"w2", true}}), failover) ==
+        V{"w1"});
+  CHECK(ReplaceableLostNodes(Reply({{"h", true}, {"w1", false}, {"w2", false}}), failover) ==
+        V{"w1", "w2"});
+  // Nothing lost (a hung rank, a drained node): the whole cluster.
+  CHECK(ReplaceableLostNodes(Reply({{"h", true}, {"w1", true}}), failover).empty());
+  // The head's own node lost.
+  CHECK(ReplaceableLostNodes(Reply({{"h", false}, {"w1", false}}), failover).empty());
+  CHECK(ReplaceableLostNodes(Reply({{"h", false}, {"w1", true}}), failover).empty());
+  // A reply without a head, or with fewer alive flags than nodes (a node not known alive is lost).
+  herd::v1::NodesReply headless = Reply({{"h", true}, {"w1", false}});
+  headless.mutable_nodes(0)->set_is_head(false);
+  CHECK(ReplaceableLostNodes(headless, failover).empty());
+  herd::v1::NodesReply short_alive = Reply({{"h", true}, {"w1", true}});
+  short_alive.mutable_alive()->RemoveLast();
+  CHECK(ReplaceableLostNodes(short_alive, failover) == V{"w1"});
+  CHECK(ReplaceableLostNodes(herd::v1::NodesReply(), failover).empty());
+  // A strategy that moves the job elsewhere relaunches it whole.
+  task::JobRecovery eager;
+  eager.strategy = "EAGER_NEXT_REGION";
+  CHECK(ReplaceableLostNodes(Reply({{"h", true}, {"w1", false}}), eager).empty());
+}
+
 TEST_CASE("a job table written by a newer herd is refused, naming the file") {
   fs::path dir = fs::temp_directory_path() / ("mj-newer-" + std::to_string(::getpid()));
   fs::remove_all(dir);

@@ -267,6 +267,23 @@ TEST_CASE("a relaunch is refused when the infra differs or the task needs more n
   CHECK(w.heads->Head("demo")->submitted.empty());
 }
 
+TEST_CASE("a relaunch with repair_nodes provisions an UP cluster again, as it is") {
+  // A managed job's worker was lost: the provider is asked for the same cluster (its Provision
+  // makes again what is missing); its answer decides the launch before anything else runs.
+  World w;
+  w.Put("demo", 2, "local");
+  w.provider->fail_provision = Unavailable("the lost node cannot be made again");
+  ops::LaunchOptions o;
+  o.cluster = "demo";
+  o.num_nodes = 2;
+  o.repair_nodes = true;
+  auto r = w.ops.Launch(Command("true"), o);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message().find("cannot be made again") != std::string::npos);
+  CHECK(w.provider->calls == std::vector<std::string>{"provision demo 2"});
+  CHECK(w.heads->Head("demo")->submitted.empty());
+}
+
 TEST_CASE("autostop is set on the head of a local cluster and refused on existing machines") {
   World w;
   w.Put("demo", 1, "local");
