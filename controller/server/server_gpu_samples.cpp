@@ -8,6 +8,7 @@
 #include "controller/server/server_impl.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
+#include "shared/common/unix_time.hpp"
 
 namespace herd::server::detail {
 
@@ -37,14 +38,23 @@ Status ServerImpl::StartSampler() {
   return Status::Ok();
 }
 
-// Every user whose home holds a cluster (of any kind: launched, a managed job's), by name.
+// Every user whose home holds a cluster (of any kind: launched, a managed job's) that is due a
+// sample, by name. Due: the store has none of it from the last interval, so it would record one
+// (ApiStore::RecordGpuSample's rule); a user whose clusters all have theirs is not read again (a
+// pass kicked by each of a flood of commands then costs a few queries, not a `herd infra` each).
 Result<std::vector<std::string>> ServerImpl::UsersWithClusters() {
   HERD_ASSIGN_OR_RETURN(auto users, store_->ListUsers());
+  const std::int64_t since = NowUnixMs() - GpuSampleBounds::Default().interval_ms;
   std::vector<std::string> out;
   for (const auto& u : users) {
     std::error_code ec;
-    fs::directory_iterator it(home_.UserHome(u.name) + "/herd/clusters", ec);
-    if (!ec && it != fs::directory_iterator()) out.push_back(u.name);
+    bool due = false;
+    for (fs::directory_iterator it(home_.UserHome(u.name) + "/herd/clusters", ec), end;
+         !ec && it != end && !due; it.increment(ec)) {
+      auto recent = store_->ListGpuSamples(it->path().filename().string(), since);
+      due = !recent.ok() || recent->empty();
+    }
+    if (due) out.push_back(u.name);
   }
   return out;
 }
