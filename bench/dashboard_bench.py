@@ -159,6 +159,10 @@ def main():
             f.write(FAKE_HERD)
         os.chmod(fake, 0o755)
         home = os.path.join(tmp, "api")
+        # The server samples the GPUs of the users whose home holds clusters (its GPU sampler,
+        # a pass at start): the admin's home holds the stand-in's, so the charts have samples.
+        for name in names:
+            os.makedirs(os.path.join(home, "users", "admin", "herd", "clusters", name))
         port = free_port()
         server = subprocess.Popen(
             [a.herd_api, "--home", home, "--host", HOST, "--port", str(port), "--herd", fake,
