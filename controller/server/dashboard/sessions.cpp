@@ -2,8 +2,6 @@
 
 #include <chrono>
 
-#include <openssl/evp.h>
-
 namespace herd::server::dashboard {
 
 namespace {
@@ -12,21 +10,6 @@ constexpr char kRefused[] = "this login link is used or expired: run `herd dashb
 
 int64_t Ms(limits::Duration d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
-}
-
-// What the store keys codes and sessions by: the SHA-256 of the secret, as hex.
-std::string Key(const std::string& secret) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  EVP_Digest(secret.data(), secret.size(), md, &n, EVP_sha256(), nullptr);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * n);
-  for (unsigned int i = 0; i < n; ++i) {
-    out += kHex[md[i] >> 4];
-    out += kHex[md[i] & 0xf];
-  }
-  return out;
 }
 
 }  // namespace
@@ -41,7 +24,7 @@ Result<IssuedCode> SessionTable::IssueCode(const std::string& user, int64_t sess
   HERD_ASSIGN_OR_RETURN(std::string code, RandomHex(32));
   IssuedCode issued{code, now_ms + Ms(limits::kDashboardLoginCodeTtl)};
   HERD_RETURN_IF_ERROR(store_.PutLoginCode(
-      Key(code),
+      code,
       LoginCodeRow{user, issued.expires_at_ms,
                    session_ttl_ms == 0 ? Ms(limits::kDashboardSessionTtl) : session_ttl_ms},
       max_codes_, now_ms));
@@ -50,20 +33,20 @@ Result<IssuedCode> SessionTable::IssueCode(const std::string& user, int64_t sess
 
 Result<NewSession> SessionTable::Redeem(const std::string& code, int64_t now_ms) {
   HERD_ASSIGN_OR_RETURN(std::string id, RandomHex(32));
-  auto pending = store_.TakeLoginCode(Key(code));  // spent, whatever comes next
+  auto pending = store_.TakeLoginCode(code);  // spent, whatever comes next
   if (!pending.ok()) {
     if (pending.status().code() == Code::kNotFound) return PermissionDenied(kRefused);
     return pending.status();
   }
   if (pending->expires_at_ms <= now_ms) return PermissionDenied(kRefused);
   Session s{pending->user, now_ms, now_ms + pending->session_ttl_ms};
-  HERD_RETURN_IF_ERROR(store_.PutSession(
-      Key(id), SessionRow{s.user, s.created_at_ms, s.expires_at_ms}, max_sessions_, now_ms));
+  HERD_RETURN_IF_ERROR(store_.PutSession(id, SessionRow{s.user, s.created_at_ms, s.expires_at_ms},
+                                         max_sessions_, now_ms));
   return NewSession{id, s};
 }
 
 Result<Session> SessionTable::Find(const std::string& id, int64_t now_ms) {
-  auto row = store_.FindSession(Key(id));
+  auto row = store_.FindSession(id);
   if (!row.ok()) {
     if (row.status().code() == Code::kNotFound) {
       return PermissionDenied("no session (logged out, or never in)");
@@ -75,7 +58,7 @@ Result<Session> SessionTable::Find(const std::string& id, int64_t now_ms) {
   return Session{row->user, row->created_at_ms, row->expires_at_ms};
 }
 
-Status SessionTable::End(const std::string& id) { return store_.EndSession(Key(id)); }
+Status SessionTable::End(const std::string& id) { return store_.EndSession(id); }
 
 Status SessionTable::EndUser(const std::string& user) { return store_.EndUserLogins(user); }
 

@@ -959,6 +959,14 @@ Result<std::vector<GpuSample>> ApiStore::ListGpuSamples(std::string_view cluster
 
 namespace {
 
+// What the tables key a login secret by: its SHA-256 as hex (the secret itself is never stored).
+std::string SecretHash(std::string_view secret) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
+  unsigned int len = 0;
+  EVP_Digest(secret.data(), secret.size(), md.data(), &len, EVP_sha256(), nullptr);
+  return Hex(std::string_view(reinterpret_cast<const char*>(md.data()), len));
+}
+
 // Deletes the rows of `table` that expire first until fewer than `max` are left (room for one).
 Status MakeRoom(SqlDb& db, const std::string& table, std::size_t max) {
   HERD_ASSIGN_OR_RETURN(SqlRows count, db.Query("SELECT COUNT(*) FROM " + table));
@@ -974,8 +982,8 @@ Status MakeRoom(SqlDb& db, const std::string& table, std::size_t max) {
 
 }  // namespace
 
-Status ApiStore::PutLoginCode(std::string_view key, const LoginCodeRow& code, std::size_t max_codes,
-                              std::int64_t now_ms) {
+Status ApiStore::PutLoginCode(std::string_view secret, const LoginCodeRow& code,
+                              std::size_t max_codes, std::int64_t now_ms) {
   return db_->InTransaction([&]() -> Status {
     HERD_RETURN_IF_ERROR(
         db_->Exec("DELETE FROM dashboard_codes WHERE expires_at_ms <= ?", {now_ms}).status());
@@ -984,22 +992,22 @@ Status ApiStore::PutLoginCode(std::string_view key, const LoginCodeRow& code, st
         ->Exec(
             "INSERT INTO dashboard_codes (hash, user_name, expires_at_ms, session_ttl_ms) "
             "VALUES (?, ?, ?, ?)",
-            {std::string(key), code.user, code.expires_at_ms, code.session_ttl_ms})
+            {SecretHash(secret), code.user, code.expires_at_ms, code.session_ttl_ms})
         .status();
   });
 }
 
-Result<LoginCodeRow> ApiStore::TakeLoginCode(std::string_view key) {
+Result<LoginCodeRow> ApiStore::TakeLoginCode(std::string_view secret) {
   LoginCodeRow code;
   HERD_RETURN_IF_ERROR(db_->InTransaction([&]() -> Status {
     HERD_ASSIGN_OR_RETURN(
         SqlRows rows,
         db_->Query(
             "SELECT user_name, expires_at_ms, session_ttl_ms FROM dashboard_codes WHERE hash = ?",
-            {std::string(key)}));
+            {SecretHash(secret)}));
     if (rows.empty()) return NotFound("no such login code");
     HERD_ASSIGN_OR_RETURN(std::int64_t gone, db_->Exec("DELETE FROM dashboard_codes WHERE hash = ?",
-                                                       {std::string(key)}));
+                                                       {SecretHash(secret)}));
     if (gone != 1) return NotFound("no such login code");
     code = LoginCodeRow{rows[0].Text(0), rows[0].Int(1), rows[0].Int(2)};
     return Status::Ok();
@@ -1007,7 +1015,7 @@ Result<LoginCodeRow> ApiStore::TakeLoginCode(std::string_view key) {
   return code;
 }
 
-Status ApiStore::PutSession(std::string_view key, const SessionRow& session,
+Status ApiStore::PutSession(std::string_view secret, const SessionRow& session,
                             std::size_t max_sessions, std::int64_t now_ms) {
   return db_->InTransaction([&]() -> Status {
     HERD_RETURN_IF_ERROR(
@@ -1017,21 +1025,21 @@ Status ApiStore::PutSession(std::string_view key, const SessionRow& session,
         ->Exec(
             "INSERT INTO dashboard_sessions (hash, user_name, created_at_ms, expires_at_ms) "
             "VALUES (?, ?, ?, ?)",
-            {std::string(key), session.user, session.created_at_ms, session.expires_at_ms})
+            {SecretHash(secret), session.user, session.created_at_ms, session.expires_at_ms})
         .status();
   });
 }
 
-Result<SessionRow> ApiStore::FindSession(std::string_view key) {
+Result<SessionRow> ApiStore::FindSession(std::string_view secret) {
   HERD_ASSIGN_OR_RETURN(SqlRows rows, db_->Query("SELECT user_name, created_at_ms, expires_at_ms "
                                                  "FROM dashboard_sessions WHERE hash = ?",
-                                                 {std::string(key)}));
+                                                 {SecretHash(secret)}));
   if (rows.empty()) return NotFound("no such session");
   return SessionRow{rows[0].Text(0), rows[0].Int(1), rows[0].Int(2)};
 }
 
-Status ApiStore::EndSession(std::string_view key) {
-  return db_->Exec("DELETE FROM dashboard_sessions WHERE hash = ?", {std::string(key)}).status();
+Status ApiStore::EndSession(std::string_view secret) {
+  return db_->Exec("DELETE FROM dashboard_sessions WHERE hash = ?", {SecretHash(secret)}).status();
 }
 
 Status ApiStore::EndUserLogins(std::string_view user) {

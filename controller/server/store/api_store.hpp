@@ -249,20 +249,21 @@ class ApiStore {
   Result<std::vector<GpuSample>> ListGpuSamples(std::string_view cluster, std::int64_t since_ms);
 
   // ---- dashboard logins (dashboard/sessions.hpp): one-time login codes and browser sessions,
-  // keyed by the hex SHA-256 of their secret (the secret itself is never stored), in the database
-  // so that every server on it knows them (two servers behind one load balancer).
+  // in the database so that every server on it knows them (two servers behind one load balancer).
+  // Each is given by its secret (the code, the cookie's value) and kept under the secret's
+  // SHA-256 (hex): the secret itself is never stored.
   // Stores a code. Expired codes go; past max_codes, those that expire first.
-  Status PutLoginCode(std::string_view key, const LoginCodeRow& code, std::size_t max_codes,
+  Status PutLoginCode(std::string_view secret, const LoginCodeRow& code, std::size_t max_codes,
                       std::int64_t now_ms);
   // Removes the code and returns what it was (NotFound when unknown): of servers redeeming one
   // code at once, exactly one gets it.
-  Result<LoginCodeRow> TakeLoginCode(std::string_view key);
+  Result<LoginCodeRow> TakeLoginCode(std::string_view secret);
   // Stores a session. Sessions expired before now_ms go; past max_sessions, those that expire
   // first.
-  Status PutSession(std::string_view key, const SessionRow& session, std::size_t max_sessions,
+  Status PutSession(std::string_view secret, const SessionRow& session, std::size_t max_sessions,
                     std::int64_t now_ms);
-  Result<SessionRow> FindSession(std::string_view key);  // NotFound when unknown
-  Status EndSession(std::string_view key);               // a no-op for an unknown key
+  Result<SessionRow> FindSession(std::string_view secret);  // NotFound when unknown
+  Status EndSession(std::string_view secret);               // a no-op for an unknown one
   // Ends every session and code of `user`.
   Status EndUserLogins(std::string_view user);
   Result<std::size_t> CountSessions();
