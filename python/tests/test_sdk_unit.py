@@ -414,7 +414,7 @@ class LaunchExecTest(FakeHerdTest):
     def test_missing_binary(self):
         os.environ["HERD"] = os.path.join(self.dir, "no-such-herd")
         # The SDK's task directories go to a temporary directory of this test's own: the
-        # system's may hold other tests' directories, empty for a moment (seen with ctest -j2).
+        # system's may hold other tests' directories, empty for a moment (tests run in parallel).
         private = os.path.join(self.dir, "tmp")
         os.mkdir(private)
         saved, tempfile.tempdir = tempfile.tempdir, private

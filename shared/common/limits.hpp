@@ -836,7 +836,7 @@ static_assert(kSpotNoticePoll + kSpotMetadataTimeout + kDefaultStopGrace < kSpot
               "a notice is seen and the default grace runs out before EC2 takes the node");
 static_assert(kSpotMetadataTokenRenew > kSpotNoticePoll * 100, "a token serves many asks");
 
-// ---- Fast node loss (agent/head/node_registry; issue 26 item 3) -----------------------------
+// ---- Fast node loss (agent/head/node_registry) ---------------------------------------------
 // A node whose agent's connection was closed by the other end (its process died: the kernel sent
 // FIN or RST) and that has not registered again within this is lost, without waiting out
 // kNodeLostAfter: a killed node's job is recovered about twice as soon. A silent link (no bytes,

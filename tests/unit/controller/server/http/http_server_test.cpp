@@ -318,8 +318,8 @@ TEST_CASE("bad HTTP gets 400 and a closed connection; oversized headers 431; kee
 
   // The next request after a pipelined pair is read as itself. The pair's second request was
   // parsed while a read was already waiting for more bytes; the bytes that read brought must not
-  // be mistaken for the first request's (a stale region of the parse buffer): the server once
-  // answered "/one" again here, or, for a request of another length, waited 30 s and said 408.
+  // be mistaken for the first request's (a stale region of the parse buffer would answer "/one"
+  // again here, or, for a request of another length, wait out the read timeout and say 408).
   {
     net::io_context io;
     tcp::socket socket(io);
