@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "shared/common/duration_text.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 #include "shared/common/unix_time.hpp"
@@ -347,7 +348,7 @@ void Head::NodeLost(const std::string& node_id) {
   const std::string why =
       node && node->lost_on_close
           ? "its agent's connection was closed and it did not come back within " +
-                std::to_string(limits::kNodeClosedGrace.count() / 1000) + " s"
+                DurationText(limits::kNodeClosedGrace)
           : "no message from it for " + std::to_string(limits::kNodeLostAfter.count() / 1000) +
                 " s";
   HERD_LOG(kError) << "node " << node_id << " lost: " << why;

@@ -109,7 +109,9 @@ std::vector<std::string> NodeRegistry::CheckLiveness() {
   const auto now = clock_.Now();
   if (now - last_check_ > limits::kNodeCheckInterval + limits::kHeadStallAfter) {
     // The head did not run for a while: the silence it measured is its own. Connected nodes get a
-    // fresh window; their agents, which may have dropped the connection meanwhile, re-register.
+    // fresh window; their agents, which may have dropped the connection meanwhile and redial at
+    // their longest backoff, re-register within it: a connection that ended abruptly before or
+    // during the stall no longer counts (only silence does, from now).
     HERD_LOG(kWarn)
         << "the head did not run for "
         << std::chrono::duration_cast<std::chrono::milliseconds>(now - last_check_).count()
@@ -118,7 +120,7 @@ std::vector<std::string> NodeRegistry::CheckLiveness() {
     for (auto& [id, node] : nodes_) {
       if (!node.alive) continue;
       node.last_seen = now;
-      if (node.closed_at) node.closed_at = now;
+      node.closed_at.reset();
     }
   }
   last_check_ = now;

@@ -839,16 +839,19 @@ static_assert(kSpotMetadataTokenRenew > kSpotNoticePoll * 100, "a token serves m
 // ---- Fast node loss (agent/head/node_registry) ---------------------------------------------
 // A node whose agent's connection was closed by the other end (its process died: the kernel sent
 // FIN or RST) and that has not registered again within this is lost, without waiting out
-// kNodeLostAfter: a killed node's job is recovered about twice as soon. A silent link (no bytes,
-// the connection still open) keeps the kNodeLostAfter rule, and so does a node whose agent said it
-// was stopping (Leaving: a planned restart gets the whole window). The grace covers an agent
-// started again by its supervisor (its first restart delay) and one that redials after a dropped
-// connection (its backoff at its longest, as after a stalled head), each with a handshake.
-inline constexpr Duration kNodeClosedGrace = 4s;
+// kNodeLostAfter: a killed node's job is recovered about three times as soon. A silent link (no
+// bytes, the connection still open) keeps the kNodeLostAfter rule, and so does a node whose agent
+// said it was stopping (Leaving: a planned restart gets the whole window) and every node after the
+// head itself did not run for a while (kHeadStallAfter: agents that dropped the connection then
+// redial at their longest backoff). The grace covers an agent started again by its supervisor
+// (its first restart delay) and one that redials at once after a dropped connection, each with a
+// handshake.
+inline constexpr Duration kNodeClosedGrace = 2500ms;
 static_assert(kAgentRestartBackoffInitial + kHandshakeTimeout / 8 < kNodeClosedGrace,
               "an agent its supervisor starts again registers within the grace");
-static_assert(kReconnectBackoffMax + kNodeCheckInterval < kNodeClosedGrace,
-              "an agent redialing at its longest backoff is back within the grace");
+static_assert(kReconnectBackoffInitial * 3 + kHandshakeTimeout / 8 + kNodeCheckInterval <
+                  kNodeClosedGrace,
+              "an agent whose connection dropped while the head runs is back within the grace");
 static_assert(kNodeClosedGrace + kNodeCheckInterval < kNodeLostAfter,
               "a closed connection is declared lost before silence would");
 

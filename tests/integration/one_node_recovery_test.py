@@ -5,7 +5,7 @@ made again by the provider and only its agent is started, the survivors' agents 
 processes) and addresses stay, every rank keeps its SKYPILOT_NODE_RANK (the replacement in the
 lost rank), the run resumes from its checkpoint and the job SUCCEEDS with one recovery shown by
 `herd jobs queue`. The head sees the killed agent's connection closed by its kernel: the node is
-lost after kNodeClosedGrace (4 s), not after kNodeLostAfter (8 s) of silence. Cluster names start
+lost after kNodeClosedGrace (2.5 s), not after kNodeLostAfter (8 s) of silence. Cluster names start
 with `hon`."""
 
 import os
@@ -22,7 +22,7 @@ from herd_env import (HerdEnvTestCase, herdlets_in, kill_managed_controllers,  #
 
 STEPS = 40  # checkpointed steps of 0.5 s
 NODES = 3
-# The killed node's agent connection ends at once: lost after kNodeClosedGrace (4 s) and the next
+# The killed node's agent connection ends at once: lost after kNodeClosedGrace (2.5 s) and the next
 # node check (0.5 s); RECOVERING a controller's poll later. Well under kNodeLostAfter (8 s) plus
 # that, with room for a loaded machine's scheduling.
 RECOVERING_WITHIN = 7.5

@@ -333,16 +333,20 @@ TEST_CASE("a stopping agent's abrupt close and a stalled head keep the longer wi
   CHECK(CheckFor(clock, nodes, limits::kNodeLostAfter).empty());
   CHECK(CheckFor(clock, nodes, limits::kNodeCheckInterval) == std::vector<std::string>{"a"});
 
-  // The head did not run (SIGSTOP) while an agent's connection ended: the agent redials once the
-  // head runs again, so the grace starts from the late check.
+  // The head did not run (SIGSTOP) while an agent's connection ended: the agent redials at its
+  // longest backoff once the head runs again, so from the late check only silence counts: the
+  // node has kNodeLostAfter, not the grace, to register again.
   auto b = Conn("b");
   nodes.Register(b, Info("b", "127.0.9.2"), 1);
   CHECK(CheckFor(clock, nodes, limits::kNodeCheckInterval).empty());
   REQUIRE(nodes.Closed(b.get(), &id, /*abrupt=*/true));
   clock.Advance(limits::kNodeLostAfter * 2);
   CHECK(nodes.CheckLiveness().empty());
-  CHECK(CheckFor(clock, nodes, limits::kNodeClosedGrace - limits::kNodeCheckInterval).empty());
-  CHECK(CheckFor(clock, nodes, limits::kNodeCheckInterval * 2) == std::vector<std::string>{"b"});
+  CHECK_FALSE(nodes.Find("b")->closed_at.has_value());
+  static_assert(limits::kReconnectBackoffMax + limits::kNodeCheckInterval < limits::kNodeLostAfter);
+  CHECK(CheckFor(clock, nodes, limits::kReconnectBackoffMax + limits::kNodeCheckInterval).empty());
+  CHECK(CheckFor(clock, nodes, limits::kNodeLostAfter) == std::vector<std::string>{"b"});
+  CHECK_FALSE(nodes.Find("b")->lost_on_close);
 }
 
 }  // namespace
