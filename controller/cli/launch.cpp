@@ -159,6 +159,9 @@ class LaunchCommand final : public Command {
       auto plan = optimizer::PlanTask(t, *env, *catalog, {infra_, flags_.num_nodes});
       if (!plan.ok()) return FailForStatus(ctx, plan.status());
       plan_ = *plan;
+      if (auto s = optimizer::KeepCandidatesFor(*plan_, pipeline_rest_); !s.ok()) {
+        return FailForStatus(ctx, s);
+      }
       // With -o json stdout carries only the result.
       std::ostream& table = output_ == "json" ? ctx.err : ctx.out;
       if (!ctx.quiet || dryrun_) {
@@ -234,6 +237,8 @@ class LaunchCommand final : public Command {
     }
     const std::string cluster = cluster_.empty() ? RandomClusterName() : cluster_;
     const std::size_t n = p.tasks.size();
+    // The first task's plan keeps only the clusters the tasks after it can run on.
+    for (std::size_t i = 1; i < n; ++i) pipeline_rest_.push_back(&p.tasks[i]);
     InstallSigint();
     for (std::size_t i = 0; i < n; ++i) {
       task::Task& t = p.tasks[i];
@@ -296,6 +301,7 @@ class LaunchCommand final : public Command {
   std::string cluster_, infra_, output_, task_json_;
   TaskFlags flags_;
   std::vector<std::string> args_;
+  std::vector<const task::Task*> pipeline_rest_;  // a pipeline's tasks after the first
   bool detach_ = false, yes_ = false, no_setup_ = false, down_ = false, dryrun_ = false;
   bool retry_until_up_ = false;
   std::optional<optimizer::Plan> plan_;  // of a new cluster

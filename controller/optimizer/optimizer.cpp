@@ -314,6 +314,87 @@ task::Task ApplyCandidate(const task::Task& task, const Plan& plan, const Candid
   return t;
 }
 
+std::string WhyNotFits(const task::Task& later, const Candidate& c, int nodes) {
+  if (later.num_nodes > nodes) {
+    return "it asks for " + std::to_string(later.num_nodes) + " nodes and the cluster has " +
+           std::to_string(nodes);
+  }
+  const Resources& top = later.resources;
+  std::vector<Resources> alternatives = !top.ordered.empty()  ? top.ordered
+                                        : !top.any_of.empty() ? top.any_of
+                                                              : std::vector<Resources>{top};
+  const bool cloud = c.group == "aws";
+  std::vector<std::string> why;
+  for (const Resources& r : alternatives) {
+    if (!r.infra.empty() && r.infra != c.infra && c.infra.rfind(r.infra + "/", 0) != 0) {
+      why.push_back("infra " + r.infra);
+      continue;
+    }
+    if (!cloud) return "";
+    if (!r.instance_type.empty() && r.instance_type != c.instance_type) {
+      why.push_back(r.instance_type);
+      continue;
+    }
+    if (!r.accelerator.empty() && (!SameName(r.accelerator, c.accelerator) ||
+                                   r.accelerator_count > c.accelerator_count + 1e-9)) {
+      why.push_back(Gpus(r.accelerator, r.accelerator_count));
+      continue;
+    }
+    if (!Fits(c.vcpus.value_or(0), r.cpus, true) ||
+        !Fits(c.memory_gib.value_or(0), r.memory_gb, true)) {
+      why.push_back(Wants(r));
+      continue;
+    }
+    return "";
+  }
+  std::string has = c.infra;
+  if (cloud) has += " " + c.instance_type + " (" + Gpus(c.accelerator, c.accelerator_count) + ")";
+  return "it asks for " + Join(why, " or ") + "; the cluster would be " + has;
+}
+
+Status KeepCandidatesFor(Plan& plan, const std::vector<const task::Task*>& later) {
+  auto task_name = [&](std::size_t i) {
+    return "task " + std::to_string(i + 2) +
+           (later[i]->name.empty() ? "" : " (" + later[i]->name + ")");
+  };
+  const std::string prefix =
+      "the pipeline runs every task on the cluster its first task gets, and ";
+  // A task that fits none of them is named with the reason of the best one.
+  for (std::size_t i = 0; i < later.size(); ++i) {
+    bool fits_one = false;
+    for (const Candidate& c : plan.candidates) {
+      fits_one = fits_one || WhyNotFits(*later[i], c, plan.num_nodes).empty();
+    }
+    if (!fits_one) {
+      return InvalidArgument(prefix + task_name(i) +
+                             " can run on no cluster the first task could get: " +
+                             WhyNotFits(*later[i], plan.candidates.front(), plan.num_nodes));
+    }
+  }
+  std::vector<Candidate> kept;
+  std::string first_refusal;
+  for (const Candidate& c : plan.candidates) {
+    std::string why;
+    for (std::size_t i = 0; i < later.size() && why.empty(); ++i) {
+      why = WhyNotFits(*later[i], c, plan.num_nodes);
+      if (!why.empty()) why = task_name(i) + ": " + why;
+    }
+    if (why.empty()) {
+      kept.push_back(c);
+    } else if (first_refusal.empty()) {
+      first_refusal = why;
+    }
+  }
+  if (kept.empty()) {
+    return InvalidArgument(prefix +
+                           "no cluster the first task could get suits every task after it (the "
+                           "cheapest, " +
+                           first_refusal + ")");
+  }
+  plan.candidates = std::move(kept);
+  return Status::Ok();
+}
+
 std::string RenderConsidered(const Plan& plan) {
   controller::Table table(
       {"INFRA", "INSTANCE", "vCPUs", "Mem(GB)", "GPUS", "COST ($/hr)", "CHOSEN"});

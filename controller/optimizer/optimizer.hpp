@@ -72,6 +72,19 @@ task::Task ApplyPlan(const task::Task& task, const Plan& plan);
 // The same for any candidate of the plan (failover.hpp tries them one after another).
 task::Task ApplyCandidate(const task::Task& task, const Plan& plan, const Candidate& c);
 
+// A pipeline's later task on the cluster its first task gets (`herd launch pipeline.yaml`): the
+// reason a cluster made for candidate `c` with `nodes` nodes cannot run `later` (""  when it can).
+// It can when the task asks for no more nodes and one of its alternatives asks for no other infra
+// than c's and, on a cloud, for an instance that is c's (its type; its accelerators by name and at
+// most c's count; at least its vCPUs and memory). On machines that exist (local, SSH, Slurm) what
+// the nodes hold is not known before they are reached: the head refuses then what no node holds.
+std::string WhyNotFits(const task::Task& later, const Candidate& c, int nodes);
+
+// Keeps the plan's candidates (in order) whose cluster can run every one of `later`;
+// InvalidArgument, naming the first task that fits none of them and why, when none is left.
+// later[i] is the pipeline's task i + 2 (for the message).
+Status KeepCandidatesFor(Plan& plan, const std::vector<const task::Task*>& later);
+
 // SkyPilot's table: "Considered resources (N node(s)):" then INFRA, INSTANCE, vCPUs, Mem(GB),
 // GPUS, COST ($/hr), CHOSEN (a check mark on the chosen row), the best row of each alternative
 // and infra, the choice first, at most limits::kMaxConsideredRows.

@@ -123,6 +123,31 @@ class OptimizerCliTest(unittest.TestCase):
         self.assertEqual(self.listener.connections, 0)
         self.assertEqual(self.h.clusters(), {})
 
+    def test_pipeline_later_tasks_are_checked_against_the_cluster_before_it_is_made(self):
+        # The eval task needs H100s: the plan keeps only clusters it can run on, so the first
+        # task's cheaper A100 choice gives way to H100 (p5).
+        t = self.task("pipe2.yaml", "name: optpipe2\n---\nname: train\nnum_nodes: 2\n"
+                                    "resources:\n  accelerators: {H100:8, A100:8}\n"
+                                    "run: nvidia-smi\n---\nname: eval\n"
+                                    "resources:\n  accelerators: H100:4\nrun: echo done\n")
+        p = self.herd("launch", "-c", "optpipe2", "--dryrun", t, env=self.aws)
+        rows = self.rows(p.stdout.decode())
+        self.assertEqual(rows[1][1:], ["p5.48xlarge", "192", "2048", "H100:8", "55.04", "\u2714"])
+        self.assertNotIn("A100:8", p.stdout.decode())
+        # A later task that no cluster of the first task fits: one line naming it, exit 2,
+        # nothing made (not a dry run: it would launch).
+        t = self.task("pipe3.yaml", "name: optpipe3\n---\nname: train\n"
+                                    "resources:\n  accelerators: A100:8\nrun: nvidia-smi\n---\n"
+                                    "name: big\nnum_nodes: 4\nrun: echo done\n")
+        p = self.herd("launch", "-y", "-c", "optpipe3", t, env=self.aws, check=False)
+        err = p.stderr.decode()
+        self.assertEqual(p.returncode, 2, err)
+        self.assertIn("herd: the pipeline runs every task on the cluster its first task gets, and "
+                      "task 2 (big) can run on no cluster the first task could get: it asks for 4 "
+                      "nodes and the cluster has 1\n", err)
+        self.assertEqual(self.listener.connections, 0)
+        self.assertEqual(self.h.clusters(), {})
+
     def test_dryrun_ordered_keeps_the_users_order_and_flags(self):
         t = self.task("ordered.yaml", "resources:\n  accelerators: [H100:8, A100:8]\n")
         p = self.herd("launch", "--dryrun", "-c", "optord", t, env=self.aws)

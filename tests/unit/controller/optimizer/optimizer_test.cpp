@@ -281,6 +281,58 @@ TEST_CASE("any_of picks the cheapest; ordered keeps the user's order") {
         "A100");
 }
 
+TEST_CASE("a pipeline's later tasks keep only the clusters they can run on") {
+  Plan any = MustPlan("num_nodes: 2\nresources:\n  accelerators: {H100:8, A100:8}\n");
+  REQUIRE(any.Chosen().accelerator == "A100");
+  const Candidate& a100 = any.Chosen();
+  // What fits a p4d: nothing asked, fewer GPUs of its kind, its infra's prefix, fewer cpus.
+  CHECK(WhyNotFits(Task("run: echo\n"), a100, 2) == "");
+  CHECK(WhyNotFits(Task("resources:\n  accelerators: a100:2\n"), a100, 2) == "");
+  CHECK(WhyNotFits(Task("resources:\n  infra: aws\n  cpus: 64+\n"), a100, 2) == "");
+  CHECK(WhyNotFits(Task("num_nodes: 2\nresources:\n  accelerators: [L4:1, A100:8]\n"), a100, 2) ==
+        "");
+  // What does not: more nodes, another accelerator, another infra, more memory.
+  CHECK(WhyNotFits(Task("num_nodes: 3\n"), a100, 2) == "it asks for 3 nodes and the cluster has 2");
+  CHECK(WhyNotFits(Task("resources:\n  accelerators: H100:1\n"), a100, 2) ==
+        "it asks for H100:1; the cluster would be " + a100.infra + " p4d.24xlarge (A100:8)");
+  CHECK(WhyNotFits(Task("resources:\n  infra: local\n"), a100, 2) ==
+        "it asks for infra local; the cluster would be " + a100.infra + " p4d.24xlarge (A100:8)");
+  CHECK(WhyNotFits(Task("resources:\n  memory: 2000+\n"), a100, 2)
+            .rfind("it asks for memory=2000+GB", 0) == 0);
+  // On machines that exist only the infra and the nodes count: the head judges the rest.
+  Plan local = MustPlan("num_nodes: 2\nresources:\n  infra: local\n");
+  CHECK(WhyNotFits(Task("resources:\n  accelerators: H100:1\n"), local.Chosen(), 2) == "");
+  CHECK(WhyNotFits(Task("resources:\n  infra: ssh/lab\n"), local.Chosen(), 2) != "");
+
+  // KeepCandidatesFor: an H100 eval moves the choice to p5; the order of the rest is kept.
+  task::Task eval = Task("name: eval\nresources:\n  accelerators: H100:4\n");
+  Plan moved = any;
+  REQUIRE(KeepCandidatesFor(moved, {&eval}).ok());
+  CHECK(moved.Chosen().instance_type == "p5.48xlarge");
+  for (const Candidate& c : moved.candidates) CHECK(c.accelerator == "H100");
+  // None left: the first task that fits none, named with its number and why.
+  task::Task big = Task("name: big\nnum_nodes: 4\n");
+  Plan none = any;
+  Status s = KeepCandidatesFor(none, {&eval, &big});
+  CHECK(s.code() == Code::kInvalidArgument);
+  CHECK(s.message() ==
+        "the pipeline runs every task on the cluster its first task gets, and task 3 (big) can run "
+        "on no cluster the first task could get: it asks for 4 nodes and the cluster has 2");
+  // Each fits some cluster, none fits both: the cheapest one's refusal.
+  task::Task a100_eval = Task("resources:\n  accelerators: A100:1\n");
+  s = KeepCandidatesFor(none, {&eval, &a100_eval});
+  CHECK(s.message() ==
+        "the pipeline runs every task on the cluster its first task gets, and no cluster the "
+        "first task could get suits every task after it (the cheapest, task 2 (eval): it asks for "
+        "H100:4; the cluster would be " +
+            a100.infra + " p4d.24xlarge (A100:8))");
+  CHECK(none.candidates.size() == any.candidates.size());  // unchanged on error
+  // Nothing after the first task: every candidate stays.
+  Plan all = any;
+  CHECK(KeepCandidatesFor(all, {}).ok());
+  CHECK(all.candidates.size() == any.candidates.size());
+}
+
 TEST_CASE("spot: priced at SpotPrice, cheapest zone; unpriced spot rows rank last") {
   Plan p = MustPlan("resources:\n  accelerators: A100:8\n  use_spot: true\n");
   CHECK(p.Chosen().spot);
