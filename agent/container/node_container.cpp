@@ -238,14 +238,21 @@ std::optional<DirectEntry> WarmEntry(const std::string& state_dir,
 }
 
 std::vector<std::string> EnterArgv(const RunningContainer& c, const std::string& cwd,
-                                   const std::vector<std::string>& command) {
-  // nsenter's --wd resolves its path before it enters: a path only the container has would
-  // fail. The image's sh changes directory inside (to / when cwd is not there).
-  std::vector<std::string> argv = {"nsenter", "--target", std::to_string(c.pid),
-                                   "--mount", "--uts",    "--ipc",
-                                   "--pid",   "--root",   "--",
-                                   "/bin/sh", "-c",       kEnterCwd,
-                                   "sh",      cwd};
+                                   const std::vector<std::string>& command,
+                                   const std::string& proc) {
+  std::vector<std::string> argv = {
+      "nsenter", "--target", std::to_string(c.pid), "--mount", "--uts", "--ipc", "--pid", "--root"};
+  // nsenter's --wdns changes into a path of the container's root, and fails where there is none:
+  // a cwd seen there (through the container process's root) is entered so; else the image's sh
+  // changes directory inside, to / when cwd is not there (also when the root cannot be looked
+  // into from here).
+  std::error_code ec;
+  const std::string seen = proc + "/" + std::to_string(c.pid) + "/root" + cwd;
+  if (!cwd.empty() && cwd.front() == '/' && fs::is_directory(seen, ec)) {
+    argv.insert(argv.end(), {"--wdns=" + cwd, "--"});
+  } else {
+    argv.insert(argv.end(), {"--", "/bin/sh", "-c", kEnterCwd, "sh", cwd});
+  }
   argv.insert(argv.end(), command.begin(), command.end());
   return argv;
 }

@@ -83,9 +83,11 @@ Status CheckRuntimeAndLogin(ContainerRuntime& runtime, const RegistryLogin& logi
 Result<RunningContainer> EnsureContainer(ContainerRuntime& runtime, const std::string& state_dir,
                                          const ContainerConfig& config, const RegistryLogin& login);
 
-// The command that runs `command` in the container, in cwd (nsenter's argv).
+// The command that runs `command` in the container, in cwd (nsenter's argv). proc: where the
+// container process's root is looked into (tests give a directory of their own).
 std::vector<std::string> EnterArgv(const RunningContainer& c, const std::string& cwd,
-                                   const std::vector<std::string>& command);
+                                   const std::vector<std::string>& command,
+                                   const std::string& proc = "/proc");
 
 // The environment inside: the image's variables, then those of `current` named by keep (the
 // job's) and HOME, USER, LOGNAME, TERM, LANG and the process group marker; never the registry

@@ -229,10 +229,17 @@ TEST_CASE("inside: the image's PATH, the job's variables and the marker, never t
 
 TEST_CASE("entering: nsenter into the container's namespaces and root, in the cwd") {
   RunningContainer c{"id", 4242, 1, {}};
-  CHECK(EnterArgv(c, "/w", {"bash", "-c", "true"}) ==
+  // The container's root as /proc shows it: /w is there, /gone is not.
+  TempDir proc("herd-proc");
+  proc.Write("4242/root/w/file", "");
+  CHECK(EnterArgv(c, "/w", {"bash", "-c", "true"}, proc.path()) ==
+        std::vector<std::string>{"nsenter", "--target", "4242", "--mount", "--uts", "--ipc",
+                                 "--pid", "--root", "--wdns=/w", "--", "bash", "-c", "true"});
+  // A cwd the container does not have: its sh goes to / instead.
+  CHECK(EnterArgv(c, "/gone", {"bash", "-c", "true"}, proc.path()) ==
         std::vector<std::string>{"nsenter", "--target", "4242", "--mount", "--uts", "--ipc",
                                  "--pid", "--root", "--", "/bin/sh", "-c",
-                                 "cd \"$1\" 2>/dev/null || cd /; shift; exec \"$@\"", "sh", "/w",
+                                 "cd \"$1\" 2>/dev/null || cd /; shift; exec \"$@\"", "sh", "/gone",
                                  "bash", "-c", "true"});
 }
 
