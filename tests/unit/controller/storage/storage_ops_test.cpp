@@ -5,7 +5,8 @@
 // and undoes the launch's buckets; down deletes only non-persistent buckets herd made; a managed
 // job's non-persistent bucket outlives its attempts' clusters until the job ends; a started
 // cluster mounts again what its launches mounted; with an IAM, the nodes get a key of the
-// cluster's own, scoped to its buckets, widened by a later launch, deleted at down.
+// cluster's own, scoped to its buckets, widened by a later launch, deleted at down (and the IAM
+// calls behind it, on a scripted HttpClient).
 #include <doctest/doctest.h>
 #include <sqlite3.h>
 
@@ -16,6 +17,7 @@
 
 #include "controller/storage/storage_ops.hpp"
 #include "shared/common/file_util.hpp"
+#include "tests/fakes/fake_http_client.hpp"
 #include "tests/fakes/fake_ssh_runner.hpp"
 #include "tests/unit/test_support.hpp"
 
@@ -619,6 +621,53 @@ TEST_CASE("the policy names exactly the buckets; IAM is found for AWS or by AWS_
   CHECK(IamEndpointFor(minio, getenv) == "http://127.0.0.1:8000");
   CHECK(IamEndpointFor(aws, getenv) == "http://127.0.0.1:8000");
   CHECK(BucketsUserName("c1") == "herd-buckets-c1");
+}
+
+std::string IamReply(const std::string& action, const std::string& inner = "") {
+  return "<" + action + "Response><" + action + "Result>" + inner + "</" + action + "Result></" +
+         action + "Response>";
+}
+
+TEST_CASE("over IAM: a leftover user loses its old keys; rescope and remove name herd-buckets") {
+  auto http = std::make_shared<testing::FakeHttp>();
+  auto& R = http->replies;
+  R["CreateUser"] = {{409,
+                      "<ErrorResponse><Error><Code>EntityAlreadyExists</Code><Message>"
+                      "exists</Message></Error></ErrorResponse>"}};
+  R["ListAccessKeys"] = {{200, IamReply("ListAccessKeys",
+                                        "<AccessKeyMetadata><member><AccessKeyId>AKIAOLD"
+                                        "</AccessKeyId></member></AccessKeyMetadata>")}};
+  R["DeleteAccessKey"] = {{200, IamReply("DeleteAccessKey")}};
+  R["PutUserPolicy"] = {{200, IamReply("PutUserPolicy")}};
+  R["CreateAccessKey"] = {{200, IamReply("CreateAccessKey",
+                                         "<AccessKey><AccessKeyId>AKIANEW</AccessKeyId>"
+                                         "<SecretAccessKey>new-secret</SecretAccessKey>"
+                                         "</AccessKey>")}};
+  R["DeleteUserPolicy"] = {{200, IamReply("DeleteUserPolicy")}};
+  R["DeleteUser"] = {{200, IamReply("DeleteUser")}};
+  controller::AwsCredentials user{"AKIDUSER", "user-secret", "", "environment"};
+  auto issuer = MakeIamKeyIssuer(http, user, "http://127.0.0.1:1");
+  CHECK(issuer->Describe() == "IAM at http://127.0.0.1:1");
+  auto key = issuer->Create("c1", {"b1"});
+  REQUIRE_MESSAGE(key.ok(), key.status().message());
+  CHECK(key->iam_user == "herd-buckets-c1");
+  CHECK(key->access_key_id == "AKIANEW");
+  CHECK(key->secret_access_key == "new-secret");
+  CHECK(http->Actions() == std::vector<std::string>{"CreateUser", "ListAccessKeys",
+                                                    "DeleteAccessKey", "PutUserPolicy",
+                                                    "CreateAccessKey"});
+  CHECK(http->bodies[0].find("Tags.member.1.Value=c1") != std::string::npos);
+  CHECK(http->bodies[2].find("AccessKeyId=AKIAOLD") != std::string::npos);
+  CHECK(http->bodies[3].find("PolicyName=herd-buckets") != std::string::npos);
+  CHECK(http->bodies[3].find("arn%3Aaws%3As3%3A%3A%3Ab1%2F%2A") != std::string::npos);
+  http->bodies.clear();
+  REQUIRE(issuer->Rescope("herd-buckets-c1", {"b1", "b2"}).ok());
+  CHECK(http->bodies[0].find("arn%3Aaws%3As3%3A%3A%3Ab2") != std::string::npos);
+  http->bodies.clear();
+  REQUIRE(issuer->Remove("herd-buckets-c1").ok());
+  CHECK(http->Actions() == std::vector<std::string>{"ListAccessKeys", "DeleteAccessKey",
+                                                    "DeleteUserPolicy", "DeleteUser"});
+  CHECK(http->bodies[2].find("PolicyName=herd-buckets") != std::string::npos);
 }
 
 }  // namespace scoped
