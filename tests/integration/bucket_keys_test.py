@@ -8,6 +8,7 @@ the same key's policy; `herd down` deletes the IAM user and the kept key."""
 import json
 import os
 import secrets
+import shlex
 import sys
 import threading
 import unittest
@@ -96,10 +97,11 @@ class BucketKeysTest(HerdEnvTestCase):
             f.write(text)
         return path
 
-    def on_node(self, command):
-        """A command on the node with the rclone config herd put there (the node's key)."""
-        p = self.h.ssh(CLUSTER, f"env -u AWS_CA_BUNDLE rclone --config {NODE_CONF} --retries 1 "
-                                f"--low-level-retries 1 {command}", timeout=120)
+    def on_node(self, command, stdin=""):
+        """rclone on the node with the config herd put there (the node's key), given `stdin`."""
+        p = self.h.ssh(CLUSTER, f"printf %s {shlex.quote(stdin)} | env -u AWS_CA_BUNDLE rclone --config "
+                                f"{NODE_CONF} --retries 1 --low-level-retries 1 {command}",
+                       timeout=120)
         return p.returncode, (p.stdout + p.stderr).decode(errors="replace")
 
     def iam_user(self):
@@ -141,21 +143,18 @@ run: |
         # The node's key reads and writes the task's bucket...
         rc, out = self.on_node(f"cat herd-s3:{MINE}/note.txt")
         self.assertEqual((rc, out), (0, "written on the node\n"))
-        rc, out = self.on_node(f"copyto {NODE_CONF} herd-s3:{MINE}/copied.conf --dry-run")
+        rc, out = self.on_node(f"rcat herd-s3:{MINE}/r.txt", "from rclone\n")
         self.assertEqual(rc, 0, out)
-        self.assertEqual(self.h.ssh(CLUSTER, f"echo from rclone | env -u AWS_CA_BUNDLE rclone "
-                                             f"--config {NODE_CONF} rcat herd-s3:{MINE}/r.txt")
-                         .returncode, 0)
         self.assertEqual(self.s3.objects(MINE), ["note.txt", "r.txt"])
+        self.assertEqual(self.s3.rclone("cat", f"t:{MINE}/r.txt").stdout, "from rclone\n")
         # ...and is refused on the other bucket, which exists: list, read and write.
         for command in (f"lsf herd-s3:{THEIRS}", f"cat herd-s3:{THEIRS}/private.txt"):
             rc, out = self.on_node(command)
             self.assertNotEqual(rc, 0, out)
             self.assertIn("AccessDenied", out)
-        p = self.h.ssh(CLUSTER, f"echo x | env -u AWS_CA_BUNDLE rclone --config {NODE_CONF} "
-                                f"--retries 1 --low-level-retries 1 rcat herd-s3:{THEIRS}/x.txt")
-        self.assertNotEqual(p.returncode, 0)
-        self.assertIn(b"AccessDenied", p.stdout + p.stderr)
+        rc, out = self.on_node(f"rcat herd-s3:{THEIRS}/x.txt", "x\n")
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("AccessDenied", out)
         self.assertEqual(self.s3.objects(THEIRS), ["private.txt"])
         calls = self.ec2.snapshot()["calls"]
         self.assertIn(f"denied:s3:ListBucket:arn:aws:s3:::{THEIRS}", calls)
@@ -179,11 +178,14 @@ run: |
                 self.assertNotIn(USER_SECRET.encode(), data, path)
                 if not path.endswith(NODE_CONF):  # a node's home may be under the test's dir
                     self.assertNotIn(conf["secret_access_key"].encode(), data, path)
+        outputs = {("launch",): p.stdout + p.stderr}
         for args in (("queue", CLUSTER, "-o", "json"), ("status", "-o", "json"),
                      ("logs", CLUSTER)):
             out = self.h.herd(*args)
+            outputs[args] = out.stdout + out.stderr
+        for args, out in outputs.items():
             for secret in (USER_SECRET, conf["secret_access_key"]):
-                self.assertNotIn(secret.encode(), out.stdout + out.stderr, args)
+                self.assertNotIn(secret.encode(), out, args)
 
     def test_b_a_later_launch_naming_another_bucket_widens_the_same_key(self):
         key = self.node_conf()["access_key_id"]
