@@ -44,7 +44,11 @@ std::string AutostopPolicy(const std::string& cluster, const std::string& region
 }
 
 std::string AutostopUserName(const std::string& cluster) {
-  const std::string prefix = "herd-autostop-";
+  return ClusterIamUserName("herd-autostop-", cluster);
+}
+
+std::string ClusterIamUserName(std::string_view prefix_view, const std::string& cluster) {
+  const std::string prefix(prefix_view);
   bool clean = true;
   for (char c : cluster) clean = clean && IamNameChar(c);
   std::string name = prefix + cluster;
@@ -151,7 +155,7 @@ Status IamClient::DeleteUser(const std::string& user) {
   return Call("DeleteUser", {{"UserName", user}}).status();
 }
 
-Status IamClient::RemoveUser(const std::string& user) {
+Status IamClient::RemoveUser(const std::string& user, std::string_view policy_name) {
   auto keys = ListAccessKeys(user);
   if (!keys.ok()) {
     return keys.status().code() == Code::kNotFound ? Status::Ok() : keys.status();
@@ -160,7 +164,7 @@ Status IamClient::RemoveUser(const std::string& user) {
     Status s = DeleteAccessKey(user, k);
     if (!s.ok() && s.code() != Code::kNotFound) return s;
   }
-  Status s = DeleteUserPolicy(user, kIamPolicyName);
+  Status s = DeleteUserPolicy(user, policy_name);
   if (!s.ok() && s.code() != Code::kNotFound) return s;
   s = DeleteUser(user);
   return s.ok() || s.code() == Code::kNotFound ? Status::Ok() : s;

@@ -26,8 +26,10 @@ inline constexpr std::string_view kIamPolicyName = "herd-autostop";
 std::string AutostopPolicy(const std::string& cluster, const std::string& region,
                            const std::string& tag_key);
 
-// "herd-autostop-<cluster>" when it fits IAM's 64 characters and alphabet, else that cut short
-// with a hash of the whole name, so two long names do not collide.
+// "<prefix><cluster>" when it fits IAM's 64 characters and alphabet, else that cut short with a
+// hash of the whole name, so two long names do not collide.
+std::string ClusterIamUserName(std::string_view prefix, const std::string& cluster);
+// ClusterIamUserName("herd-autostop-", cluster).
 std::string AutostopUserName(const std::string& cluster);
 
 struct IamAccessKey {
@@ -49,8 +51,8 @@ class IamClient {
   Status DeleteAccessKey(const std::string& user, const std::string& key_id);
   Status DeleteUserPolicy(const std::string& user, std::string_view policy_name);
   Status DeleteUser(const std::string& user);
-  // Its keys, its policy and the user; OK when the user does not exist.
-  Status RemoveUser(const std::string& user);
+  // Its keys, its inline policy `policy_name` and the user; OK when the user does not exist.
+  Status RemoveUser(const std::string& user, std::string_view policy_name = kIamPolicyName);
 
  private:
   Result<boost::property_tree::ptree> Call(const std::string& action, const Ec2Params& params);

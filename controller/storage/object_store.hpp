@@ -36,6 +36,11 @@ class ObjectStore {
   // The body of an rclone config section (`type = s3`, endpoint, keys) that reaches this store
   // with the user's credentials: secret, written only into a 0600 file on the nodes.
   virtual std::string RcloneConfig() const = 0;
+  // The same section with a key of its own for the nodes (node_keys.hpp) instead of the user's
+  // credentials, and without rclone's bucket check (a key scoped to buckets may not create one;
+  // the launch made the buckets already).
+  virtual std::string RcloneConfigWithKey(const std::string& access_key_id,
+                                          const std::string& secret_access_key) const = 0;
 };
 
 // S3 over `http` (SigV4-signed by it: controller/provider/http_client.hpp).

@@ -112,17 +112,28 @@ class S3Store final : public ObjectStore {
 
   std::string RcloneConfig() const override {
     const auto& c = a_.credentials;
-    std::string out = "type = s3\nenv_auth = false\n";
-    out += "provider = " + std::string(a_.endpoint.empty() ? "AWS" : "Other") + "\n";
-    out += "access_key_id = " + c.access_key_id + "\n";
-    out += "secret_access_key = " + c.secret_access_key + "\n";
-    if (!c.session_token.empty()) out += "session_token = " + c.session_token + "\n";
-    out += "region = " + a_.region + "\n";
-    if (!a_.endpoint.empty()) out += "endpoint = " + a_.endpoint + "\nforce_path_style = true\n";
-    return out;
+    return Rclone(c.access_key_id, c.secret_access_key, c.session_token, false);
+  }
+
+  std::string RcloneConfigWithKey(const std::string& access_key_id,
+                                  const std::string& secret_access_key) const override {
+    return Rclone(access_key_id, secret_access_key, "", true);
   }
 
  private:
+  std::string Rclone(const std::string& key_id, const std::string& secret, const std::string& token,
+                     bool no_check_bucket) const {
+    std::string out = "type = s3\nenv_auth = false\n";
+    out += "provider = " + std::string(a_.endpoint.empty() ? "AWS" : "Other") + "\n";
+    out += "access_key_id = " + key_id + "\n";
+    out += "secret_access_key = " + secret + "\n";
+    if (!token.empty()) out += "session_token = " + token + "\n";
+    out += "region = " + a_.region + "\n";
+    if (!a_.endpoint.empty()) out += "endpoint = " + a_.endpoint + "\nforce_path_style = true\n";
+    if (no_check_bucket) out += "no_check_bucket = true\n";
+    return out;
+  }
+
   Result<controller::HttpResponse> Send(const std::string& method, const std::string& url,
                                         const std::string& bucket, const std::string& body = "") {
     controller::HttpRequest req;

@@ -100,6 +100,93 @@ Status PutOrDelete(const StorageRecord& r, StorageTable& table, StorageParts& pa
   return table.Remove(r.name);
 }
 
+std::string KeysDir(const StorageParts& parts) {
+  return parts.node_keys_dir.empty() ? NodeKeysDir() : parts.node_keys_dir;
+}
+
+std::string RcloneSection(const std::string& body) {
+  return "[" + std::string(kRcloneRemote) + "]\n" + body;
+}
+
+// The buckets the table says `cluster` mounts, by name.
+Result<std::vector<std::string>> ClusterBuckets(StorageTable& table, const std::string& cluster) {
+  HERD_ASSIGN_OR_RETURN(auto all, table.List());
+  std::vector<std::string> out;
+  for (const auto& r : all) {
+    if (Contains(r.clusters, cluster)) out.push_back(r.name);
+  }
+  return out;
+}
+
+// The store's key issuer (null: none), naming IAM in errors.
+Result<std::unique_ptr<NodeKeyIssuer>> OpenIssuer(const std::string& store, StorageParts& parts) {
+  if (!parts.open_key_issuer) return std::unique_ptr<NodeKeyIssuer>();
+  return parts.open_key_issuer(store);
+}
+
+Status IamError(const NodeKeyIssuer& issuer, const Status& s) {
+  return Status(s.code(), "the nodes' bucket key (" + issuer.Describe() + "): " + s.message() +
+                              " (herd gives the nodes an IAM user of the cluster's own, scoped to "
+                              "its buckets: your credentials need iam:CreateUser, "
+                              "iam:PutUserPolicy, iam:CreateAccessKey and their Delete/List "
+                              "counterparts)");
+}
+
+// The rclone config the nodes get for `cluster`: its node key, made or widened to every bucket
+// the table says it mounts, where the store has an IAM; else the user's keys, said once.
+Result<std::string> NodeRcloneConf(const ObjectStore& store, const std::string& cluster,
+                                   StorageTable& table, StorageParts& parts, PreparedStorage& out) {
+  const std::string dir = KeysDir(parts);
+  HERD_ASSIGN_OR_RETURN(std::optional<NodeKey> held, LoadNodeKey(dir, cluster));
+  HERD_ASSIGN_OR_RETURN(std::unique_ptr<NodeKeyIssuer> issuer, OpenIssuer(store.Scheme(), parts));
+  if (!issuer) {
+    if (held) {
+      return FailedPrecondition(
+          "cluster " + cluster + "'s nodes mount with a key of IAM user " + held->iam_user +
+          ", but no IAM is configured for " + store.Describe() +
+          " now (AWS_ENDPOINT_URL_IAM): set it as at the cluster's first launch");
+    }
+    HERD_LOG(kWarn) << "bucket mounts: " << store.Describe()
+                    << " has no IAM herd knows of (AWS_ENDPOINT_URL_IAM is not set): the nodes "
+                       "of cluster "
+                    << cluster << " mount with your own credentials, not a key scoped to the "
+                    << "task's buckets";
+    return RcloneSection(store.RcloneConfig());
+  }
+  HERD_ASSIGN_OR_RETURN(std::vector<std::string> buckets, ClusterBuckets(table, cluster));
+  NodeKey key;
+  if (held) {
+    if (Status s = issuer->Rescope(held->iam_user, buckets); !s.ok()) return IamError(*issuer, s);
+    out.node_key_rescoped = true;
+    key = std::move(*held);
+  } else {
+    auto made = issuer->Create(cluster, buckets);
+    if (!made.ok()) return IamError(*issuer, made.status());
+    key = std::move(*made);
+    out.node_key_made = key.iam_user;
+    if (Status s = SaveNodeKey(dir, cluster, key); !s.ok()) {
+      (void)issuer->Remove(key.iam_user);
+      return s;
+    }
+  }
+  return RcloneSection(store.RcloneConfigWithKey(key.access_key_id, key.secret_access_key));
+}
+
+// Down: the cluster's node key and its IAM user go (OK when it has none).
+Status DropNodeKey(const std::string& cluster, StorageParts& parts) {
+  const std::string dir = KeysDir(parts);
+  HERD_ASSIGN_OR_RETURN(std::optional<NodeKey> held, LoadNodeKey(dir, cluster));
+  if (!held) return Status::Ok();
+  HERD_ASSIGN_OR_RETURN(std::unique_ptr<NodeKeyIssuer> issuer, OpenIssuer("s3", parts));
+  if (!issuer) {
+    return FailedPrecondition("cannot delete IAM user " + held->iam_user +
+                              " (the nodes' bucket key): no IAM is configured now "
+                              "(AWS_ENDPOINT_URL_IAM)");
+  }
+  if (Status s = issuer->Remove(held->iam_user); !s.ok()) return IamError(*issuer, s);
+  return ForgetNodeKey(dir, cluster);
+}
+
 }  // namespace
 
 StorageParts SystemStorageParts() {
@@ -109,6 +196,13 @@ StorageParts SystemStorageParts() {
     if (store != "s3") return InvalidArgument("store '" + store + "' is not supported");
     HERD_ASSIGN_OR_RETURN(S3Access access, LoadS3Access());
     return MakeS3Store(std::move(access), http);
+  };
+  p.open_key_issuer = [http](const std::string& store) -> Result<std::unique_ptr<NodeKeyIssuer>> {
+    if (store != "s3") return std::unique_ptr<NodeKeyIssuer>();
+    HERD_ASSIGN_OR_RETURN(S3Access access, LoadS3Access());
+    std::string endpoint = IamEndpointFor(access);
+    if (endpoint.empty()) return std::unique_ptr<NodeKeyIssuer>();
+    return MakeIamKeyIssuer(http, std::move(access.credentials), std::move(endpoint));
   };
   p.open_table = [] { return StorageTable::Open(); };
   p.upload = Upload;
@@ -166,8 +260,6 @@ Result<PreparedStorage> PrepareBuckets(const task::Task& task, const std::string
     out.mounts.push_back({remote, m.mode, BucketPath(m)});
     out.flush = out.flush || m.mode != "COPY";
   }
-  out.rclone_conf = "[" + std::string(kRcloneRemote) + "]\n" + store->RcloneConfig();
-
   auto table = parts.open_table();
   if (!table.ok()) {
     DeleteMade(out.made, parts);
@@ -201,6 +293,13 @@ Result<PreparedStorage> PrepareBuckets(const task::Task& task, const std::string
       return s;
     }
   }
+  auto conf = NodeRcloneConf(*store, cluster, **table, parts, out);
+  if (!conf.ok()) {
+    UndoPrepare(out, cluster, parts);
+    return Status(conf.status().code(), "file_mounts." + task.storage_mounts.begin()->first + ": " +
+                                            conf.status().message());
+  }
+  out.rclone_conf = std::move(*conf);
   return out;
 }
 
@@ -226,6 +325,27 @@ void UndoPrepare(const PreparedStorage& prepared, const std::string& cluster, St
     auto& jobs = (**r).managed_jobs;
     jobs.erase(std::remove(jobs.begin(), jobs.end(), prepared.managed_job), jobs.end());
     (void)(*table)->Put(**r);
+  }
+  if (prepared.node_key_made.empty() && !prepared.node_key_rescoped) return;
+  auto issuer = OpenIssuer("s3", parts);
+  if (!issuer.ok() || !*issuer) return;
+  auto buckets = ClusterBuckets(**table, cluster);
+  Status s;
+  if (!prepared.node_key_made.empty() || (buckets.ok() && buckets->empty())) {
+    s = DropNodeKey(cluster, parts);
+  } else if (buckets.ok()) {
+    auto held = LoadNodeKey(KeysDir(parts), cluster);
+    if (!held.ok()) {
+      s = held.status();
+    } else if (*held) {
+      s = (*issuer)->Rescope((*held)->iam_user, *buckets);
+    }
+  } else {
+    s = buckets.status();
+  }
+  if (!s.ok()) {
+    HERD_LOG(kWarn) << "storage: cluster " << cluster
+                    << ": the nodes' bucket key after a failed launch: " << s.message();
   }
 }
 
@@ -288,7 +408,7 @@ Status ReleaseClusterStorage(controller::SshRunner& ssh,
       uses.push_back(r);
     }
   }
-  if (uses.empty()) return Status::Ok();
+  if (uses.empty()) return cluster_gone ? DropNodeKey(cluster, parts) : Status::Ok();
   const std::string unmount = "bash -c " + ShellQuote(UnmountScript(true));
   (void)controller::ForEachParallel(targets.size(), [&](std::size_t i) -> Status {
     auto r = ssh.Run(targets[i], unmount, limits::kStorageFlushTimeout + limits::kSshWaitTotal);
@@ -306,7 +426,8 @@ Status ReleaseClusterStorage(controller::SshRunner& ssh,
       return s.WithContext("cluster " + cluster + ": deleting its non-persistent bucket " + r.name);
     }
   }
-  return Status::Ok();
+  // After the unmount: the flush uploaded with this key.
+  return DropNodeKey(cluster, parts);
 }
 
 Status ReleaseManagedJobStorage(int64_t job, StorageParts& parts) {
@@ -448,7 +569,10 @@ Status RemountCluster(controller::SshRunner& ssh, const std::vector<controller::
     return Status(store.status().code(), "file_mounts." + prepared.mounts.front().target + ": " +
                                              store.status().message());
   }
-  prepared.rclone_conf = "[" + std::string(kRcloneRemote) + "]\n" + (*store)->RcloneConfig();
+  HERD_ASSIGN_OR_RETURN(std::optional<NodeKey> held, LoadNodeKey(KeysDir(parts), cluster));
+  prepared.rclone_conf = RcloneSection(
+      held ? (*store)->RcloneConfigWithKey(held->access_key_id, held->secret_access_key)
+           : (*store)->RcloneConfig());
   prepared.flush = true;
   return MountOnNodes(ssh, targets, prepared, parts, cluster);
 }

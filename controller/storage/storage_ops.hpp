@@ -11,6 +11,9 @@
 //           non-persistent buckets outlive each attempt's cluster; ReleaseManagedJobStorage at
 //           the job's end lets them go;
 //   `herd storage ls/delete`: the table (storage_table.hpp) and DeleteStorage.
+// The nodes' rclone gets a key of the cluster's own, scoped to the buckets it mounts, where the
+// store has an IAM (node_keys.hpp): PrepareBuckets makes it or widens its policy, UndoPrepare
+// takes that back, RemountCluster mounts with it, ReleaseClusterStorage on down deletes it.
 #pragma once
 
 #include <functional>
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "controller/ssh/ssh_runner.hpp"
+#include "controller/storage/node_keys.hpp"
 #include "controller/storage/node_mounts.hpp"
 #include "controller/storage/object_store.hpp"
 #include "controller/storage/storage_table.hpp"
@@ -39,12 +43,19 @@ struct StorageParts {
   // Whether managed job `id` has ended (DeleteStorage lets an ended job's hold go). Unset: every
   // holding job counts as running.
   std::function<bool(int64_t id)> managed_job_ended;
+  // The IAM that issues the nodes' keys for `store` (node_keys.hpp), or null when the store has
+  // none (the nodes then get the user's keys, and the launch says so). Unset: none.
+  std::function<Result<std::unique_ptr<NodeKeyIssuer>>(const std::string& store)> open_key_issuer;
+  // Where the clusters' node keys are kept, sealed ("" = NodeKeysDir()).
+  std::string node_keys_dir;
 };
 StorageParts SystemStorageParts();
 
 struct PreparedStorage {
   std::vector<NodeMount> mounts;
   std::string rclone_conf;             // "[herd-s3]\n..." (secret)
+  std::string node_key_made;           // the IAM user this launch made for the nodes' key
+  bool node_key_rescoped = false;      // the cluster's kept key got this launch's buckets too
   std::vector<std::string> made;       // buckets this launch created
   std::vector<std::string> added;      // records the cluster joined in this launch
   int64_t managed_job = 0;             // the managed job the launch is an attempt of (0: none)
@@ -55,11 +66,14 @@ struct PreparedStorage {
 
 // Errors name the mount: "file_mounts.<remote>: bucket 'b' ...". On error, the buckets this call
 // made are deleted again and the table is left as it was for them. managed_job > 0: the cluster is
-// an attempt of that managed job, which is recorded as holding every bucket too.
+// an attempt of that managed job, which is recorded as holding every bucket too. With an IAM for
+// the store (parts.open_key_issuer), rclone_conf holds the cluster's node key, its policy now
+// covering every bucket the table says the cluster mounts; IAM's errors fail the launch.
 Result<PreparedStorage> PrepareBuckets(const task::Task& task, const std::string& cluster,
                                        StorageParts& parts, int64_t managed_job = 0);
 // Undoes PrepareBuckets after a launch failed: deletes the buckets it made and takes the cluster
-// (and the managed job, where this call added it) out of the records it joined.
+// (and the managed job, where this call added it) out of the records it joined; a node key it
+// made is deleted, one it widened is scoped back to the buckets the cluster still mounts.
 void UndoPrepare(const PreparedStorage& prepared, const std::string& cluster, StorageParts& parts);
 // Mounts on every target; on any failure every target is unmounted and the buckets in
 // prepared.made are deleted (nothing is left mounted or created), and the error names the node
@@ -71,9 +85,9 @@ Status MountOnNodes(controller::SshRunner& ssh, const std::vector<controller::Ss
 // for the warm `exec` path of users without buckets).
 bool ClusterHasBuckets(const std::string& cluster, StorageParts& parts);
 // Stop/down of `cluster`: when the table says it mounts buckets, flushes and unmounts them on
-// every reachable target. On down (cluster_gone) the cluster leaves every record, and a bucket herd
+// every reachable target. On down (cluster_gone) the cluster leaves every record, a bucket herd
 // made with persistent: false that no cluster and no managed job uses any more is deleted with
-// its record.
+// its record, and the cluster's node key (its IAM user) is deleted, after the unmount's flush.
 Status ReleaseClusterStorage(controller::SshRunner& ssh,
                              const std::vector<controller::SshTarget>& targets,
                              const std::string& cluster, bool cluster_gone, StorageParts& parts);
@@ -104,7 +118,8 @@ Result<std::vector<NodeMount>> ClusterMounts(const std::string& state_dir);
 Status CheckClusterBuckets(const std::string& state_dir, StorageParts& parts,
                            const std::vector<std::string>& skip = {});
 // `herd start` (and a launch that starts a stopped cluster): mounts what the cluster keeps on
-// every target again, with keys from the user's chain as at launch, except the targets in `skip`
+// every target again, with the cluster's node key (else the user's keys, as at launch), except
+// the targets in `skip`
 // (the launch mounts those itself). Errors as MountOnNodes', with nothing left mounted.
 Status RemountCluster(controller::SshRunner& ssh, const std::vector<controller::SshTarget>& targets,
                       const std::string& state_dir, const std::string& cluster, StorageParts& parts,

@@ -41,13 +41,23 @@ ec2:ResourceTag/KEY all match every instance named; otherwise UnauthorizedOperat
 "denied:<Action>" in the calls. "transition_s" (default 0: each DescribeInstances moves a
 transition on) makes stopping/shutting-down/pending last that many seconds, so a test can see
 them. "node_bind" (with "node_port_file") serves the same fake on a second address, one the
-namespace hosts reach (a head's own EC2 calls)."""
+namespace hosts reach (a head's own EC2 calls).
+
+S3 (s3_front(), or "s3_bind" with "s3_port_file", "s3_upstream" and "s3_upstream_key" [id,
+secret]): path-style S3 requests signed for us-east-1/s3 (x-amz-content-sha256: the body's hash
+or UNSIGNED-PAYLOAD) by the configured credentials, which may do anything, or by a key made by
+CreateAccessKey, whose user's policies are ENFORCED per request: each request is mapped to the
+S3 actions and resources AWS would check (s3_request_actions: GetObject on
+arn:aws:s3:::BUCKET/KEY, ListBucket on arn:aws:s3:::BUCKET, ...); a denied one is AccessDenied
+(403) and "denied:<action>:<arn>" in the calls. Allowed requests go on to the upstream S3 server
+(s3rver), signed again with its own key."""
 
 import base64
 import datetime
 import fnmatch
 import hashlib
 import hmac
+import http.client
 import json
 import os
 import re
@@ -79,8 +89,9 @@ def _uri_encode(s, keep_slash=False):
     return urllib.parse.quote(s, safe="-_.~" + ("/" if keep_slash else ""))
 
 
-def canonical_request(method, path, query, headers, signed, payload):
-    """headers: list of (name, value) as received; signed: lower-case names."""
+def canonical_request(method, path, query, headers, signed, payload, payload_hash=None):
+    """headers: list of (name, value) as received; signed: lower-case names; payload_hash: S3's
+    x-amz-content-sha256 (the body's hash or UNSIGNED-PAYLOAD), else the body is hashed."""
     pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
     cq = "&".join(f"{k}={v}" for k, v in sorted((_uri_encode(k), _uri_encode(v))
                                                   for k, v in pairs))
@@ -89,7 +100,7 @@ def canonical_request(method, path, query, headers, signed, payload):
         values.setdefault(name.lower(), []).append(" ".join(value.strip().split()))
     lines = "".join(f"{h}:{','.join(values.get(h, []))}\n" for h in signed)
     return "\n".join([method, _uri_encode(path or "/", keep_slash=True), cq, lines,
-                      ";".join(signed), hashlib.sha256(payload).hexdigest()])
+                      ";".join(signed), payload_hash or hashlib.sha256(payload).hexdigest()])
 
 
 def signature(secret, amz_date, region, service, creq):
@@ -109,7 +120,7 @@ class AuthError(Exception):
 
 
 def verify(method, path, query, headers, payload, credentials, region, service="ec2",
-           now=None):
+           now=None, payload_hash=None):
     """Raises AuthError unless the request is signed by a known key for region/service."""
     auth = [v for k, v in headers if k.lower() == "authorization"]
     if not auth:
@@ -142,7 +153,8 @@ def verify(method, path, query, headers, payload, credentials, region, service="
             raise AuthError(401, "AuthFailure", "The security token included in the request is "
                                                 "invalid")
     want = signature(secret, amz_date, region, service,
-                     canonical_request(method, path, query, headers, signed, payload))
+                     canonical_request(method, path, query, headers, signed, payload,
+                                       payload_hash))
     if not hmac.compare_digest(want, fields["Signature"]):
         raise AuthError(403, "SignatureDoesNotMatch",
                         "The request signature we calculated does not match the signature you "
@@ -693,15 +705,30 @@ class Ec2:
                     return False
         return True
 
+    def _statements(self, user):
+        return [s for doc in self.users[user]["policies"].values()
+                for s in (doc.get("Statement", []) if isinstance(
+                    doc.get("Statement", []), list) else [doc["Statement"]])]
+
+    def authorize_s3(self, key_id, action, arn):
+        """An S3 request signed by an IAM user's key: its policies must allow action on arn."""
+        with self.lock:
+            if key_id not in self.iam_keys:
+                return  # the account's own credentials may do anything
+            user = self.iam_keys[key_id]["user"]
+            if not any(self._statement_allows(s, action, arn, {}) for s in self._statements(user)):
+                self.calls.append(f"denied:{action}:{arn}")
+                raise Ec2Error("AccessDenied", f"User: arn:aws:iam::123456789012:user/{user} is "
+                                               f"not authorized to perform: {action} on resource: "
+                                               f"{arn}", 403)
+
     def authorize(self, key_id, action, p, region):
         """EC2 calls signed by an IAM user's key: every resource must be allowed."""
         with self.lock:
             if key_id not in self.iam_keys:
                 return  # the account's own credentials may do anything
             user = self.iam_keys[key_id]["user"]
-            statements = [s for doc in self.users[user]["policies"].values()
-                          for s in (doc.get("Statement", []) if isinstance(
-                              doc.get("Statement", []), list) else [doc["Statement"]])]
+            statements = self._statements(user)
             ids = _items(p, "InstanceId")
             resources = [(f"arn:aws:ec2:{region}:123456789012:instance/{i}",
                           self.instances[i]["tags"] if i in self.instances else {})
@@ -898,6 +925,157 @@ class Handler(BaseHTTPRequestHandler):
                         f"</ResponseMetadata></{action}Response>")
 
 
+# ---- S3 in front of a real S3-compatible server, with the IAM users' policies enforced ---------
+
+def s3_request_actions(method, path, query, headers, body):
+    """[(action, resource ARN)] a request needs, as S3 authorizes it: path style, path decoded."""
+    bucket, _, key = path.lstrip("/").partition("/")
+    q = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
+    if not bucket:
+        return [("s3:ListAllMyBuckets", "*")]
+    b_arn = f"arn:aws:s3:::{bucket}"
+    sub = next((k for k in ("location", "uploads", "versioning", "acl", "policy", "tagging",
+                            "lifecycle", "cors") if k in q), "")
+    if not key:
+        if method in ("GET", "HEAD"):
+            named = {"": "s3:ListBucket", "location": "s3:GetBucketLocation",
+                     "uploads": "s3:ListBucketMultipartUploads"}
+            return [(named.get(sub, "s3:GetBucket" + sub.capitalize()), b_arn)]
+        if method == "PUT":
+            return [("s3:PutBucket" + sub.capitalize() if sub else "s3:CreateBucket", b_arn)]
+        if method == "DELETE":
+            return [("s3:DeleteBucket" + sub.capitalize(), b_arn)]
+        if method == "POST" and "delete" in q:
+            keys = re.findall(r"<Key>(.*?)</Key>", body.decode(errors="replace"))
+            return [("s3:DeleteObject", f"{b_arn}/{k}") for k in keys] or [("s3:DeleteObject",
+                                                                            b_arn + "/")]
+        return [("s3:Unknown", b_arn)]
+    o_arn = f"{b_arn}/{key}"
+    if method in ("GET", "HEAD"):
+        return [("s3:ListMultipartUploadParts" if "uploadId" in q else "s3:GetObject", o_arn)]
+    if method in ("PUT", "POST"):
+        needs = [("s3:PutObject", o_arn)]
+        source = dict((k.lower(), v) for k, v in headers).get("x-amz-copy-source")
+        if source:
+            src = urllib.parse.unquote(source.split("?")[0]).lstrip("/")
+            needs.append(("s3:GetObject", f"arn:aws:s3:::{src}"))
+        return needs
+    if method == "DELETE":
+        return [("s3:AbortMultipartUpload" if "uploadId" in q else "s3:DeleteObject", o_arn)]
+    return [("s3:Unknown", o_arn)]
+
+
+class S3Front(BaseHTTPRequestHandler):
+    """S3 requests (path style, SigV4 for us-east-1/s3) checked against the fake's credentials and
+    IAM keys, each action authorized by the key's user's policies (authorize_s3), then forwarded,
+    signed again with the upstream's own key, to the upstream S3 server."""
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def _s3_error(self, status, code, message):
+        data = (f"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{escape(code)}</Code>"
+                f"<Message>{escape(message)}</Message><RequestId>{uuid.uuid4()}</RequestId>"
+                f"</Error>").encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _body(self):
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            out = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0], 16)
+                chunk = self.rfile.read(size + 2)[:size]
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return out
+                out += chunk
+        return self.rfile.read(int(self.headers.get("Content-Length", "0")))
+
+    def _handle(self):
+        ec2 = self.server.ec2
+        url = urllib.parse.urlsplit(self.path)
+        path = urllib.parse.unquote(url.path)
+        body = self._body()
+        headers = list(self.headers.items())
+        payload_hash = self.headers.get("x-amz-content-sha256", "")
+        if payload_hash.startswith("STREAMING-"):
+            return self._s3_error(501, "NotImplemented", "chunked signing is not served here")
+        if payload_hash not in ("", "UNSIGNED-PAYLOAD") and \
+                payload_hash != hashlib.sha256(body).hexdigest():
+            return self._s3_error(400, "XAmzContentSHA256Mismatch", "body hash mismatch")
+        scoped = re.search(r"Credential=([^/,]*)/", self.headers.get("Authorization", ""))
+        key_id = scoped.group(1) if scoped else ""
+        try:
+            verify(self.command, path, url.query, headers, body, ec2.credentials(), "us-east-1",
+                   "s3", now=datetime.datetime.now(datetime.timezone.utc),
+                   payload_hash=payload_hash or None)
+            for action, arn in s3_request_actions(self.command, path, url.query, headers, body):
+                ec2.authorize_s3(key_id, action, arn)
+        except AuthError as e:
+            with ec2.lock:
+                ec2.calls.append("refused:s3:" + e.code)
+            return self._s3_error(e.status, e.code, e.message)
+        except Ec2Error as e:
+            return self._s3_error(e.status, e.code, e.message)
+        self._forward(url, path, body, payload_hash or hashlib.sha256(body).hexdigest())
+
+    def _forward(self, url, path, body, payload_hash):
+        up = urllib.parse.urlsplit(self.server.upstream)
+        key_id, secret = self.server.upstream_key
+        amz_date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        skip = {"authorization", "host", "x-amz-date", "x-amz-security-token", "content-length",
+                "transfer-encoding", "connection", "expect", "x-amz-content-sha256"}
+        out = [(k, v) for k, v in self.headers.items() if k.lower() not in skip]
+        out += [("Host", up.netloc), ("X-Amz-Date", amz_date),
+                ("X-Amz-Content-Sha256", payload_hash)]
+        signed = ["host", "x-amz-content-sha256", "x-amz-date"]
+        sig = signature(secret, amz_date, "us-east-1", "s3",
+                        canonical_request(self.command, path, url.query, out, signed, body,
+                                          payload_hash))
+        out.append(("Authorization", f"AWS4-HMAC-SHA256 Credential={key_id}/{amz_date[:8]}/"
+                                     f"us-east-1/s3/aws4_request, SignedHeaders="
+                                     f"{';'.join(signed)}, Signature={sig}"))
+        conn = http.client.HTTPConnection(up.hostname, up.port, timeout=60)
+        try:
+            conn.putrequest(self.command, url.path + ("?" + url.query if url.query else ""),
+                            skip_host=True, skip_accept_encoding=True)
+            for k, v in out:
+                conn.putheader(k, v)
+            conn.putheader("Content-Length", str(len(body)))
+            conn.endheaders(body)
+            resp = conn.getresponse()
+            data = resp.read()
+            self.send_response(resp.status)
+            for k, v in resp.getheaders():
+                if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                    self.send_header(k, v)
+            length = resp.getheader("Content-Length") if self.command == "HEAD" else None
+            self.send_header("Content-Length", length or str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+        finally:
+            conn.close()
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _handle
+
+
+def s3_front(ec2, bind, upstream, upstream_key):
+    """The S3 front on (bind, free port) for ec2's keys, forwarding to upstream (an
+    http://host:port S3 server) with upstream_key (id, secret); serve_forever it in a thread."""
+    server = ThreadingHTTPServer((bind, 0), S3Front)
+    server.daemon_threads = True
+    server.ec2, server.upstream, server.upstream_key = ec2, upstream, upstream_key
+    return server
+
+
 def serve(server, port_file):
     tmp = port_file + ".tmp"
     with open(tmp, "w") as f:
@@ -916,6 +1094,9 @@ def main():
         node_server.ec2 = ec2
         threading.Thread(target=serve, args=(node_server, config["node_port_file"]),
                          daemon=True).start()
+    if config.get("s3_bind"):
+        s3 = s3_front(ec2, config["s3_bind"], config["s3_upstream"], config["s3_upstream_key"])
+        threading.Thread(target=serve, args=(s3, config["s3_port_file"]), daemon=True).start()
     server = ThreadingHTTPServer((config["bind"], 0), Handler)
     server.daemon_threads = True
     server.ec2 = ec2

@@ -66,14 +66,15 @@ class S3Server:
         for k in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_SESSION_TOKEN"):
             env.pop(k, None)
 
-    def rclone(self, *args):
-        """rclone on this machine against the server: the CompletedProcess (text)."""
+    def rclone(self, *args, input=None):
+        """rclone on this machine against the server (remote "t"), given `input` on stdin: the
+        CompletedProcess (text)."""
         env = {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
         env.update(RCLONE_CONFIG_T_TYPE="s3", RCLONE_CONFIG_T_PROVIDER="Other",
                    RCLONE_CONFIG_T_ACCESS_KEY_ID=KEY, RCLONE_CONFIG_T_SECRET_ACCESS_KEY=KEY,
                    RCLONE_CONFIG_T_ENDPOINT=self.endpoint, RCLONE_CONFIG_T_FORCE_PATH_STYLE="true")
         return subprocess.run(["rclone", *args], capture_output=True, text=True, env=env,
-                              timeout=60)
+                              timeout=60, input=input)
 
     def objects(self, bucket):
         """The bucket's object names, sorted; None when the bucket does not exist."""

@@ -3,7 +3,8 @@ SigV4 checked) on the host's address of a 2-node local cluster's bridge, so that
 it; MOUNT_CACHED, MOUNT and COPY mounts made with rclone inside the node namespaces; what the job
 wrote read back through the S3 API; `herd storage ls/delete`; a non-persistent bucket deleted
 with the cluster; and the bad inputs (a missing bucket, wrong credentials, a wrong endpoint, a
-bucket name S3 refuses), each a one-line error naming the mount, nothing left mounted."""
+bucket name S3 refuses), each a one-line error naming the mount, nothing left mounted. s3rver has
+no IAM: the nodes mount with the user's keys, and the launch says so."""
 
 import json
 import os
@@ -133,6 +134,11 @@ run: |
             out = self.h.herd(*args)
             self.assertNotIn(KEY.encode(), out.stdout + out.stderr, args)
         self.assertNotIn(KEY.encode(), p.stdout + p.stderr)
+        # s3rver has no IAM (AWS_ENDPOINT_URL_IAM unset): the nodes got the user's keys, and the
+        # launch said so (bucket_keys_test covers a store with one).
+        self.assertIn(f"{self.endpoint} has no IAM herd knows of".encode(), p.stderr)
+        self.assertEqual(self.h.ssh(CLUSTER, "grep -c '^access_key_id = S3RVER$' "
+                                             ".herd/agent/storage/rclone.conf").stdout, b"1\n")
 
     def test_b_copy_and_mount_with_a_local_source(self):
         self.rclone("mkdir", f"t:{DATA}")

@@ -4,14 +4,20 @@
 // or recorded (and what this launch made is deleted again); a failed mount unmounts every node
 // and undoes the launch's buckets; down deletes only non-persistent buckets herd made; a managed
 // job's non-persistent bucket outlives its attempts' clusters until the job ends; a started
-// cluster mounts again what its launches mounted.
+// cluster mounts again what its launches mounted; with an IAM, the nodes get a key of the
+// cluster's own, scoped to its buckets, widened by a later launch, deleted at down (and the IAM
+// calls behind it, on a scripted HttpClient).
 #include <doctest/doctest.h>
 #include <sqlite3.h>
 
+#include <boost/json.hpp>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include "controller/storage/storage_ops.hpp"
+#include "shared/common/file_util.hpp"
+#include "tests/fakes/fake_http_client.hpp"
 #include "tests/fakes/fake_ssh_runner.hpp"
 #include "tests/unit/test_support.hpp"
 
@@ -47,6 +53,9 @@ class MemoryStore : public ObjectStore {
     return std::vector<ObjectInfo>{};
   }
   std::string RcloneConfig() const override { return "type = s3\nsecret_access_key = K\n"; }
+  std::string RcloneConfigWithKey(const std::string& id, const std::string& secret) const override {
+    return "type = s3\naccess_key_id = " + id + "\nsecret_access_key = " + secret + "\n";
+  }
 
  private:
   Buckets& b_;
@@ -67,6 +76,7 @@ struct World {
       return Status::Ok();
     };
     parts.now_unix_ms = [] { return int64_t{42}; };
+    parts.node_keys_dir = dir / "keys";
   }
   std::vector<StorageRecord> Records() {
     auto t = parts.open_table();
@@ -417,5 +427,249 @@ TEST_CASE("a start fails, naming the mount, when a bucket the cluster mounts was
   CHECK(s.message() == "file_mounts./checkpoints: no AWS credentials found");
 }
 
+namespace scoped {
+
+// An IAM that keeps each user's policy as the list of its buckets; `events` is shared with the
+// SSH runner below, so a test sees what happened in which order.
+struct FakeIam {
+  std::map<std::string, std::vector<std::string>> users;  // IAM user -> its policy's buckets
+  std::vector<std::string>* events = nullptr;
+  int next_key = 1;
+  bool refuse = false;
+};
+
+class FakeIssuer : public NodeKeyIssuer {
+ public:
+  explicit FakeIssuer(FakeIam& iam) : iam_(iam) {}
+  std::string Describe() const override { return "fake IAM"; }
+  Result<NodeKey> Create(const std::string& cluster,
+                         const std::vector<std::string>& buckets) override {
+    if (iam_.refuse) return PermissionDenied("IAM CreateUser: AccessDenied: not allowed");
+    NodeKey k{BucketsUserName(cluster), "AKIA" + std::to_string(iam_.next_key),
+              "SECRET" + std::to_string(iam_.next_key)};
+    ++iam_.next_key;
+    iam_.users[k.iam_user] = buckets;
+    iam_.events->push_back("create " + k.iam_user);
+    return k;
+  }
+  Status Rescope(const std::string& user, const std::vector<std::string>& buckets) override {
+    if (!iam_.users.count(user)) return NotFound("no user " + user);
+    iam_.users[user] = buckets;
+    iam_.events->push_back("rescope " + user);
+    return Status::Ok();
+  }
+  Status Remove(const std::string& user) override {
+    iam_.users.erase(user);
+    iam_.events->push_back("remove " + user);
+    return Status::Ok();
+  }
+
+ private:
+  FakeIam& iam_;
+};
+
+// Records each run with what it was given on stdin (the rclone config).
+class StdinRunner : public testing::RecordingSshRunner {
+ public:
+  std::vector<std::string>* events = nullptr;
+  std::vector<std::string> stdins;
+  Result<controller::ProcResult> Run(const controller::SshTarget& t, const std::string& command,
+                                     std::chrono::milliseconds timeout,
+                                     std::string_view stdin_data) override {
+    events->push_back("run " + t.host);
+    stdins.emplace_back(stdin_data);
+    return RecordingSshRunner::Run(t, command, timeout, stdin_data);
+  }
+};
+
+struct ScopedWorld : World {
+  FakeIam iam;
+  std::vector<std::string> events;
+  ScopedWorld() {
+    iam.events = &events;
+    parts.open_key_issuer = [this](const std::string&) -> Result<std::unique_ptr<NodeKeyIssuer>> {
+      return std::unique_ptr<NodeKeyIssuer>(std::make_unique<FakeIssuer>(iam));
+    };
+  }
+  std::string KeyFile(const std::string& cluster) { return parts.node_keys_dir + "/" + cluster; }
+};
+
+TEST_CASE("with an IAM the nodes get the cluster's own key, scoped to its buckets, until down") {
+  ScopedWorld w;
+  auto first = PrepareBuckets(TaskWith({{"/a", Named("bucket-a")}}), "c1", w.parts);
+  REQUIRE_MESSAGE(first.ok(), first.status().message());
+  CHECK(first->rclone_conf ==
+        "[herd-s3]\ntype = s3\naccess_key_id = AKIA1\n"
+        "secret_access_key = SECRET1\n");
+  CHECK(first->node_key_made == "herd-buckets-c1");
+  CHECK(w.iam.users["herd-buckets-c1"] == std::vector<std::string>{"bucket-a"});
+  // Kept sealed on the user's side: the file does not hold the secret in clear.
+  auto kept = ReadFileIfExists(w.KeyFile("c1"));
+  REQUIRE(kept.ok());
+  REQUIRE(kept->has_value());
+  CHECK((*kept)->find("SECRET1") == std::string::npos);
+  auto loaded = LoadNodeKey(w.parts.node_keys_dir, "c1");
+  REQUIRE(loaded.ok());
+  REQUIRE(loaded->has_value());
+  CHECK((*loaded)->secret_access_key == "SECRET1");
+
+  // A later launch naming another bucket: the same key, its policy now both buckets.
+  auto second = PrepareBuckets(TaskWith({{"/b", Named("bucket-b", "COPY")}}), "c1", w.parts);
+  REQUIRE_MESSAGE(second.ok(), second.status().message());
+  CHECK(second->rclone_conf.find("access_key_id = AKIA1\n") != std::string::npos);
+  CHECK(second->node_key_made.empty());
+  CHECK(second->node_key_rescoped);
+  CHECK(w.iam.users["herd-buckets-c1"] == std::vector<std::string>{"bucket-a", "bucket-b"});
+  // That launch failed: the policy is the first bucket's again, the key stays.
+  UndoPrepare(*second, "c1", w.parts);
+  CHECK(w.iam.users["herd-buckets-c1"] == std::vector<std::string>{"bucket-a"});
+  CHECK(LoadNodeKey(w.parts.node_keys_dir, "c1")->has_value());
+
+  // Another cluster has a user and key of its own.
+  REQUIRE(PrepareBuckets(TaskWith({{"/a", Named("bucket-a")}}), "c2", w.parts).ok());
+  CHECK(w.iam.users["herd-buckets-c2"] == std::vector<std::string>{"bucket-a"});
+
+  // A start mounts with the kept key, not the user's.
+  TempDir state;
+  REQUIRE(RecordClusterMounts(state.path(), first->mounts).ok());
+  StdinRunner ssh;
+  ssh.events = &w.events;
+  std::vector<controller::SshTarget> targets(1);
+  targets[0].host = "n0";
+  REQUIRE(RemountCluster(ssh, targets, state.path(), "c1", w.parts).ok());
+  REQUIRE(ssh.stdins.size() == 1);
+  CHECK(ssh.stdins[0] == first->rclone_conf);
+
+  // Down: unmounted first (the flush uploads with the key), then the user and the kept key go.
+  w.events.clear();
+  REQUIRE(ReleaseClusterStorage(ssh, targets, "c1", true, w.parts).ok());
+  CHECK(w.events == std::vector<std::string>{"run n0", "remove herd-buckets-c1"});
+  CHECK(w.iam.users.count("herd-buckets-c1") == 0);
+  CHECK(w.iam.users.count("herd-buckets-c2") == 1);
+  CHECK_FALSE(std::filesystem::exists(w.KeyFile("c1")));
+  // A stop keeps it.
+  REQUIRE(ReleaseClusterStorage(ssh, targets, "c2", false, w.parts).ok());
+  CHECK(w.iam.users.count("herd-buckets-c2") == 1);
+}
+
+TEST_CASE("an IAM that refuses fails the launch naming the mount, with nothing left made") {
+  ScopedWorld w;
+  w.iam.refuse = true;
+  auto r = PrepareBuckets(TaskWith({{"/a", Named("fresh")}}), "c1", w.parts);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == Code::kPermissionDenied);
+  CHECK(r.status().message().starts_with(
+      "file_mounts./a: the nodes' bucket key (fake IAM): IAM CreateUser: AccessDenied: not "
+      "allowed (herd gives the nodes an IAM user"));
+  CHECK(w.buckets.deleted == std::vector<std::string>{"fresh"});
+  CHECK(w.Records().empty());
+  CHECK(w.iam.users.empty());
+  CHECK_FALSE(std::filesystem::exists(w.KeyFile("c1")));
+}
+
+TEST_CASE("a launch whose mount fails deletes the key it made") {
+  ScopedWorld w;
+  auto r = PrepareBuckets(TaskWith({{"/a", Named("fresh")}}), "c1", w.parts);
+  REQUIRE(r.ok());
+  UndoPrepare(*r, "c1", w.parts);
+  CHECK(w.iam.users.empty());
+  CHECK_FALSE(std::filesystem::exists(w.KeyFile("c1")));
+}
+
+TEST_CASE("a kept key does not open as another cluster's") {
+  TempDir dir;
+  REQUIRE(SaveNodeKey(dir.path(), "c1", {"u1", "AKIA1", "SECRET1"}).ok());
+  std::filesystem::copy_file(dir / "c1", dir / "c2");
+  CHECK_FALSE(LoadNodeKey(dir.path(), "c2").ok());
+  CHECK_FALSE(LoadNodeKey(dir.path(), "../c1").ok());
+  REQUIRE(ForgetNodeKey(dir.path(), "c1").ok());
+  CHECK_FALSE(LoadNodeKey(dir.path(), "c1")->has_value());
+  CHECK(ForgetNodeKey(dir.path(), "c1").ok());
+}
+
+TEST_CASE("the policy names exactly the buckets; IAM is found for AWS or by AWS_ENDPOINT_URL_IAM") {
+  const auto doc = boost::json::parse(BucketsPolicy({"b1", "b2"})).as_object();
+  std::set<std::string> resources;
+  std::set<std::string> actions;
+  for (const auto& st : doc.at("Statement").as_array()) {
+    CHECK(st.at("Effect").as_string() == "Allow");
+    CHECK(st.as_object().if_contains("Condition") == nullptr);
+    for (const auto& r : st.at("Resource").as_array()) resources.emplace(r.as_string());
+    for (const auto& a : st.at("Action").as_array()) actions.emplace(a.as_string());
+  }
+  CHECK(resources == std::set<std::string>{"arn:aws:s3:::b1", "arn:aws:s3:::b1/*",
+                                           "arn:aws:s3:::b2", "arn:aws:s3:::b2/*"});
+  CHECK(actions.count("s3:GetObject") == 1);
+  CHECK(actions.count("s3:PutObject") == 1);
+  CHECK(actions.count("s3:ListBucket") == 1);
+  CHECK(actions.count("s3:CreateBucket") == 0);
+  CHECK(actions.count("s3:DeleteBucket") == 0);
+  CHECK(actions.count("s3:*") == 0);
+
+  std::map<std::string, std::string> env;
+  controller::GetenvFn getenv = [&](const std::string& k) -> std::optional<std::string> {
+    auto it = env.find(k);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  };
+  S3Access aws;
+  S3Access minio;
+  minio.endpoint = "http://127.0.0.1:9000";
+  CHECK(IamEndpointFor(aws, getenv) == "https://iam.amazonaws.com");
+  CHECK(IamEndpointFor(minio, getenv).empty());
+  env["AWS_ENDPOINT_URL_IAM"] = "http://127.0.0.1:8000/";
+  CHECK(IamEndpointFor(minio, getenv) == "http://127.0.0.1:8000");
+  CHECK(IamEndpointFor(aws, getenv) == "http://127.0.0.1:8000");
+  CHECK(BucketsUserName("c1") == "herd-buckets-c1");
+}
+
+std::string IamReply(const std::string& action, const std::string& inner = "") {
+  return "<" + action + "Response><" + action + "Result>" + inner + "</" + action + "Result></" +
+         action + "Response>";
+}
+
+TEST_CASE("over IAM: a leftover user loses its old keys; rescope and remove name herd-buckets") {
+  auto http = std::make_shared<testing::FakeHttp>();
+  auto& R = http->replies;
+  R["CreateUser"] = {{409,
+                      "<ErrorResponse><Error><Code>EntityAlreadyExists</Code><Message>"
+                      "exists</Message></Error></ErrorResponse>"}};
+  R["ListAccessKeys"] = {{200, IamReply("ListAccessKeys",
+                                        "<AccessKeyMetadata><member><AccessKeyId>AKIAOLD"
+                                        "</AccessKeyId></member></AccessKeyMetadata>")}};
+  R["DeleteAccessKey"] = {{200, IamReply("DeleteAccessKey")}};
+  R["PutUserPolicy"] = {{200, IamReply("PutUserPolicy")}};
+  R["CreateAccessKey"] = {{200, IamReply("CreateAccessKey",
+                                         "<AccessKey><AccessKeyId>AKIANEW</AccessKeyId>"
+                                         "<SecretAccessKey>new-secret</SecretAccessKey>"
+                                         "</AccessKey>")}};
+  R["DeleteUserPolicy"] = {{200, IamReply("DeleteUserPolicy")}};
+  R["DeleteUser"] = {{200, IamReply("DeleteUser")}};
+  controller::AwsCredentials user{"AKIDUSER", "user-secret", "", "environment"};
+  auto issuer = MakeIamKeyIssuer(http, user, "http://127.0.0.1:1");
+  CHECK(issuer->Describe() == "IAM at http://127.0.0.1:1");
+  auto key = issuer->Create("c1", {"b1"});
+  REQUIRE_MESSAGE(key.ok(), key.status().message());
+  CHECK(key->iam_user == "herd-buckets-c1");
+  CHECK(key->access_key_id == "AKIANEW");
+  CHECK(key->secret_access_key == "new-secret");
+  CHECK(http->Actions() == std::vector<std::string>{"CreateUser", "ListAccessKeys",
+                                                    "DeleteAccessKey", "PutUserPolicy",
+                                                    "CreateAccessKey"});
+  CHECK(http->bodies[0].find("Tags.member.1.Value=c1") != std::string::npos);
+  CHECK(http->bodies[2].find("AccessKeyId=AKIAOLD") != std::string::npos);
+  CHECK(http->bodies[3].find("PolicyName=herd-buckets") != std::string::npos);
+  CHECK(http->bodies[3].find("arn%3Aaws%3As3%3A%3A%3Ab1%2F%2A") != std::string::npos);
+  http->bodies.clear();
+  REQUIRE(issuer->Rescope("herd-buckets-c1", {"b1", "b2"}).ok());
+  CHECK(http->bodies[0].find("arn%3Aaws%3As3%3A%3A%3Ab2") != std::string::npos);
+  http->bodies.clear();
+  REQUIRE(issuer->Remove("herd-buckets-c1").ok());
+  CHECK(http->Actions() == std::vector<std::string>{"ListAccessKeys", "DeleteAccessKey",
+                                                    "DeleteUserPolicy", "DeleteUser"});
+  CHECK(http->bodies[2].find("PolicyName=herd-buckets") != std::string::npos);
+}
+
+}  // namespace scoped
 }  // namespace
 }  // namespace herd::storage
