@@ -18,7 +18,6 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
-#include <thread>
 
 #include "controller/core/head_client.hpp"
 #include "controller/jobs/managed_jobs_internal.hpp"
@@ -52,9 +51,9 @@ Result<jobs::ManagedJob> Load(jobs::ManagedJobStore& store, int64_t id) {
 }
 
 // The controller process is alive when /proc/PID is this job's `herd jobs _controller ID`.
-bool ControllerAlive(const jobs::ManagedJob& job) {
+bool ControllerAlive(const jobs::ManagedJob& job, int64_t now_unix_ms) {
   if (job.controller_pid <= 0) {
-    return NowUnixMs() - job.submitted_unix_ms <
+    return now_unix_ms - job.submitted_unix_ms <
            std::chrono::duration_cast<std::chrono::milliseconds>(
                limits::kManagedControllerStartGrace)
                .count();
@@ -180,7 +179,11 @@ class Controller {
  public:
   Controller(ops::ClusterOps& ops, std::unique_ptr<ManagedJobStore> store, ManagedJob job,
              task::Task task)
-      : ops_(ops), store_(std::move(store)), job_(std::move(job)), task_(std::move(task)) {}
+      : ops_(ops),
+        clock_(*ops.parts().clock),
+        store_(std::move(store)),
+        job_(std::move(job)),
+        task_(std::move(task)) {}
 
   int Run() {
     const task::JobRecovery policy = jobs::PolicyOf(task_);
@@ -203,7 +206,7 @@ class Controller {
       job_.attempts.push_back({.attempt = attempt,
                                .cluster = cluster,
                                .cluster_job_id = 0,
-                               .start_unix_ms = NowUnixMs(),
+                               .start_unix_ms = clock_.UnixMs(),
                                .end_unix_ms = 0,
                                .outcome = "",
                                .reason = ""});
@@ -227,7 +230,7 @@ class Controller {
                                   jobs::RecoveryCounters& counters) {
     auto& rec = job_.attempts.back();
     const std::string cluster = rec.cluster;
-    rec.end_unix_ms = NowUnixMs();
+    rec.end_unix_ms = clock_.UnixMs();
     rec.outcome = std::string(jobs::OutcomeName(outcome));
     jobs::Decision d = jobs::Decide(outcome, counters, policy, CancelRequested(),
                                     limits::kManagedLaunchAttempts, exit_codes_);
@@ -293,7 +296,7 @@ class Controller {
   // when the head stays silent that long, or its machine does not answer for kNodeLostAfter.
   AttemptOutcome FollowAgain(const std::string& cluster, int64_t job_id, int attempt,
                              std::string& why) {
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = clock_.Now();
     std::unique_ptr<HeadApi> head;
     ClusterRecord record;
     while (true) {
@@ -310,7 +313,7 @@ class Controller {
         last_infra_ = record.infra;
         break;
       }
-      const auto waited = std::chrono::steady_clock::now() - start;
+      const auto waited = clock_.Now() - start;
       const bool machine_gone = HeadNodeGone(*got);
       Log("cannot reach the head of " + cluster + ": " + connected.status().message());
       if (waited >= limits::kManagedResumeHeadWait ||
@@ -336,7 +339,7 @@ class Controller {
 
   bool CancelRequested() {
     if (g_cancel_signal) return true;
-    auto now = std::chrono::steady_clock::now();
+    auto now = clock_.Now();
     if (now - last_cancel_poll_ < limits::kManagedCancelPoll) return cancel_seen_;
     last_cancel_poll_ = now;
     auto j = store_->Get(job_.id);
@@ -345,9 +348,9 @@ class Controller {
   }
 
   void Wait(std::chrono::milliseconds d) {
-    auto end = std::chrono::steady_clock::now() + d;
-    while (std::chrono::steady_clock::now() < end && !CancelRequested()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto end = clock_.Now() + d;
+    while (clock_.Now() < end && !CancelRequested()) {
+      clock_.SleepFor(std::chrono::milliseconds(100));
     }
   }
 
@@ -361,11 +364,11 @@ class Controller {
   // then SIGKILL after the grace), at most the grace and the kill sweeps; at once when the head
   // does not answer.
   void WaitJobsEnded(const std::string& cluster) {
-    const auto deadline = std::chrono::steady_clock::now() + Grace() + limits::kKillSweepTimeout;
-    while (std::chrono::steady_clock::now() < deadline) {
+    const auto deadline = clock_.Now() + Grace() + limits::kKillSweepTimeout;
+    while (clock_.Now() < deadline) {
       auto active = ops_.Queue(cluster, /*skip_finished=*/true);
       if (!active.ok() || active->empty()) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      clock_.SleepFor(std::chrono::milliseconds(200));
     }
     Log("the jobs on " + cluster + " did not end within their grace period");
   }
@@ -439,7 +442,7 @@ class Controller {
       }
       auto& rec = job_.attempts.empty() ? dummy_ : job_.attempts.back();
       if (rec.end_unix_ms == 0) {
-        rec.end_unix_ms = NowUnixMs();
+        rec.end_unix_ms = clock_.UnixMs();
         rec.outcome = std::string(jobs::OutcomeName(AttemptOutcome::kCancelled));
         rec.reason = "cancelled by the user";
       }
@@ -448,7 +451,7 @@ class Controller {
     TearDown(cluster.empty() ? job_.cluster : cluster);
     if (auto s = ops_.ReleaseManagedJobStorage(job_.id); !s.ok()) Log("buckets: " + s.message());
     job_.state = state;
-    job_.ended_unix_ms = NowUnixMs();
+    job_.ended_unix_ms = clock_.UnixMs();
     Save();
     Log("job ended " + std::string(jobs::StateName(state)) + ": " + job_.message);
     return 0;
@@ -498,7 +501,7 @@ class Controller {
     if (CancelRequested()) return AttemptOutcome::kCancelled;
     job_.state = ManagedState::kRunning;
     job_.message = "";
-    if (job_.started_unix_ms == 0) job_.started_unix_ms = NowUnixMs();
+    if (job_.started_unix_ms == 0) job_.started_unix_ms = clock_.UnixMs();
     Save();
     if (launched->job_id == 0) return AttemptOutcome::kSucceeded;  // nothing to run
     return Follow(cluster, launched->cluster, *launched->head, launched->job_id, attempt, why);
@@ -612,6 +615,7 @@ class Controller {
   }
 
   ops::ClusterOps& ops_;
+  Clock& clock_;  // the ops' clock: the waits, the cancel polls and the job's times
   std::unique_ptr<ManagedJobStore> store_;
   ManagedJob job_;
   task::Task task_;
@@ -744,7 +748,7 @@ int RunManagedController(ops::ClusterOps& ops, int64_t id) {
   if (jobs::IsTerminal(job->state)) return 0;
   // Under a team server the job's lease says who runs its controller (job_keeper.hpp).
   if (!jobs::ManagedSupervised() && job->controller_pid > 0 && job->controller_pid != ::getpid() &&
-      ControllerAlive(*job)) {
+      ControllerAlive(*job, ops.parts().clock->UnixMs())) {
     std::cerr << "herd: managed job " << id << " already has a controller (pid "
               << job->controller_pid << ")\n";
     return 1;
@@ -769,7 +773,7 @@ int RunManagedController(ops::ClusterOps& ops, int64_t id) {
   job->controller_pid = ::getpid();
   if (!task.ok()) {
     job->state = ManagedState::kFailedController;
-    job->ended_unix_ms = NowUnixMs();
+    job->ended_unix_ms = ops.parts().clock->UnixMs();
     job->message = task.status().message();
     (void)(*store)->Put(*job);
     return 1;

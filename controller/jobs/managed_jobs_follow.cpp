@@ -6,14 +6,13 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <thread>
 
 #include "controller/core/head_client.hpp"
 #include "controller/jobs/managed_jobs.hpp"
 #include "controller/jobs/managed_jobs_internal.hpp"
 #include "controller/storage/storage_ops.hpp"
+#include "shared/common/clock.hpp"
 #include "shared/common/limits.hpp"
-#include "shared/common/unix_time.hpp"
 
 namespace herd::controller {
 namespace {
@@ -27,8 +26,8 @@ using managed_internal::Load;
 using managed_internal::OpenJobs;
 
 // A job that is not over while its controller is gone is over: FAILED_CONTROLLER (recorded).
-void JudgeController(ManagedJobStore& store, ManagedJob& job) {
-  if (jobs::IsTerminal(job.state) || ControllerAlive(job)) return;
+void JudgeController(ManagedJobStore& store, ManagedJob& job, Clock& clock) {
+  if (jobs::IsTerminal(job.state) || ControllerAlive(job, clock.UnixMs())) return;
   if (jobs::ManagedSupervised()) {
     // A team server runs the controllers: one that is gone (or not started yet) is started
     // (again) by the server, and resumes the job where it is. Shown, never recorded.
@@ -37,7 +36,7 @@ void JudgeController(ManagedJobStore& store, ManagedJob& job) {
     return;
   }
   job.state = ManagedState::kFailedController;
-  job.ended_unix_ms = NowUnixMs();
+  job.ended_unix_ms = clock.UnixMs();
   job.message = job.controller_pid > 0 ? "the controller process (pid " +
                                              std::to_string(job.controller_pid) + ") is gone"
                                        : "the controller process never started";
@@ -78,7 +77,8 @@ int ExitCodeFor(ManagedState s) {
 Result<std::vector<ManagedJob>> ListManagedJobs() {
   HERD_ASSIGN_OR_RETURN(auto store, OpenJobs());
   HERD_ASSIGN_OR_RETURN(auto list, store->List());
-  for (auto& j : list) JudgeController(*store, j);
+  SystemClock clock;
+  for (auto& j : list) JudgeController(*store, j, clock);
   return list;
 }
 
@@ -92,7 +92,9 @@ std::string ManagedDuration(const ManagedJob& job, int64_t now_ms) {
 }
 
 int FollowManagedLogs(int64_t id, bool follow, std::ostream& out, std::ostream& err,
-                      const std::function<bool()>& interrupted) {
+                      const std::function<bool()>& interrupted, Clock* clock) {
+  SystemClock system_clock;
+  Clock& c = clock != nullptr ? *clock : system_clock;
   auto store = OpenJobs();
   if (!store.ok()) {
     err << "herd: " << store.status().message() << "\n";
@@ -107,7 +109,7 @@ int FollowManagedLogs(int64_t id, bool follow, std::ostream& out, std::ostream& 
       err << "herd: " << job.status().message() << "\n";
       return job.status().code() == Code::kNotFound ? kExitNotFound : 1;
     }
-    JudgeController(**store, *job);
+    JudgeController(**store, *job, c);
     // The row is read before the log: an attempt the row calls over has all of its log written.
     while (index < job->attempts.size()) {
       const auto& a = job->attempts[index];
@@ -146,12 +148,13 @@ int FollowManagedLogs(int64_t id, bool follow, std::ostream& out, std::ostream& 
       err << "Managed job " << id << " is " << jobs::StateName(job->state) << ".\n";
       return kExitNotFinished;
     }
-    std::this_thread::sleep_for(limits::kManagedLogsPoll);
+    c.SleepFor(limits::kManagedLogsPoll);
   }
 }
 
 int CancelManagedJobs(ops::ClusterOps& ops, const std::vector<int64_t>& ids, bool all,
                       std::ostream& out, std::ostream& err) {
+  Clock& clock = *ops.parts().clock;
   auto store = OpenJobs();
   if (!store.ok()) {
     err << "herd: " << store.status().message() << "\n";
@@ -166,7 +169,7 @@ int CancelManagedJobs(ops::ClusterOps& ops, const std::vector<int64_t>& ids, boo
       return 1;
     }
     for (auto& j : *list) {
-      JudgeController(**store, j);
+      JudgeController(**store, j, clock);
       if (!jobs::IsTerminal(j.state)) targets.push_back(j.id);
     }
     if (targets.empty()) out << "No managed job to cancel.\n";
@@ -179,7 +182,7 @@ int CancelManagedJobs(ops::ClusterOps& ops, const std::vector<int64_t>& ids, boo
       rc = job.status().code() == Code::kNotFound ? kExitNotFound : 1;
       continue;
     }
-    JudgeController(**store, *job);
+    JudgeController(**store, *job, clock);
     if (jobs::IsTerminal(job->state)) {
       out << "Managed job " << id << " already ended (" << jobs::StateName(job->state)
           << "); nothing to cancel.\n";
@@ -194,17 +197,19 @@ int CancelManagedJobs(ops::ClusterOps& ops, const std::vector<int64_t>& ids, boo
     out.flush();
     // A supervised job's controller (maybe on another server) sees the request within
     // limits::kManagedCancelPoll; the server starts one if none runs.
-    if (!jobs::ManagedSupervised() && job->controller_pid > 0 && ControllerAlive(*job)) {
+    if (!jobs::ManagedSupervised() && job->controller_pid > 0 &&
+        ControllerAlive(*job, clock.UnixMs())) {
       ::kill(job->controller_pid, SIGTERM);
     }
     waiting.push_back(id);
   }
-  const auto deadline = std::chrono::steady_clock::now() + limits::kManagedCancelWait;
+  const auto deadline = clock.Now() + limits::kManagedCancelWait;
   for (int64_t id : waiting) {
     while (true) {
       auto job = Load(**store, id);
       if (!job.ok()) break;
-      if (!jobs::IsTerminal(job->state) && !jobs::ManagedSupervised() && !ControllerAlive(*job)) {
+      if (!jobs::IsTerminal(job->state) && !jobs::ManagedSupervised() &&
+          !ControllerAlive(*job, clock.UnixMs())) {
         // Nobody left to act on the request: do it here (the cluster may still be up).
         job->state = ManagedState::kCancelling;
         (void)(*store)->Put(*job);
@@ -217,7 +222,7 @@ int CancelManagedJobs(ops::ClusterOps& ops, const std::vector<int64_t>& ids, boo
           err << "herd: managed job " << id << ": buckets: " << s.message() << "\n";
         }
         job->state = ManagedState::kCancelled;
-        job->ended_unix_ms = NowUnixMs();
+        job->ended_unix_ms = clock.UnixMs();
         job->message = "cancelled by the user (its controller was gone)";
         (void)(*store)->Put(*job);
       }
@@ -225,12 +230,12 @@ int CancelManagedJobs(ops::ClusterOps& ops, const std::vector<int64_t>& ids, boo
         out << "Managed job " << id << ": " << jobs::StateName(job->state) << "\n";
         break;
       }
-      if (std::chrono::steady_clock::now() > deadline) {
+      if (clock.Now() > deadline) {
         out << "Managed job " << id << " is still " << jobs::StateName(job->state)
             << "; its controller finishes the cancel (see `herd jobs queue`).\n";
         break;
       }
-      std::this_thread::sleep_for(limits::kManagedLogsPoll);
+      clock.SleepFor(limits::kManagedLogsPoll);
     }
   }
   return rc;

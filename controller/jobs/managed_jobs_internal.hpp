@@ -17,7 +17,8 @@ Result<std::unique_ptr<jobs::ManagedJobStore>> OpenJobs();
 Result<jobs::ManagedJob> Load(jobs::ManagedJobStore& store, int64_t id);
 
 // The controller process is alive when /proc/PID is this job's `herd jobs _controller ID`; a job
-// without a controller pid yet is alive for limits::kManagedControllerStartGrace from its submit.
-bool ControllerAlive(const jobs::ManagedJob& job);
+// without a controller pid yet is alive for limits::kManagedControllerStartGrace from its submit
+// (now_unix_ms: the caller's clock).
+bool ControllerAlive(const jobs::ManagedJob& job, int64_t now_unix_ms);
 
 }  // namespace herd::controller::managed_internal
