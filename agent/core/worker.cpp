@@ -15,7 +15,6 @@
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
-#include "shared/common/unix_time.hpp"
 #include "shared/proto/frame.hpp"
 
 namespace herd::agent {
