@@ -15,7 +15,6 @@
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
-#include "shared/common/unix_time.hpp"
 #include "shared/proto/frame.hpp"
 
 namespace herd::agent {
@@ -25,8 +24,10 @@ using herd::v1::AgentToHead;
 using herd::v1::HeadToAgent;
 
 Worker::Worker(boost::asio::io_context& io, AgentConfig config, ProcessLauncher& launcher,
-               GpuProbe& gpus, bool is_head)
+               GpuProbe& gpus, bool is_head, Clock* clock)
     : io_(io),
+      own_clock_(clock ? nullptr : std::make_unique<SystemClock>()),
+      clock_(clock ? *clock : *own_clock_),
       config_(std::move(config)),
       launcher_(launcher),
       gpus_(gpus),
@@ -50,7 +51,7 @@ Status Worker::Start() {
   HERD_LOG(kInfo) << "node " << node_.node_id() << " incarnation " << incarnation_ << ": "
                   << node_.cpus() << " cpus, " << node_.gpu_count() << " gpus ("
                   << node_.gpu_source() << ")";
-  started_at_ = std::chrono::steady_clock::now();
+  started_at_ = clock_.Now();
   StartRankWatch();
   Dial();
   return Status::Ok();
@@ -149,8 +150,8 @@ void Worker::ScheduleRedial() {
   redial_timer_.expires_after(backoff_);
   // A launch starts every node's agent at once and the head's is as often last as first: until
   // this worker first registered, it keeps trying at the first interval for a while.
-  const bool starting = !ever_registered_ && std::chrono::steady_clock::now() - started_at_ <
-                                                 limits::kFirstRegisterFastRedialFor;
+  const bool starting =
+      !ever_registered_ && clock_.Now() - started_at_ < limits::kFirstRegisterFastRedialFor;
   if (!starting) backoff_ = std::min(backoff_ * 2, limits::kReconnectBackoffMax);
   auto alive = alive_;
   redial_timer_.async_wait([this, alive](boost::system::error_code ec) {
@@ -277,7 +278,7 @@ void Worker::SendHeartbeat() {
   if (state_ != State::kRunning) return;
   AgentToHead msg;
   msg.mutable_heartbeat()->set_incarnation(incarnation_);
-  msg.mutable_heartbeat()->set_sent_unix_ms(NowUnixMs());
+  msg.mutable_heartbeat()->set_sent_unix_ms(clock_.UnixMs());
   Send(msg);
   heartbeat_timer_.expires_after(limits::kHeartbeatInterval);
   auto alive = alive_;
@@ -402,7 +403,7 @@ ProcessCallbacks Worker::CallbacksFor(const std::string& name) {
     auto pit = procs_.find(name);
     if (pit == procs_.end()) return;
     pit->second.output_bytes = offset + data.size();
-    hang_.Output(name, std::chrono::steady_clock::now());
+    hang_.Output(name, clock_.Now());
     SendOutput(pit->second.key, offset, data);
   };
   cb.on_exit = [this, alive, name](int exit_code, int term_signal, uint64_t end,

@@ -25,6 +25,7 @@
 #include "agent/job/stack_capture.hpp"
 #include "agent/process/process_launcher.hpp"
 #include "herd/v1/agent.pb.h"
+#include "shared/common/clock.hpp"
 #include "shared/transport/transport.hpp"
 
 namespace herd::agent {
@@ -33,8 +34,10 @@ class Worker {
  public:
   enum class State { kDisconnected, kRegistering, kRunning, kTerminating };
 
+  // clock: what the worker reads time from (the start window, the hang watch's stamps); null for
+  // the system clock. The io_context's timers pace the work (redials, heartbeats, hang samples).
   Worker(boost::asio::io_context& io, AgentConfig config, ProcessLauncher& launcher, GpuProbe& gpus,
-         bool is_head);
+         bool is_head, Clock* clock = nullptr);
   ~Worker();
 
   // Reads/bumps the incarnation, probes the node and starts dialing the head.
@@ -45,6 +48,8 @@ class Worker {
   // a dead link), on the io_context; at once when not registered.
   void Leave(const std::string& reason, std::function<void()> done);
   State state() const { return state_; }
+  // The wait before the next redial after a failed dial or a dropped connection.
+  std::chrono::milliseconds redial_backoff() const { return backoff_; }
   const herd::v1::NodeInfo& node_info() const { return node_; }
 
   // Output bytes queued on the connection to the head and not yet written; SIZE_MAX while there
@@ -110,6 +115,8 @@ class Worker {
   herd::v1::SupervisedProcess TableEntry(const Proc& p) const;
 
   boost::asio::io_context& io_;
+  std::unique_ptr<Clock> own_clock_;  // when the constructor got none
+  Clock& clock_;
   AgentConfig config_;
   ProcessLauncher& launcher_;
   GpuProbe& gpus_;

@@ -47,7 +47,7 @@ void Worker::PrepareRun(const herd::v1::StartProcess& start, SpawnRequest& req) 
   }
   if (start.hang_timeout_ms() > 0) {
     hang_.Track(ProcessKeyString(start.key()), std::chrono::milliseconds(start.hang_timeout_ms()),
-                std::chrono::steady_clock::now());
+                clock_.Now());
   }
 }
 
@@ -56,7 +56,7 @@ void Worker::SampleHangs() {
   const std::vector<std::string> keys = hang_.Keys();
   if (!keys.empty()) {
     const std::vector<ProcStat> all = ReadAllProcStats();
-    const auto now = std::chrono::steady_clock::now();
+    const auto now = clock_.Now();
     for (const std::string& key : keys) {
       auto it = procs_.find(key);
       if (it == procs_.end() || it->second.exited) {

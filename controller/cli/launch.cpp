@@ -8,7 +8,6 @@
 #include <iostream>
 #include <optional>
 #include <ostream>
-#include <thread>
 
 #include "controller/cli/common.hpp"
 #include "controller/cli/remote.hpp"
@@ -211,14 +210,8 @@ class LaunchCommand final : public Command {
       ctx.err << line << "\n";
       ctx.err.flush();
     };
-    fo.sleep = [](std::chrono::milliseconds d) {
-      auto end = std::chrono::steady_clock::now() + d;
-      while (std::chrono::steady_clock::now() < end) {
-        if (Interrupted()) return false;
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      }
-      return !Interrupted();
-    };
+    fo.sleep =
+        optimizer::InterruptibleSleep(*ctx.Ops().parts().clock, [] { return Interrupted(); });
     auto chosen = optimizer::LaunchWithFailover(t, plan, attempt, cleanup, fo);
     if (!chosen.ok()) return chosen.status();
     return std::move(*launched);

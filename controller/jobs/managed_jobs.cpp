@@ -18,9 +18,9 @@
 #include <iostream>
 #include <optional>
 #include <sstream>
-#include <thread>
 
 #include "controller/core/head_client.hpp"
+#include "controller/jobs/managed_jobs_internal.hpp"
 #include "controller/jobs/recovery.hpp"
 #include "controller/jobs/task_codec.hpp"
 #include "controller/optimizer/failover.hpp"
@@ -30,13 +30,52 @@
 #include "controller/ssh/subprocess.hpp"
 #include "controller/ssh/tcp_probe.hpp"
 #include "controller/state/herd_home.hpp"
-#include "controller/storage/storage_ops.hpp"
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/unix_time.hpp"
 #include "shared/proto/job_state.hpp"
 
 namespace herd::controller {
+namespace managed_internal {
+
+Result<std::unique_ptr<jobs::ManagedJobStore>> OpenJobs() {
+  return jobs::ManagedJobStore::Open(jobs::ManagedJobsDbPath());
+}
+
+Result<jobs::ManagedJob> Load(jobs::ManagedJobStore& store, int64_t id) {
+  HERD_ASSIGN_OR_RETURN(auto job, store.Get(id));
+  if (!job) {
+    return NotFound("managed job " + std::to_string(id) + " not found (see `herd jobs queue`)");
+  }
+  return *job;
+}
+
+// The controller process is alive when /proc/PID is this job's `herd jobs _controller ID`.
+bool ControllerAlive(const jobs::ManagedJob& job, int64_t now_unix_ms) {
+  if (job.controller_pid <= 0) {
+    return now_unix_ms - job.submitted_unix_ms <
+           std::chrono::duration_cast<std::chrono::milliseconds>(
+               limits::kManagedControllerStartGrace)
+               .count();
+  }
+  auto cmdline = ReadFile("/proc/" + std::to_string(job.controller_pid) + "/cmdline");
+  const std::string cmd = cmdline.ok() ? std::move(cmdline).value() : std::string();
+  std::vector<std::string> argv;
+  std::string cur;
+  for (char c : cmd) {
+    if (c == '\0') {
+      argv.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  return argv.size() >= 4 && argv[argv.size() - 3] == "jobs" &&
+         argv[argv.size() - 2] == "_controller" && argv.back() == std::to_string(job.id);
+}
+
+}  // namespace managed_internal
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -64,17 +103,9 @@ Result<int> SecretsFile(const std::string& json) {
   return fd;
 }
 
-Result<std::unique_ptr<ManagedJobStore>> OpenJobs() {
-  return ManagedJobStore::Open(jobs::ManagedJobsDbPath());
-}
-
-Result<ManagedJob> Load(ManagedJobStore& store, int64_t id) {
-  HERD_ASSIGN_OR_RETURN(auto job, store.Get(id));
-  if (!job) {
-    return NotFound("managed job " + std::to_string(id) + " not found (see `herd jobs queue`)");
-  }
-  return *job;
-}
+using managed_internal::ControllerAlive;
+using managed_internal::Load;
+using managed_internal::OpenJobs;
 
 // "sky-managed-2026-12-03-09-15-02-123456_<name>_<id>": SkyPilot's form for a managed job, the
 // same for every attempt.
@@ -115,77 +146,6 @@ std::string AttemptCluster(const ManagedJob& job, int attempt) {
   return base + suffix;
 }
 
-// The controller process is alive when /proc/PID is this job's `herd jobs _controller ID`.
-bool ControllerAlive(const ManagedJob& job) {
-  if (job.controller_pid <= 0) {
-    return NowUnixMs() - job.submitted_unix_ms <
-           std::chrono::duration_cast<std::chrono::milliseconds>(
-               limits::kManagedControllerStartGrace)
-               .count();
-  }
-  auto cmdline = ReadFile("/proc/" + std::to_string(job.controller_pid) + "/cmdline");
-  const std::string cmd = cmdline.ok() ? std::move(cmdline).value() : std::string();
-  std::vector<std::string> argv;
-  std::string cur;
-  for (char c : cmd) {
-    if (c == '\0') {
-      argv.push_back(cur);
-      cur.clear();
-    } else {
-      cur += c;
-    }
-  }
-  return argv.size() >= 4 && argv[argv.size() - 3] == "jobs" &&
-         argv[argv.size() - 2] == "_controller" && argv.back() == std::to_string(job.id);
-}
-
-// A job that is not over while its controller is gone is over: FAILED_CONTROLLER (recorded).
-void JudgeController(ManagedJobStore& store, ManagedJob& job) {
-  if (jobs::IsTerminal(job.state) || ControllerAlive(job)) return;
-  if (jobs::ManagedSupervised()) {
-    // A team server runs the controllers: one that is gone (or not started yet) is started
-    // (again) by the server, and resumes the job where it is. Shown, never recorded.
-    job.message = job.controller_pid <= 0 ? "waiting for the server to start its controller"
-                                          : "its controller is being resumed by the server";
-    return;
-  }
-  job.state = ManagedState::kFailedController;
-  job.ended_unix_ms = NowUnixMs();
-  job.message = job.controller_pid > 0 ? "the controller process (pid " +
-                                             std::to_string(job.controller_pid) + ") is gone"
-                                       : "the controller process never started";
-  if (!job.cluster.empty()) {
-    job.message += "; cluster " + job.cluster + " may still be up (herd down " + job.cluster + ")";
-  }
-  (void)store.Put(job);
-  // The ended job holds its buckets no longer (one its cluster still mounts goes with that
-  // cluster's down). One stat for users without buckets.
-  std::error_code ec;
-  if (fs::exists(storage::StorageDbPath(), ec)) {
-    storage::StorageParts parts = storage::SystemStorageParts();
-    if (Status s = storage::ReleaseManagedJobStorage(job.id, parts); !s.ok()) {
-      job.message += "; buckets: " + s.message();
-      (void)store.Put(job);
-    }
-  }
-}
-
-int ExitCodeFor(ManagedState s) {
-  switch (s) {
-    case ManagedState::kSucceeded:
-      return 0;
-    case ManagedState::kCancelled:
-      return kExitCancelled;
-    case ManagedState::kFailed:
-    case ManagedState::kFailedSetup:
-    case ManagedState::kFailedNoResource:
-    case ManagedState::kFailedController:
-      return kExitFailed;
-    default:
-      return kExitNotFinished;
-  }
-}
-
 // ---- The controller process -------------------------------------------------------------------
 
 // herd's config.yaml `jobs: {node_recovery: cluster}`: every recovery from a lost node relaunches
@@ -219,7 +179,11 @@ class Controller {
  public:
   Controller(ops::ClusterOps& ops, std::unique_ptr<ManagedJobStore> store, ManagedJob job,
              task::Task task)
-      : ops_(ops), store_(std::move(store)), job_(std::move(job)), task_(std::move(task)) {}
+      : ops_(ops),
+        clock_(*ops.parts().clock),
+        store_(std::move(store)),
+        job_(std::move(job)),
+        task_(std::move(task)) {}
 
   int Run() {
     const task::JobRecovery policy = jobs::PolicyOf(task_);
@@ -242,7 +206,7 @@ class Controller {
       job_.attempts.push_back({.attempt = attempt,
                                .cluster = cluster,
                                .cluster_job_id = 0,
-                               .start_unix_ms = NowUnixMs(),
+                               .start_unix_ms = clock_.UnixMs(),
                                .end_unix_ms = 0,
                                .outcome = "",
                                .reason = ""});
@@ -266,7 +230,7 @@ class Controller {
                                   jobs::RecoveryCounters& counters) {
     auto& rec = job_.attempts.back();
     const std::string cluster = rec.cluster;
-    rec.end_unix_ms = NowUnixMs();
+    rec.end_unix_ms = clock_.UnixMs();
     rec.outcome = std::string(jobs::OutcomeName(outcome));
     jobs::Decision d = jobs::Decide(outcome, counters, policy, CancelRequested(),
                                     limits::kManagedLaunchAttempts, exit_codes_);
@@ -332,7 +296,7 @@ class Controller {
   // when the head stays silent that long, or its machine does not answer for kNodeLostAfter.
   AttemptOutcome FollowAgain(const std::string& cluster, int64_t job_id, int attempt,
                              std::string& why) {
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = clock_.Now();
     std::unique_ptr<HeadApi> head;
     ClusterRecord record;
     while (true) {
@@ -349,7 +313,7 @@ class Controller {
         last_infra_ = record.infra;
         break;
       }
-      const auto waited = std::chrono::steady_clock::now() - start;
+      const auto waited = clock_.Now() - start;
       const bool machine_gone = HeadNodeGone(*got);
       Log("cannot reach the head of " + cluster + ": " + connected.status().message());
       if (waited >= limits::kManagedResumeHeadWait ||
@@ -375,7 +339,7 @@ class Controller {
 
   bool CancelRequested() {
     if (g_cancel_signal) return true;
-    auto now = std::chrono::steady_clock::now();
+    auto now = clock_.Now();
     if (now - last_cancel_poll_ < limits::kManagedCancelPoll) return cancel_seen_;
     last_cancel_poll_ = now;
     auto j = store_->Get(job_.id);
@@ -384,9 +348,9 @@ class Controller {
   }
 
   void Wait(std::chrono::milliseconds d) {
-    auto end = std::chrono::steady_clock::now() + d;
-    while (std::chrono::steady_clock::now() < end && !CancelRequested()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto end = clock_.Now() + d;
+    while (clock_.Now() < end && !CancelRequested()) {
+      clock_.SleepFor(std::chrono::milliseconds(100));
     }
   }
 
@@ -400,11 +364,11 @@ class Controller {
   // then SIGKILL after the grace), at most the grace and the kill sweeps; at once when the head
   // does not answer.
   void WaitJobsEnded(const std::string& cluster) {
-    const auto deadline = std::chrono::steady_clock::now() + Grace() + limits::kKillSweepTimeout;
-    while (std::chrono::steady_clock::now() < deadline) {
+    const auto deadline = clock_.Now() + Grace() + limits::kKillSweepTimeout;
+    while (clock_.Now() < deadline) {
       auto active = ops_.Queue(cluster, /*skip_finished=*/true);
       if (!active.ok() || active->empty()) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      clock_.SleepFor(std::chrono::milliseconds(200));
     }
     Log("the jobs on " + cluster + " did not end within their grace period");
   }
@@ -478,7 +442,7 @@ class Controller {
       }
       auto& rec = job_.attempts.empty() ? dummy_ : job_.attempts.back();
       if (rec.end_unix_ms == 0) {
-        rec.end_unix_ms = NowUnixMs();
+        rec.end_unix_ms = clock_.UnixMs();
         rec.outcome = std::string(jobs::OutcomeName(AttemptOutcome::kCancelled));
         rec.reason = "cancelled by the user";
       }
@@ -487,7 +451,7 @@ class Controller {
     TearDown(cluster.empty() ? job_.cluster : cluster);
     if (auto s = ops_.ReleaseManagedJobStorage(job_.id); !s.ok()) Log("buckets: " + s.message());
     job_.state = state;
-    job_.ended_unix_ms = NowUnixMs();
+    job_.ended_unix_ms = clock_.UnixMs();
     Save();
     Log("job ended " + std::string(jobs::StateName(state)) + ": " + job_.message);
     return 0;
@@ -537,7 +501,7 @@ class Controller {
     if (CancelRequested()) return AttemptOutcome::kCancelled;
     job_.state = ManagedState::kRunning;
     job_.message = "";
-    if (job_.started_unix_ms == 0) job_.started_unix_ms = NowUnixMs();
+    if (job_.started_unix_ms == 0) job_.started_unix_ms = clock_.UnixMs();
     Save();
     if (launched->job_id == 0) return AttemptOutcome::kSucceeded;  // nothing to run
     return Follow(cluster, launched->cluster, *launched->head, launched->job_id, attempt, why);
@@ -651,6 +615,7 @@ class Controller {
   }
 
   ops::ClusterOps& ops_;
+  Clock& clock_;  // the ops' clock: the waits, the cancel polls and the job's times
   std::unique_ptr<ManagedJobStore> store_;
   ManagedJob job_;
   task::Task task_;
@@ -783,7 +748,7 @@ int RunManagedController(ops::ClusterOps& ops, int64_t id) {
   if (jobs::IsTerminal(job->state)) return 0;
   // Under a team server the job's lease says who runs its controller (job_keeper.hpp).
   if (!jobs::ManagedSupervised() && job->controller_pid > 0 && job->controller_pid != ::getpid() &&
-      ControllerAlive(*job)) {
+      ControllerAlive(*job, ops.parts().clock->UnixMs())) {
     std::cerr << "herd: managed job " << id << " already has a controller (pid "
               << job->controller_pid << ")\n";
     return 1;
@@ -808,7 +773,7 @@ int RunManagedController(ops::ClusterOps& ops, int64_t id) {
   job->controller_pid = ::getpid();
   if (!task.ok()) {
     job->state = ManagedState::kFailedController;
-    job->ended_unix_ms = NowUnixMs();
+    job->ended_unix_ms = ops.parts().clock->UnixMs();
     job->message = task.status().message();
     (void)(*store)->Put(*job);
     return 1;
@@ -819,167 +784,6 @@ int RunManagedController(ops::ClusterOps& ops, int64_t id) {
   }
   Controller c(ops, std::move(*store), std::move(*job), std::move(*task));
   return c.Run();
-}
-
-Result<std::vector<ManagedJob>> ListManagedJobs() {
-  HERD_ASSIGN_OR_RETURN(auto store, OpenJobs());
-  HERD_ASSIGN_OR_RETURN(auto list, store->List());
-  for (auto& j : list) JudgeController(*store, j);
-  return list;
-}
-
-std::string ManagedDuration(const ManagedJob& job, int64_t now_ms) {
-  if (job.started_unix_ms <= 0) return "-";
-  int64_t end = job.ended_unix_ms > 0 ? job.ended_unix_ms : now_ms;
-  int64_t s = std::max<int64_t>(0, (end - job.started_unix_ms) / 1000);
-  if (s < 60) return std::to_string(s) + "s";
-  if (s < 3600) return std::to_string(s / 60) + "m " + std::to_string(s % 60) + "s";
-  return std::to_string(s / 3600) + "h " + std::to_string(s % 3600 / 60) + "m";
-}
-
-int FollowManagedLogs(int64_t id, bool follow, std::ostream& out, std::ostream& err,
-                      const std::function<bool()>& interrupted) {
-  auto store = OpenJobs();
-  if (!store.ok()) {
-    err << "herd: " << store.status().message() << "\n";
-    return 1;
-  }
-  std::size_t index = 0;     // the attempt being printed
-  std::uint64_t offset = 0;  // bytes of its log printed
-  bool header = false;
-  while (true) {
-    auto job = Load(**store, id);
-    if (!job.ok()) {
-      err << "herd: " << job.status().message() << "\n";
-      return job.status().code() == Code::kNotFound ? kExitNotFound : 1;
-    }
-    JudgeController(**store, *job);
-    // The row is read before the log: an attempt the row calls over has all of its log written.
-    while (index < job->attempts.size()) {
-      const auto& a = job->attempts[index];
-      if (!header) {
-        out << "=== herd jobs: job " << id << ", attempt " << a.attempt << " on cluster "
-            << a.cluster << " ===\n";
-        header = true;
-      }
-      std::ifstream in(jobs::AttemptLogPath(id, a.attempt), std::ios::binary);
-      if (in) {
-        in.seekg(static_cast<std::streamoff>(offset));
-        char buf[65536];
-        while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-          out.write(buf, in.gcount());
-          offset += static_cast<std::uint64_t>(in.gcount());
-        }
-      }
-      out.flush();
-      const bool over =
-          a.end_unix_ms > 0 || index + 1 < job->attempts.size() || jobs::IsTerminal(job->state);
-      if (!over) break;
-      out << "=== herd jobs: attempt " << a.attempt << " ended: " << a.outcome
-          << (a.reason.empty() ? "" : " (" + a.reason + ")") << " ===\n";
-      ++index;
-      offset = 0;
-      header = false;
-    }
-    if (jobs::IsTerminal(job->state) && index >= job->attempts.size()) {
-      out.flush();
-      err << "Managed job " << id << " " << jobs::StateName(job->state)
-          << (job->message.empty() ? "" : ": " + job->message) << "\n";
-      return ExitCodeFor(job->state);
-    }
-    if (!follow || (interrupted && interrupted())) {
-      out.flush();
-      err << "Managed job " << id << " is " << jobs::StateName(job->state) << ".\n";
-      return kExitNotFinished;
-    }
-    std::this_thread::sleep_for(limits::kManagedLogsPoll);
-  }
-}
-
-int CancelManagedJobs(ops::ClusterOps& ops, const std::vector<int64_t>& ids, bool all,
-                      std::ostream& out, std::ostream& err) {
-  auto store = OpenJobs();
-  if (!store.ok()) {
-    err << "herd: " << store.status().message() << "\n";
-    return 1;
-  }
-  std::vector<int64_t> targets = ids;
-  int rc = 0;
-  if (all) {
-    auto list = (*store)->List();
-    if (!list.ok()) {
-      err << "herd: " << list.status().message() << "\n";
-      return 1;
-    }
-    for (auto& j : *list) {
-      JudgeController(**store, j);
-      if (!jobs::IsTerminal(j.state)) targets.push_back(j.id);
-    }
-    if (targets.empty()) out << "No managed job to cancel.\n";
-  }
-  std::vector<int64_t> waiting;
-  for (int64_t id : targets) {
-    auto job = Load(**store, id);
-    if (!job.ok()) {
-      err << "herd: " << job.status().message() << "\n";
-      rc = job.status().code() == Code::kNotFound ? kExitNotFound : 1;
-      continue;
-    }
-    JudgeController(**store, *job);
-    if (jobs::IsTerminal(job->state)) {
-      out << "Managed job " << id << " already ended (" << jobs::StateName(job->state)
-          << "); nothing to cancel.\n";
-      continue;
-    }
-    if (auto r = (*store)->RequestCancel(id); !r.ok()) {
-      err << "herd: " << r.status().message() << "\n";
-      rc = 1;
-      continue;
-    }
-    out << "Cancelling managed job " << id << "...\n";
-    out.flush();
-    // A supervised job's controller (maybe on another server) sees the request within
-    // limits::kManagedCancelPoll; the server starts one if none runs.
-    if (!jobs::ManagedSupervised() && job->controller_pid > 0 && ControllerAlive(*job)) {
-      ::kill(job->controller_pid, SIGTERM);
-    }
-    waiting.push_back(id);
-  }
-  const auto deadline = std::chrono::steady_clock::now() + limits::kManagedCancelWait;
-  for (int64_t id : waiting) {
-    while (true) {
-      auto job = Load(**store, id);
-      if (!job.ok()) break;
-      if (!jobs::IsTerminal(job->state) && !jobs::ManagedSupervised() && !ControllerAlive(*job)) {
-        // Nobody left to act on the request: do it here (the cluster may still be up).
-        job->state = ManagedState::kCancelling;
-        (void)(*store)->Put(*job);
-        if (!job->cluster.empty() && ops.Get(job->cluster).ok()) {
-          if (auto s = ops.Down(job->cluster); !s.ok()) {
-            err << "herd: tearing down " << job->cluster << ": " << s.message() << "\n";
-          }
-        }
-        if (auto s = ops.ReleaseManagedJobStorage(id); !s.ok()) {
-          err << "herd: managed job " << id << ": buckets: " << s.message() << "\n";
-        }
-        job->state = ManagedState::kCancelled;
-        job->ended_unix_ms = NowUnixMs();
-        job->message = "cancelled by the user (its controller was gone)";
-        (void)(*store)->Put(*job);
-      }
-      if (jobs::IsTerminal(job->state)) {
-        out << "Managed job " << id << ": " << jobs::StateName(job->state) << "\n";
-        break;
-      }
-      if (std::chrono::steady_clock::now() > deadline) {
-        out << "Managed job " << id << " is still " << jobs::StateName(job->state)
-            << "; its controller finishes the cancel (see `herd jobs queue`).\n";
-        break;
-      }
-      std::this_thread::sleep_for(limits::kManagedLogsPoll);
-    }
-  }
-  return rc;
 }
 
 }  // namespace herd::controller

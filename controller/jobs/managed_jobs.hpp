@@ -14,6 +14,7 @@
 #include "controller/jobs/managed_job_store.hpp"
 #include "controller/ops/cluster_ops.hpp"
 #include "controller/task/task.hpp"
+#include "shared/common/clock.hpp"
 #include "shared/common/status.hpp"
 
 namespace herd::controller {
@@ -29,7 +30,9 @@ Result<int64_t> LaunchManagedJob(task::Task task, const ManagedLaunchOptions& op
 
 // The controller's life: provision, submit, follow, classify each attempt's end, decide
 // (jobs::Decide), relaunch or finish, always tearing the attempt's cluster down. Returns the
-// process exit code (0 when the job reached a final state, whatever it is).
+// process exit code (0 when the job reached a final state, whatever it is). Its waits (between
+// attempts, for a head, for a grace) and the job's recorded times are on the ops' clock
+// (ops::ClusterOpsParts::clock).
 int RunManagedController(ops::ClusterOps& ops, int64_t id);
 
 // Every job, newest first; a job whose controller is gone before the end is recorded (and shown)
@@ -38,13 +41,15 @@ Result<std::vector<jobs::ManagedJob>> ListManagedJobs();
 
 // Prints each attempt's log (a header line per attempt) to out, following the current attempt
 // until the job ends when follow is set. Returns 0 SUCCEEDED, 100 any FAILED*, 103 CANCELLED,
-// 101 not finished (no follow, or interrupted), 102 unknown id.
+// 101 not finished (no follow, or interrupted), 102 unknown id. clock: what the polls of the
+// table wait on and a controller's start grace is measured with (null: the system clock).
 int FollowManagedLogs(int64_t id, bool follow, std::ostream& out, std::ostream& err,
-                      const std::function<bool()>& interrupted);
+                      const std::function<bool()>& interrupted, Clock* clock = nullptr);
 
-// Asks each job's controller to cancel and waits (up to limits::kManagedCancelWait) for
-// CANCELLED; a job whose controller is gone is cancelled here (its cluster torn down). ids empty
-// with all: every unfinished job. Returns the process exit code: 0, or 102 if an id is unknown.
+// Asks each job's controller to cancel and waits (up to limits::kManagedCancelWait, on the ops'
+// clock) for CANCELLED; a job whose controller is gone is cancelled here (its cluster torn down).
+// ids empty with all: every unfinished job. Returns the process exit code: 0, or 102 if an id is
+// unknown.
 int CancelManagedJobs(ops::ClusterOps& ops, const std::vector<int64_t>& ids, bool all,
                       std::ostream& out, std::ostream& err);
 

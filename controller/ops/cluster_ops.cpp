@@ -827,7 +827,7 @@ std::map<std::string, std::optional<std::string>> ClusterOps::AskEachHead(
     }
     asked.push_back({c, pid, fds[0], ""});
   }
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto deadline = parts_.clock->Now() + timeout;
   while (true) {
     std::vector<pollfd> polls;
     std::vector<Question*> of;
@@ -836,11 +836,14 @@ std::map<std::string, std::optional<std::string>> ClusterOps::AskEachHead(
       polls.push_back({q.fd, POLLIN, 0});
       of.push_back(&q);
     }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - parts_.clock->Now());
     if (polls.empty() || left.count() <= 0) break;
     int n = ::poll(polls.data(), polls.size(), static_cast<int>(left.count()) + 1);
     if (n < 0 && errno != EINTR) break;
+    // Nothing came for all that was left: past the deadline (also when the clock is simulated
+    // and did not move while poll waited).
+    if (n == 0) break;
     for (std::size_t i = 0; n > 0 && i < polls.size(); ++i) {
       if (polls[i].revents == 0) continue;
       char buf[16384];

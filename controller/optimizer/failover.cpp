@@ -55,6 +55,20 @@ std::string_view BlockScopeName(BlockScope s) {
   return "none";
 }
 
+std::function<bool(std::chrono::milliseconds)> InterruptibleSleep(
+    Clock& clock, std::function<bool()> interrupted) {
+  return [&clock, interrupted = std::move(interrupted)](std::chrono::milliseconds d) {
+    const auto end = clock.Now() + d;
+    while (clock.Now() < end) {
+      if (interrupted()) return false;
+      clock.SleepFor(std::min<std::chrono::milliseconds>(
+          std::chrono::milliseconds(100),
+          std::chrono::duration_cast<std::chrono::milliseconds>(end - clock.Now())));
+    }
+    return !interrupted();
+  };
+}
+
 std::string RegionOf(const std::string& infra) {
   if (infra.rfind("aws/", 0) != 0) return infra;
   std::size_t slash = infra.find('/', 4);

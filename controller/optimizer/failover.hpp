@@ -26,6 +26,7 @@
 
 #include "controller/optimizer/optimizer.hpp"
 #include "controller/task/task.hpp"
+#include "shared/common/clock.hpp"
 #include "shared/common/status.hpp"
 
 namespace herd::optimizer {
@@ -115,6 +116,12 @@ using CleanupFn = std::function<void(const Candidate& c)>;
 Result<Candidate> LaunchWithFailover(const task::Task& task, const Plan& plan,
                                      const AttemptFn& attempt, const CleanupFn& cleanup,
                                      const FailoverOptions& options);
+
+// A FailoverOptions::sleep on `clock` (`herd launch -r`'s wait between passes): waits `d` in slices
+// of at most 100 ms, false as soon as `interrupted` says so (before, during or at the end of the
+// wait), true when the whole wait passed. `clock` must outlive the function returned.
+std::function<bool(std::chrono::milliseconds)> InterruptibleSleep(
+    Clock& clock, std::function<bool()> interrupted);
 
 // "aws/us-east-1" of "aws/us-east-1/us-east-1a"; the infra itself off AWS or without a region.
 std::string RegionOf(const std::string& infra);

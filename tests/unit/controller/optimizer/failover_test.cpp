@@ -7,6 +7,7 @@
 #include <map>
 
 #include "shared/common/limits.hpp"
+#include "tests/fakes/fake_clock.hpp"
 
 namespace herd::optimizer {
 namespace {
@@ -240,6 +241,59 @@ TEST_CASE("with every candidate out of capacity: one line naming each attempt, o
   got = LaunchWithFailover(AnyTask(), plan, stop.Attempt(), stop.Cleanup(), so);
   REQUIRE_FALSE(got.ok());
   CHECK(got.status().code() == Code::kCancelled);
+}
+
+TEST_CASE("-r on simulated time: the waits double up to their maximum; an interrupt ends a wait") {
+  using std::chrono::milliseconds;
+  Plan plan = MakePlan(
+      {Aws("aws/us-east-1", "m6i.2xlarge", 0.38), Aws("aws/us-east-2", "m6i.2xlarge", 0.38)});
+  testing::FakeClock clock;
+  // When each pass began (its first attempt), on the clock; the tenth pass comes up.
+  std::vector<std::chrono::steady_clock::time_point> passes;
+  AttemptFn attempt = [&](const task::Task&, const Candidate& c) -> Status {
+    if (c.infra == "aws/us-east-1") passes.push_back(clock.Now());
+    if (passes.size() == 10) return Status::Ok();
+    return NoZoneHasCapacity(RegionOf(c.infra).substr(4));
+  };
+  FailoverOptions o;
+  o.retry_until_up = true;
+  o.sleep = InterruptibleSleep(clock, [] { return false; });
+  auto got = LaunchWithFailover(
+      AnyTask(), plan, attempt, [](const Candidate&) {}, o);
+  REQUIRE(got.ok());
+  CHECK(got->infra == "aws/us-east-1");
+  REQUIRE(passes.size() == 10);
+  const milliseconds initial = limits::kRetryUntilUpBackoffInitial;
+  const milliseconds max = limits::kRetryUntilUpBackoffMax;
+  milliseconds expected = initial;
+  for (std::size_t i = 1; i < passes.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::chrono::duration_cast<milliseconds>(passes[i] - passes[i - 1]) == expected);
+    expected = std::min(expected * 2, max);
+  }
+  // The last waits are at the maximum: 5 s doubles past 300 s within the nine waits.
+  CHECK(std::chrono::duration_cast<milliseconds>(passes[9] - passes[8]) == max);
+
+  // An interrupt during the second wait ends it within a slice of the wait (100 ms), not at its
+  // end, and the launch with it (Cancelled); no third pass.
+  testing::FakeClock stop_clock;
+  passes.clear();
+  const auto start = stop_clock.Now();
+  const auto interrupt_at = start + initial + initial;  // halfway through the second wait
+  AttemptFn refused = [&](const task::Task&, const Candidate& c) -> Status {
+    if (c.infra == "aws/us-east-1") passes.push_back(stop_clock.Now());
+    return NoZoneHasCapacity(RegionOf(c.infra).substr(4));
+  };
+  FailoverOptions so;
+  so.retry_until_up = true;
+  so.sleep = InterruptibleSleep(stop_clock, [&] { return stop_clock.Now() >= interrupt_at; });
+  got = LaunchWithFailover(
+      AnyTask(), plan, refused, [](const Candidate&) {}, so);
+  REQUIRE_FALSE(got.ok());
+  CHECK(got.status().code() == Code::kCancelled);
+  CHECK(passes.size() == 2);
+  CHECK(stop_clock.Now() >= interrupt_at);
+  CHECK(stop_clock.Now() - interrupt_at < milliseconds(100));
 }
 
 TEST_CASE("preferences reorder a pass: preferred first, avoided last, unusable left out") {
