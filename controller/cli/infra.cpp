@@ -30,8 +30,8 @@ using controller::ClusterStatus;
 // What one head says: its nodes, then its unfinished jobs (their ranks' GPUs). Asked in a child
 // process (AskEachHead), both come back in one string: "N<length of nodes>:<nodes><queue>"
 // (serialized NodesReply and QueueReply), or "E<why>".
-std::string AskHead(CliContext& ctx, const ClusterRecord& c) {
-  auto client = ctx.Ops().ConnectHead(c);
+std::string AskHead(ops::ClusterOps& ops, const ClusterRecord& c) {
+  auto client = ops.ConnectHead(c);
   if (!client.ok()) return "E" + client.status().message();
   auto nodes = (*client)->Nodes();
   if (!nodes.ok()) return "E" + nodes.status().message();
@@ -100,8 +100,14 @@ class InfraCommand final : public Command {
     for (const auto* c : shown) {
       if (c->status == ClusterStatus::kUp) up.push_back(c);
     }
+    // The question holds its own ClusterOps (AskEachHead: it may outlive this command).
     auto answers = ctx.Ops().AskEachHead(
-        up, [&ctx](const ClusterRecord& c) { return AskHead(ctx, c); }, limits::kStatusHeadTimeout);
+        up,
+        [parts = ctx.Ops().parts()](const ClusterRecord& c) {
+          ops::ClusterOps ops(parts);
+          return AskHead(ops, c);
+        },
+        limits::kStatusHeadTimeout);
     std::map<std::string, Result<HeadView>> heads;
     for (const auto* c : up) heads.emplace(c->name, ParseAnswer(answers[c->name]));
 

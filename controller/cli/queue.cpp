@@ -82,10 +82,12 @@ class QueueCommand final : public Command {
       if (c->status == controller::ClusterStatus::kUp) up.push_back(c);
     }
     const bool skip = skip_;
+    // The question holds its own ClusterOps (AskEachHead: it may outlive this command).
     auto answers = ctx.Ops().AskEachHead(
         up,
-        [&ctx, skip](const controller::ClusterRecord& c) -> std::string {
-          auto client = ctx.Ops().ConnectHead(c);
+        [parts = ctx.Ops().parts(), skip](const controller::ClusterRecord& c) -> std::string {
+          ops::ClusterOps ops(parts);
+          auto client = ops.ConnectHead(c);
           if (!client.ok()) return "E" + client.status().ToString();
           int64_t left_out = 0;
           auto jobs = (*client)->Queue(skip, &left_out);

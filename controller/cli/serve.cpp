@@ -14,6 +14,8 @@
 
 #include "controller/cli/cli.hpp"
 #include "controller/cli/command.hpp"
+#include "controller/ops/cluster_ops.hpp"
+#include "controller/ops/system_parts.hpp"
 #include "controller/server/stream_frames.hpp"
 #include "controller/server/warm_protocol.hpp"
 #include "shared/common/limits.hpp"
@@ -57,6 +59,14 @@ class FrameBuf final : public std::streambuf {
 };
 
 int Serve(int fd) {
+  // A long-lived process: the heads of a read's clusters are asked in threads, not a fork of this
+  // process per cluster (ops::AskMode).
+  ops::SetAskMode(ops::AskMode::kThread);
+  // ... and a read's head connection serves the next read of the same cluster (no mux hello,
+  // no kept-forward lookup per read).
+  ops::KeepHeadConnections();
+  // Kept from one command to the next: each is kApiMaxFrameBytes, allocated and zeroed once.
+  FrameBuf out_buf(fd, server::FrameTag::kStdout), err_buf(fd, server::FrameTag::kStderr);
   std::string pending;
   char buf[64 << 10];
   while (true) {
@@ -81,7 +91,6 @@ int Serve(int fd) {
                                     server::EncodeFrame(server::FrameTag::kExit, "2"));
       return 2;
     }
-    FrameBuf out_buf(fd, server::FrameTag::kStdout), err_buf(fd, server::FrameTag::kStderr);
     std::ostream out(&out_buf), err(&err_buf);
     const int code = controller::RunCliArgs(std::move(*args), out, err);
     if (!out_buf.Flush() || !err_buf.Flush() ||

@@ -97,6 +97,13 @@ Status HeadClient::Dial() {
   return Status::Ok();
 }
 
+bool HeadClient::StillOpen() {
+  if (!conn_ || closed_) return false;
+  io_.restart();
+  io_.poll();  // a close (or stray frames, dropped by Next) that came in while it was unused
+  return !closed_;
+}
+
 Result<HeadToClient> HeadClient::Next(uint64_t request_id, std::chrono::milliseconds timeout,
                                       const std::function<bool()>& interrupted) {
   auto deadline = std::chrono::steady_clock::now() + timeout;

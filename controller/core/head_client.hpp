@@ -72,6 +72,9 @@ class HeadApi {
   virtual Result<herd::v1::JobInfo> Stream(int64_t job_id, uint64_t offset, bool follow,
                                            const StreamCallbacks& callbacks,
                                            int tail_lines = 0) = 0;
+  // Whether the connection is still open (what arrived meanwhile is taken in first): one that is
+  // may be used again for another command (ops::KeepHeadConnections). This default says no.
+  virtual bool StillOpen() { return false; }
 };
 
 class HeadClient final : public HeadApi {
@@ -104,6 +107,7 @@ class HeadClient final : public HeadApi {
   void SetGoneCheck(std::function<Status()> gone) { gone_ = std::move(gone); }
   // The last (re)connection went through the cluster's mux.
   bool via_mux() const { return via_mux_; }
+  bool StillOpen() override;
 
   // Streams the merged log of job_id (0: the latest job) from offset. With follow, returns when the
   // job ended (after its last byte) or interrupted() turned true; a dropped connection is redialed

@@ -9,11 +9,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <set>
+#include <system_error>
+#include <thread>
 
 #include "controller/bootstrap/agent_bootstrap.hpp"
 #include "controller/bootstrap/remote_scripts.hpp"
@@ -788,10 +792,64 @@ ClusterHealth HealthFrom(const ClusterRecord& c, std::string answer) {
 }
 }  // namespace
 
+namespace {
+std::atomic<AskMode> ask_mode{AskMode::kProcess};
+
+// AskEachHead in AskMode::kThread: a detached thread per cluster, each holding the round (shared)
+// and its own copies of ask and the record, so that one still asking after the caller returned
+// touches nothing of the caller's.
+std::map<std::string, std::optional<std::string>> AskInThreads(
+    const std::vector<const ClusterRecord*>& clusters,
+    const std::function<std::string(const ClusterRecord&)>& ask,
+    std::chrono::milliseconds timeout) {
+  struct Round {
+    std::mutex mu;
+    std::condition_variable done;
+    std::vector<std::optional<std::string>> answers;
+    std::size_t left = 0;
+  };
+  auto round = std::make_shared<Round>();
+  round->answers.resize(clusters.size());
+  round->left = clusters.size();
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (std::size_t i = 0; i < clusters.size(); ++i) {
+    auto answer = [round, i](std::string a) {
+      std::lock_guard<std::mutex> l(round->mu);
+      round->answers[i] = std::move(a);
+      --round->left;
+      round->done.notify_all();
+    };
+    try {
+      std::thread([answer, ask, c = *clusters[i]] {
+        std::string a;
+        try {
+          a = ask(c);
+        } catch (const std::exception& e) {
+          a = std::string("E") + e.what();
+        }
+        answer(std::move(a));
+      }).detach();
+    } catch (const std::system_error& e) {
+      answer(std::string("Ethread: ") + e.what());
+    }
+  }
+  std::unique_lock<std::mutex> l(round->mu);
+  round->done.wait_until(l, deadline, [&] { return round->left == 0; });
+  std::map<std::string, std::optional<std::string>> out;
+  for (std::size_t i = 0; i < clusters.size(); ++i) {
+    out[clusters[i]->name] = std::move(round->answers[i]);  // nullopt: not in by the deadline
+  }
+  return out;
+}
+}  // namespace
+
+void SetAskMode(AskMode mode) { ask_mode = mode; }
+
 std::map<std::string, std::optional<std::string>> ClusterOps::AskEachHead(
     const std::vector<const ClusterRecord*>& clusters,
     const std::function<std::string(const ClusterRecord&)>& ask,
     std::chrono::milliseconds timeout) {
+  if (ask_mode == AskMode::kThread) return AskInThreads(clusters, ask, timeout);
   struct Question {
     const ClusterRecord* cluster;
     pid_t pid = -1;
@@ -879,8 +937,14 @@ std::map<std::string, ClusterHealth> ClusterOps::Health(
   for (const auto& c : clusters) {
     if (c.status == ClusterStatus::kUp) up.push_back(&c);
   }
+  // The question holds its own ClusterOps (AskEachHead: it may outlive this call).
   auto answers = AskEachHead(
-      up, [this](const ClusterRecord& c) { return AskHead(*this, c); }, limits::kStatusHeadTimeout);
+      up,
+      [parts = parts_](const ClusterRecord& c) {
+        ClusterOps ops(parts);
+        return AskHead(ops, c);
+      },
+      limits::kStatusHeadTimeout);
   std::map<std::string, ClusterHealth> out;
   for (const ClusterRecord* c : up) {
     const auto& answer = answers[c->name];

@@ -55,6 +55,13 @@ using ProviderFactory = std::function<Result<std::unique_ptr<controller::Provide
 // A connection of its own to the cluster store.
 using StoreOpener = std::function<Result<std::unique_ptr<controller::ClusterStore>>()>;
 
+// How ClusterOps::AskEachHead asks: a child process per cluster (the default: a CLI ends soon
+// after, and a question that hangs is killed with its process), or a thread per cluster (a
+// long-lived process, the API server's warm worker: forking the whole process per cluster per read
+// cost more than the question itself).
+enum class AskMode { kProcess, kThread };
+void SetAskMode(AskMode mode);
+
 // Reaches a cluster's head. start_mux: whether a connection that had to dial the head itself may
 // leave a mux behind for the commands after it (false for a cluster going away).
 class HeadConnector {
@@ -195,7 +202,10 @@ class ClusterOps {
   // Asks the heads of `clusters` at once, each question in a child process of its own (head
   // clients are synchronous), killed at `timeout`: keyed by cluster name, what ask returned in the
   // child, or nullopt for a child that did not answer in time. A child that could not be started
-  // answers "E<why>".
+  // answers "E<why>". In AskMode::kThread (SetAskMode) each question is a thread of this process
+  // instead, with the same answers and the same timeout; a thread still asking at `timeout` is
+  // left to end by itself and its answer dropped, so `ask` (copied into each thread) must hold
+  // everything it uses by value, nothing of the caller's.
   std::map<std::string, std::optional<std::string>> AskEachHead(
       const std::vector<const ClusterRecord*>& clusters,
       const std::function<std::string(const ClusterRecord&)>& ask,

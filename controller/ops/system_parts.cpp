@@ -2,8 +2,11 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 
 #include "controller/core/mux.hpp"
 #include "controller/core/trace.hpp"
@@ -138,12 +141,179 @@ Result<std::unique_ptr<HeadApi>> SshHeadConnector::Connect(const ClusterRecord& 
   return connect(port);
 }
 
+namespace {
+
+// The idle kept head connections of this process (KeepHeadConnections), one per cluster.
+class KeptHeads {
+ public:
+  // A kept connection of key that is still open, or null.
+  std::unique_ptr<HeadApi> Take(const std::string& key) {
+    std::lock_guard<std::mutex> l(mu_);
+    auto it = idle_.find(key);
+    if (it == idle_.end()) return nullptr;
+    std::unique_ptr<HeadApi> kept = std::move(it->second);
+    idle_.erase(it);
+    return kept->StillOpen() ? std::move(kept) : nullptr;
+  }
+  // Keeps client for the next command of key (one per key: a second one is closed), and drops
+  // the kept connections that closed meanwhile (a cluster taken down or launched again).
+  void Give(const std::string& key, std::unique_ptr<HeadApi> client) {
+    std::lock_guard<std::mutex> l(mu_);
+    std::erase_if(idle_, [](auto& kv) { return !kv.second->StillOpen(); });
+    idle_.try_emplace(key, std::move(client));
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<HeadApi>> idle_;
+};
+
+// Set once by KeepHeadConnections, for the rest of the process (never destroyed: a question
+// thread of AskEachHead may give its connection back after main returned).
+std::atomic<KeptHeads*> kept_heads{nullptr};
+
+// One command's use of a head connection, kept or new: given back to the kept ones at its end
+// when only reads went over it and each one succeeded.
+class KeptHead final : public HeadApi {
+ public:
+  using DialFn = std::function<Result<std::unique_ptr<HeadApi>>()>;
+  KeptHead(KeptHeads& pool, std::string key, std::unique_ptr<HeadApi> client, bool reused,
+           DialFn dial)
+      : pool_(pool),
+        key_(std::move(key)),
+        client_(std::move(client)),
+        reused_(reused),
+        dial_(std::move(dial)) {}
+  ~KeptHead() override {
+    if (clean_ && client_) pool_.Give(key_, std::move(client_));
+  }
+
+  Result<int64_t> Submit(const herd::v1::TaskSpec& task, const std::string& user,
+                         const std::string& task_id, int attempt) override {
+    clean_ = false;
+    return client_->Submit(task, user, task_id, attempt);
+  }
+  Result<herd::v1::SubmitReply> SubmitRequest(const herd::v1::SubmitJob& request) override {
+    clean_ = false;
+    return client_->SubmitRequest(request);
+  }
+  Result<std::vector<herd::v1::JobInfo>> Queue(bool skip_finished,
+                                               int64_t* older_left_out) override {
+    return Read([&](HeadApi& h) { return h.Queue(skip_finished, older_left_out); });
+  }
+  Result<std::vector<int64_t>> Cancel(const std::vector<int64_t>& job_ids, bool all,
+                                      std::optional<std::chrono::milliseconds> grace) override {
+    clean_ = false;
+    return client_->Cancel(job_ids, all, grace);
+  }
+  Result<herd::v1::StackReply> Stacks(int64_t job_id) override {
+    return Read([&](HeadApi& h) { return h.Stacks(job_id); });
+  }
+  Result<herd::v1::NodesReply> Nodes() override {
+    return Read([](HeadApi& h) { return h.Nodes(); });
+  }
+  Result<herd::v1::NodesReply> Drain(const std::string& node_id, bool drain,
+                                     const std::string& reason) override {
+    clean_ = false;
+    return client_->Drain(node_id, drain, reason);
+  }
+  Status SetAutostop(const herd::v1::SetAutostop& setting) override {
+    clean_ = false;
+    return client_->SetAutostop(setting);
+  }
+  Result<herd::v1::JobInfo> Stream(int64_t job_id, uint64_t offset, bool follow,
+                                   const StreamCallbacks& callbacks, int tail_lines) override {
+    if (follow) {
+      clean_ = false;
+      return client_->Stream(job_id, offset, follow, callbacks, tail_lines);
+    }
+    // Asked again on a fresh connection only while nothing of the first answer was passed on.
+    bool passed_on = false;
+    StreamCallbacks cb = callbacks;
+    if (callbacks.on_data) {
+      cb.on_data = [&](std::string_view bytes) {
+        passed_on = true;
+        callbacks.on_data(bytes);
+      };
+    }
+    if (callbacks.on_status) {
+      cb.on_status = [&](const herd::v1::JobInfo& job) {
+        passed_on = true;
+        callbacks.on_status(job);
+      };
+    }
+    return Read([&](HeadApi& h) { return h.Stream(job_id, offset, follow, cb, tail_lines); },
+                &passed_on);
+  }
+  bool StillOpen() override { return client_->StillOpen(); }
+
+ private:
+  // A read; on a kept connection that turned out closed (Unavailable), once more on a new one.
+  template <typename F>
+  auto Read(F call, const bool* passed_on = nullptr) -> decltype(call(std::declval<HeadApi&>())) {
+    auto r = call(*client_);
+    if (!r.ok() && reused_ && r.status().code() == Code::kUnavailable &&
+        !(passed_on && *passed_on)) {
+      reused_ = false;
+      auto fresh = dial_();
+      if (!fresh.ok()) {
+        clean_ = false;
+        return fresh.status();
+      }
+      client_ = std::move(fresh).value();
+      r = call(*client_);
+    }
+    if (!r.ok()) clean_ = false;
+    return r;
+  }
+
+  KeptHeads& pool_;
+  const std::string key_;
+  std::unique_ptr<HeadApi> client_;
+  bool reused_;
+  DialFn dial_;
+  bool clean_ = true;
+};
+
+// Heads through `dial` (SshHeadConnector), their connections kept (KeepHeadConnections).
+class KeptHeadConnector final : public HeadConnector {
+ public:
+  KeptHeadConnector(std::shared_ptr<HeadConnector> dial, KeptHeads& pool)
+      : dial_(std::move(dial)), pool_(pool) {}
+  Result<std::unique_ptr<HeadApi>> Connect(const ClusterRecord& c, bool start_mux) override {
+    // A cluster launched again under its name is another head.
+    const std::string key = c.name + '\n' + c.state_dir + '\n' +
+                            std::to_string(c.launched_unix_ms) + '\n' + std::to_string(c.head_port);
+    KeptHead::DialFn dial = [d = dial_, c, start_mux] { return d->Connect(c, start_mux); };
+    std::unique_ptr<HeadApi> client = pool_.Take(key);
+    const bool reused = client != nullptr;
+    if (!reused) {
+      HERD_ASSIGN_OR_RETURN(client, dial());
+    }
+    return std::unique_ptr<HeadApi>(
+        std::make_unique<KeptHead>(pool_, key, std::move(client), reused, std::move(dial)));
+  }
+
+ private:
+  std::shared_ptr<HeadConnector> dial_;
+  KeptHeads& pool_;
+};
+
+}  // namespace
+
+void KeepHeadConnections() {
+  if (kept_heads.load() == nullptr) kept_heads = new KeptHeads();
+}
+
 ClusterOpsParts SystemParts(std::string user) {
   ClusterOpsParts p;
   p.providers = MakeSystemProvider;
   p.ssh = std::make_shared<OpenSshRunner>();
   p.open_store = [] { return ClusterStore::Open(StateDbPath()); };
   p.heads = std::make_shared<SshHeadConnector>(p.ssh, p.open_store);
+  if (KeptHeads* kept = kept_heads.load()) {
+    p.heads = std::make_shared<KeptHeadConnector>(p.heads, *kept);
+  }
   p.clock = std::make_shared<SystemClock>();
   p.user = user.empty() ? CurrentUser() : std::move(user);
   p.storage = std::make_shared<storage::StorageParts>(storage::SystemStorageParts());

@@ -27,6 +27,13 @@ class SshHeadConnector final : public HeadConnector {
   StoreOpener open_store_;
 };
 
+// For a long-lived process that runs one read after another (the API server's warm worker,
+// `herd _serve`): from now on the heads of every SystemParts keep their connections between
+// commands, one per cluster, and a command asks again on a fresh connection (once) when a kept
+// one turns out closed. Only reads keep theirs: a connection that carried anything else, a
+// followed log or a failed call is closed with its command, as without this.
+void KeepHeadConnections();
+
 // user: who submits jobs; "" means $USER (else root).
 ClusterOpsParts SystemParts(std::string user = "");
 

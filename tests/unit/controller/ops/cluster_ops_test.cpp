@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <future>
 
 #include "controller/state/cluster_store.hpp"
 #include "controller/state/herd_home.hpp"
@@ -329,6 +330,54 @@ TEST_CASE("health names the nodes a head is without, and a head that does not an
         std::vector<std::pair<std::string, std::string>>{{"half-worker1", "lost"}});
   CHECK_FALSE(health["mute"].answered);
   CHECK(health["mute"].error.find("connection refused") != std::string::npos);
+}
+
+TEST_CASE("health asked in threads (a warm worker's way) answers as asked in processes") {
+  World w;
+  ClusterRecord up = w.Put("up", 2, "local");
+  ClusterRecord half = w.Put("half", 2, "local");
+  ClusterRecord mute = w.Put("mute", 1, "local");
+  w.heads->Head("up")->nodes = {{"up-head", true}, {"up-worker1", true}};
+  w.heads->Head("half")->nodes = {{"half-head", true}, {"half-worker1", false}};
+  w.heads->Head("mute")->refuse = Unavailable("connection refused");
+  auto in_processes = w.ops.Health({up, half, mute});
+  ops::SetAskMode(ops::AskMode::kThread);
+  auto in_threads = w.ops.Health({up, half, mute});
+  ops::SetAskMode(ops::AskMode::kProcess);
+  REQUIRE(in_threads.size() == 3);
+  for (const auto& [name, h] : in_processes) {
+    INFO(name);
+    REQUIRE(in_threads.count(name) == 1);
+    CHECK(in_threads[name].answered == h.answered);
+    CHECK(in_threads[name].error == h.error);
+    CHECK(in_threads[name].down == h.down);
+  }
+  CHECK(in_threads["half"].down ==
+        std::vector<std::pair<std::string, std::string>>{{"half-worker1", "lost"}});
+  CHECK(in_threads["mute"].error.find("connection refused") != std::string::npos);
+}
+
+TEST_CASE("a question in a thread not answered by the timeout is none; the others are kept") {
+  World w;
+  ClusterRecord fast = w.Put("fast", 1, "local");
+  ClusterRecord slow = w.Put("slow", 1, "local");
+  // The slow question waits until the test lets it go, after the call returned without it.
+  auto release = std::make_shared<std::promise<void>>();
+  std::shared_future<void> released = release->get_future().share();
+  ops::SetAskMode(ops::AskMode::kThread);
+  auto answers = w.ops.AskEachHead(
+      {&fast, &slow},
+      [released](const ClusterRecord& c) -> std::string {
+        if (c.name == "slow") released.wait();
+        return "answer of " + c.name;
+      },
+      std::chrono::milliseconds(100));
+  ops::SetAskMode(ops::AskMode::kProcess);
+  release->set_value();
+  REQUIRE(answers.size() == 2);
+  REQUIRE(answers["fast"].has_value());
+  CHECK(*answers["fast"] == "answer of fast");
+  CHECK_FALSE(answers["slow"].has_value());
 }
 
 TEST_CASE("a cloud cluster's head gets the provider's scoped key for autostop, not a command") {
