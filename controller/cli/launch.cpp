@@ -164,7 +164,7 @@ class LaunchCommand final : public Command {
       // With -o json stdout carries only the result.
       std::ostream& table = output_ == "json" ? ctx.err : ctx.out;
       if (!ctx.quiet || dryrun_) {
-        table << optimizer::RenderConsidered(*plan);
+        table << optimizer::RenderConsidered(*plan_);
         table.flush();
       }
       if (dryrun_) return 0;
