@@ -132,7 +132,7 @@ class OptimizerCliTest(unittest.TestCase):
                                     "resources:\n  accelerators: H100:4\nrun: echo done\n")
         p = self.herd("launch", "-c", "optpipe2", "--dryrun", t, env=self.aws)
         rows = self.rows(p.stdout.decode())
-        self.assertEqual(rows[1][1:], ["p5.48xlarge", "192", "2048", "H100:8", "55.04", "\u2714"])
+        self.assertEqual(rows[1][1:], ["p5.48xlarge", "192", "2048", "H100:8", "110.08", "\u2714"])
         self.assertNotIn("A100:8", p.stdout.decode())
         # A later task that no cluster of the first task fits: one line naming it, exit 2,
         # nothing made (not a dry run: it would launch).
