@@ -9,6 +9,7 @@
 #include "controller/ssh/parallel.hpp"
 #include "controller/ssh/ssh_command.hpp"
 #include "controller/ssh/subprocess.hpp"
+#include "shared/common/duration_text.hpp"
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
@@ -169,6 +170,20 @@ Result<std::string> NodeRcloneConf(const ObjectStore& store, const std::string& 
       return s;
     }
   }
+  if (parts.open_store_with_key) {
+    // S3 takes a key IAM just made, or its widened policy, a few seconds late on AWS: the nodes
+    // mount once it does.
+    HERD_ASSIGN_OR_RETURN(std::unique_ptr<ObjectStore> with_key,
+                          parts.open_store_with_key(store.Scheme(), key));
+    SystemClock system;
+    Clock& clock = parts.clock ? *parts.clock : system;
+    // On failure the launch's undo deletes a key it made or scopes a widened one back.
+    if (Status s = AwaitNodeKey(*with_key, buckets, clock); !s.ok()) {
+      return Status(s.code(), "the nodes' bucket key (IAM user " + key.iam_user +
+                                  ") is not taken by " + store.Describe() + " after " +
+                                  DurationText(limits::kNodeKeyUsableWait) + ": " + s.message());
+    }
+  }
   return RcloneSection(store.RcloneConfigWithKey(key.access_key_id, key.secret_access_key));
 }
 
@@ -189,6 +204,24 @@ Status DropNodeKey(const std::string& cluster, StorageParts& parts) {
 
 }  // namespace
 
+Status AwaitNodeKey(ObjectStore& with_key, const std::vector<std::string>& buckets, Clock& clock) {
+  const auto deadline = clock.Now() + limits::kNodeKeyUsableWait;
+  std::size_t next = 0;  // the buckets before it answered
+  while (true) {
+    Status last = Status::Ok();
+    for (; next < buckets.size(); ++next) {
+      auto listed = with_key.ListObjects(buckets[next], "", 1);
+      if (!listed.ok()) {
+        last = listed.status();
+        break;
+      }
+    }
+    if (next == buckets.size()) return Status::Ok();
+    if (clock.Now() + limits::kNodeKeyPoll > deadline) return last;
+    clock.SleepFor(limits::kNodeKeyPoll);
+  }
+}
+
 StorageParts SystemStorageParts() {
   StorageParts p;
   auto http = std::make_shared<controller::CurlHttpClient>();
@@ -203,6 +236,13 @@ StorageParts SystemStorageParts() {
     std::string endpoint = IamEndpointFor(access);
     if (endpoint.empty()) return std::unique_ptr<NodeKeyIssuer>();
     return MakeIamKeyIssuer(http, std::move(access.credentials), std::move(endpoint));
+  };
+  p.open_store_with_key = [http](const std::string& store,
+                                 const NodeKey& key) -> Result<std::unique_ptr<ObjectStore>> {
+    if (store != "s3") return InvalidArgument("store '" + store + "' is not supported");
+    HERD_ASSIGN_OR_RETURN(S3Access access, LoadS3Access());
+    access.credentials = {key.access_key_id, key.secret_access_key, "", "IAM user " + key.iam_user};
+    return MakeS3Store(std::move(access), http);
   };
   p.open_table = [] { return StorageTable::Open(); };
   p.upload = Upload;

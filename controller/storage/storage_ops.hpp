@@ -27,6 +27,7 @@
 #include "controller/storage/object_store.hpp"
 #include "controller/storage/storage_table.hpp"
 #include "controller/task/task.hpp"
+#include "shared/common/clock.hpp"
 
 namespace herd::storage {
 
@@ -48,8 +49,19 @@ struct StorageParts {
   std::function<Result<std::unique_ptr<NodeKeyIssuer>>(const std::string& store)> open_key_issuer;
   // Where the clusters' node keys are kept, sealed ("" = NodeKeysDir()).
   std::string node_keys_dir;
+  // The store reached with a node key instead of the user's credentials, to wait until S3 takes
+  // a key IAM just made or widened (AwaitNodeKey). Unset: no wait.
+  std::function<Result<std::unique_ptr<ObjectStore>>(const std::string& store, const NodeKey& key)>
+      open_store_with_key;
+  // The clock of that wait (null: the system clock).
+  std::shared_ptr<Clock> clock;
 };
 StorageParts SystemStorageParts();
+
+// Lists each of `buckets` (one key) through `with_key` every limits::kNodeKeyPoll until every
+// one answers, for at most limits::kNodeKeyUsableWait: IAM's new keys and policies reach S3 a
+// few seconds late. The last refusal, naming the bucket, when the wait runs out.
+Status AwaitNodeKey(ObjectStore& with_key, const std::vector<std::string>& buckets, Clock& clock);
 
 struct PreparedStorage {
   std::vector<NodeMount> mounts;

@@ -817,6 +817,14 @@ static_assert(kStorageWriteBack + kStorageFlushPoll < kStorageFlushTimeout,
               "a flush sees at least one upload start");
 static_assert(kStorageMountReadyTimeout < kSshWaitTotal,
               "a mount is ready well within one SSH command's wait");
+// A cluster's bucket key (controller/storage/node_keys.hpp) that IAM just made or widened is not
+// used by S3 at once (IAM is eventually consistent: seconds on AWS): before the nodes mount with
+// it, the controller lists each of the cluster's buckets with it every kNodeKeyPoll until all
+// answer, for at most kNodeKeyUsableWait; then the launch fails naming the bucket.
+inline constexpr Duration kNodeKeyUsableWait = 60s;
+inline constexpr Duration kNodeKeyPoll = 1s;
+static_assert(kNodeKeyPoll + kS3RequestTimeout < kNodeKeyUsableWait,
+              "a slow answer still leaves room for another ask");
 
 // ---- Spot interruption notices (agent/cloud/spot_notice, tests/integration/fake_ec2.py) --------
 // EC2 posts a spot instance's interruption on its instance metadata

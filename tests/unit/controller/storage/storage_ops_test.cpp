@@ -17,6 +17,8 @@
 
 #include "controller/storage/storage_ops.hpp"
 #include "shared/common/file_util.hpp"
+#include "shared/common/limits.hpp"
+#include "tests/fakes/fake_clock.hpp"
 #include "tests/fakes/fake_http_client.hpp"
 #include "tests/fakes/fake_ssh_runner.hpp"
 #include "tests/unit/test_support.hpp"
@@ -574,6 +576,61 @@ TEST_CASE("a launch whose mount fails deletes the key it made") {
   UndoPrepare(*r, "c1", w.parts);
   CHECK(w.iam.users.empty());
   CHECK_FALSE(std::filesystem::exists(w.KeyFile("c1")));
+}
+
+// The store as a node key reaches it: S3 refuses the key for its first `refusals` lists (IAM's
+// new keys and policies reach S3 late), then answers.
+class LateKeyStore : public MemoryStore {
+ public:
+  LateKeyStore(Buckets& b, int& refusals, std::vector<std::string>& listed)
+      : MemoryStore(b), refusals_(refusals), listed_(listed) {}
+  Result<std::vector<ObjectInfo>> ListObjects(const std::string& bucket, const std::string& prefix,
+                                              int max) override {
+    listed_.push_back(bucket);
+    if (refusals_ > 0) {
+      --refusals_;
+      return PermissionDenied("bucket " + bucket + ": InvalidAccessKeyId");
+    }
+    return MemoryStore::ListObjects(bucket, prefix, max);
+  }
+
+ private:
+  int& refusals_;
+  std::vector<std::string>& listed_;
+};
+
+TEST_CASE("the nodes mount once S3 takes the new key; a key never taken fails the launch") {
+  ScopedWorld w;
+  auto clock = std::make_shared<testing::FakeClock>();
+  int refusals = 3;
+  std::vector<std::string> listed;
+  w.parts.clock = clock;
+  w.parts.open_store_with_key = [&](const std::string&,
+                                    const NodeKey& key) -> Result<std::unique_ptr<ObjectStore>> {
+    CHECK(key.access_key_id.starts_with("AKIA"));
+    return std::unique_ptr<ObjectStore>(
+        std::make_unique<LateKeyStore>(w.buckets, refusals, listed));
+  };
+  const auto start = clock->Now();
+  auto r = PrepareBuckets(TaskWith({{"/a", Named("bucket-a")}, {"/b", Named("bucket-b")}}), "c1",
+                          w.parts);
+  REQUIRE_MESSAGE(r.ok(), r.status().message());
+  // Refused three times (a poll apart each), then both buckets listed once each.
+  CHECK(clock->Now() - start == limits::kNodeKeyPoll * 3);
+  CHECK(listed ==
+        std::vector<std::string>{"bucket-a", "bucket-a", "bucket-a", "bucket-a", "bucket-b"});
+
+  // Never taken: the launch fails after the wait, naming the key and the bucket, and the key it
+  // made is deleted.
+  refusals = 1'000'000;
+  auto never = PrepareBuckets(TaskWith({{"/a", Named("bucket-a")}}), "c2", w.parts);
+  REQUIRE_FALSE(never.ok());
+  CHECK(never.status().message() ==
+        "file_mounts./a: the nodes' bucket key (IAM user herd-buckets-c2) is not taken by "
+        "http://store after 1m: bucket bucket-a: InvalidAccessKeyId");
+  CHECK(w.iam.users.count("herd-buckets-c2") == 0);
+  CHECK_FALSE(std::filesystem::exists(w.KeyFile("c2")));
+  CHECK(w.iam.users.count("herd-buckets-c1") == 1);
 }
 
 TEST_CASE("a kept key does not open as another cluster's") {
