@@ -15,8 +15,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 import fake_ec2  # noqa: E402
-from herd_env import HerdEnvTestCase, netns_available, pids_with_marker  # noqa: E402
-from s3_server import KEY, S3Server, have_tools  # noqa: E402
+from herd_env import HerdEnvTestCase, netns_available  # noqa: E402
+from s3_server import KEY, BucketSuite, S3Server, have_tools  # noqa: E402
 
 CLUSTER = "bkeys"
 MINE, THEIRS = "herd-bk-mine", "herd-bk-theirs"
@@ -29,7 +29,7 @@ NODE_CONF = ".herd/agent/storage/rclone.conf"
 
 @unittest.skipUnless(netns_available() and have_tools(),
                      "needs root, ip netns, rclone, /dev/fuse and s3rver (scripts/install-deps.sh)")
-class BucketKeysTest(HerdEnvTestCase):
+class BucketKeysTest(BucketSuite, HerdEnvTestCase):
     ENV_PREFIX = "bkeys"
     CLUSTER = CLUSTER
 
@@ -85,17 +85,6 @@ class BucketKeysTest(HerdEnvTestCase):
                     cls.s3.stop()
             finally:
                 super().close_env()
-
-    @classmethod
-    def check_nothing_left(cls):
-        left = pids_with_marker(cls.h.dir)
-        assert left == [], f"processes of the suite left (rclone, s3rver): {left}"
-
-    def write(self, name, text):
-        path = os.path.join(self.h.dir, name)
-        with open(path, "w") as f:
-            f.write(text)
-        return path
 
     def on_node(self, command, stdin=""):
         """rclone on the node with the config herd put there (the node's key), given `stdin`."""

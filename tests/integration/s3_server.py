@@ -9,7 +9,7 @@ import signal
 import socket
 import subprocess
 
-from herd_env import wait_for
+from herd_env import pids_with_marker, wait_for
 
 S3RVER = os.path.join(os.environ.get("HERD_S3RVER_DIR",
                                      os.path.expanduser("~/.cache/herd/s3rver")),
@@ -81,3 +81,19 @@ class S3Server:
         assert self.proc is not None and self.proc.poll() is None, "s3rver is gone"
         p = self.rclone("lsf", "-R", "--files-only", "--retries", "1", f"t:{bucket}")
         return sorted(p.stdout.split()) if p.returncode == 0 else None
+
+
+class BucketSuite:
+    """What the bucket suites (HerdEnvTestCase classes with an S3Server) share: nothing of theirs
+    left running at the end, and files written into the suite's directory."""
+
+    @classmethod
+    def check_nothing_left(cls):
+        left = pids_with_marker(cls.h.dir)
+        assert left == [], f"processes of the suite left (rclone, s3rver): {left}"
+
+    def write(self, name, text):
+        path = os.path.join(self.h.dir, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path

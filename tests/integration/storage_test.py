@@ -13,7 +13,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from herd_env import HerdEnvTestCase, netns_available, pids_with_marker, wait_for  # noqa: E402
-from s3_server import KEY, S3Server, have_tools  # noqa: E402
+from s3_server import KEY, BucketSuite, S3Server, have_tools  # noqa: E402
 
 CLUSTER = "stor"
 # The buckets of this suite (names S3 takes; s3rver keeps them in the test's own directory).
@@ -22,7 +22,7 @@ CKPT, DATA, SRC = "herd-st-ckpt", "herd-st-data", "herd-st-src"
 
 @unittest.skipUnless(netns_available() and have_tools(),
                      "needs root, ip netns, rclone, /dev/fuse and s3rver (scripts/install-deps.sh)")
-class StorageTest(HerdEnvTestCase):
+class StorageTest(BucketSuite, HerdEnvTestCase):
     ENV_PREFIX = "storage"
     CLUSTER = CLUSTER
 
@@ -62,17 +62,6 @@ class StorageTest(HerdEnvTestCase):
                     cls.s3.stop()
             finally:
                 super().close_env()
-
-    @classmethod
-    def check_nothing_left(cls):
-        left = pids_with_marker(cls.h.dir)
-        assert left == [], f"processes of the suite left (rclone, s3rver): {left}"
-
-    def write(self, name, text):
-        path = os.path.join(self.h.dir, name)
-        with open(path, "w") as f:
-            f.write(text)
-        return path
 
     def rclone(self, *args):
         """rclone on this machine against the server (the test's own view of the bucket)."""
