@@ -210,9 +210,15 @@ Status AwaitNodeKey(ObjectStore& with_key, const std::vector<std::string>& bucke
   while (true) {
     Status last = Status::Ok();
     for (; next < buckets.size(); ++next) {
-      auto listed = with_key.ListObjects(buckets[next], "", 1);
-      if (!listed.ok()) {
-        last = listed.status();
+      // HeadBucket: what s3:ListBucket allows, and what every S3-compatible server answers
+      // (s3rver fails a ListObjectsV2 that would be truncated).
+      auto there = with_key.BucketExists(buckets[next]);
+      if (!there.ok()) {
+        last = there.status();
+        break;
+      }
+      if (!*there) {
+        last = NotFound("bucket " + buckets[next] + " is not there for the key");
         break;
       }
     }

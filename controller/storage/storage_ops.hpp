@@ -58,8 +58,8 @@ struct StorageParts {
 };
 StorageParts SystemStorageParts();
 
-// Lists each of `buckets` (one key) through `with_key` every limits::kNodeKeyPoll until every
-// one answers, for at most limits::kNodeKeyUsableWait: IAM's new keys and policies reach S3 a
+// Asks for each of `buckets` (HeadBucket) through `with_key` every limits::kNodeKeyPoll until
+// every one answers, for at most limits::kNodeKeyUsableWait: IAM's new keys and policies reach S3 a
 // few seconds late. The last refusal, naming the bucket, when the wait runs out.
 Status AwaitNodeKey(ObjectStore& with_key, const std::vector<std::string>& buckets, Clock& clock);
 

@@ -819,7 +819,7 @@ static_assert(kStorageMountReadyTimeout < kSshWaitTotal,
               "a mount is ready well within one SSH command's wait");
 // A cluster's bucket key (controller/storage/node_keys.hpp) that IAM just made or widened is not
 // used by S3 at once (IAM is eventually consistent: seconds on AWS): before the nodes mount with
-// it, the controller lists each of the cluster's buckets with it every kNodeKeyPoll until all
+// it, the controller asks for each of the cluster's buckets with it every kNodeKeyPoll until all
 // answer, for at most kNodeKeyUsableWait; then the launch fails naming the bucket.
 inline constexpr Duration kNodeKeyUsableWait = 60s;
 inline constexpr Duration kNodeKeyPoll = 1s;

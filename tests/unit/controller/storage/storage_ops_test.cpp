@@ -578,25 +578,24 @@ TEST_CASE("a launch whose mount fails deletes the key it made") {
   CHECK_FALSE(std::filesystem::exists(w.KeyFile("c1")));
 }
 
-// The store as a node key reaches it: S3 refuses the key for its first `refusals` lists (IAM's
+// The store as a node key reaches it: S3 refuses the key for its first `refusals` asks (IAM's
 // new keys and policies reach S3 late), then answers.
 class LateKeyStore : public MemoryStore {
  public:
-  LateKeyStore(Buckets& b, int& refusals, std::vector<std::string>& listed)
-      : MemoryStore(b), refusals_(refusals), listed_(listed) {}
-  Result<std::vector<ObjectInfo>> ListObjects(const std::string& bucket, const std::string& prefix,
-                                              int max) override {
-    listed_.push_back(bucket);
+  LateKeyStore(Buckets& b, int& refusals, std::vector<std::string>& asked)
+      : MemoryStore(b), refusals_(refusals), asked_(asked) {}
+  Result<bool> BucketExists(const std::string& bucket) override {
+    asked_.push_back(bucket);
     if (refusals_ > 0) {
       --refusals_;
       return PermissionDenied("bucket " + bucket + ": InvalidAccessKeyId");
     }
-    return MemoryStore::ListObjects(bucket, prefix, max);
+    return MemoryStore::BucketExists(bucket);
   }
 
  private:
   int& refusals_;
-  std::vector<std::string>& listed_;
+  std::vector<std::string>& asked_;
 };
 
 TEST_CASE("the nodes mount once S3 takes the new key; a key never taken fails the launch") {
@@ -615,7 +614,7 @@ TEST_CASE("the nodes mount once S3 takes the new key; a key never taken fails th
   auto r = PrepareBuckets(TaskWith({{"/a", Named("bucket-a")}, {"/b", Named("bucket-b")}}), "c1",
                           w.parts);
   REQUIRE_MESSAGE(r.ok(), r.status().message());
-  // Refused three times (a poll apart each), then both buckets listed once each.
+  // Refused three times (a poll apart each), then both buckets there for the key.
   CHECK(clock->Now() - start == limits::kNodeKeyPoll * 3);
   CHECK(listed ==
         std::vector<std::string>{"bucket-a", "bucket-a", "bucket-a", "bucket-a", "bucket-b"});
