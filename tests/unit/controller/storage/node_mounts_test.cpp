@@ -94,7 +94,7 @@ TEST_CASE("the mount script reads the keys from stdin only") {
   std::string s = MountScript({{"~/ckpt", "MOUNT_CACHED", "bucket/prefix"}});
   CHECK(s.find("cat > \"$D/rclone.conf.new\"") != std::string::npos);
   CHECK(s.find("herd_mount '~/ckpt' 'MOUNT_CACHED' 'bucket/prefix' ") != std::string::npos);
-  CHECK(s.find("--vfs-cache-mode full") != std::string::npos);
+  CHECK(s.find("--vfs-cache-mode full --write-back-cache") != std::string::npos);
 }
 
 }  // namespace
