@@ -50,7 +50,12 @@ code=0
 for a in "$@"; do
   case "$a" in
     exit=*) code=${a#exit=} ;;
-    sleep=*) echo sleeping; sleep ${a#sleep=} ;;
+    # In the background, waited for, with SIGINT trapped: a SIGINT to the group between the echo
+    # and the shell's fork of a foreground sleep could be lost (sh lives on, sleep never gets it).
+    sleep=*)
+      trap 'kill $! 2>/dev/null; exit 130' INT
+      echo sleeping; sleep ${a#sleep=} & wait $!
+      trap - INT ;;
     ls=*) ls -R "${a#ls=}"; cat "${a#ls=}/a.txt" ;;
   esac
 done
