@@ -15,8 +15,8 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 import fake_ec2  # noqa: E402
-from herd_env import HerdEnvTestCase, netns_available  # noqa: E402
-from s3_server import KEY, BucketSuite, S3Server, have_tools  # noqa: E402
+from herd_env import HerdEnvTestCase  # noqa: E402
+from s3_server import KEY, BucketSuite, S3Server, needs_bucket_tools  # noqa: E402
 
 CLUSTER = "bkeys"
 MINE, THEIRS = "herd-bk-mine", "herd-bk-theirs"
@@ -27,8 +27,7 @@ USER_SECRET = secrets.token_urlsafe(30)
 NODE_CONF = ".herd/agent/storage/rclone.conf"
 
 
-@unittest.skipUnless(netns_available() and have_tools(),
-                     "needs root, ip netns, rclone, /dev/fuse and s3rver (scripts/install-deps.sh)")
+@needs_bucket_tools
 class BucketKeysTest(BucketSuite, HerdEnvTestCase):
     ENV_PREFIX = "bkeys"
     CLUSTER = CLUSTER

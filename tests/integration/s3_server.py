@@ -8,8 +8,9 @@ import shutil
 import signal
 import socket
 import subprocess
+import unittest
 
-from herd_env import pids_with_marker, wait_for
+from herd_env import netns_available, pids_with_marker, wait_for
 
 S3RVER = os.path.join(os.environ.get("HERD_S3RVER_DIR",
                                      os.path.expanduser("~/.cache/herd/s3rver")),
@@ -81,6 +82,13 @@ class S3Server:
         assert self.proc is not None and self.proc.poll() is None, "s3rver is gone"
         p = self.rclone("lsf", "-R", "--files-only", "--retries", "1", f"t:{bucket}")
         return sorted(p.stdout.split()) if p.returncode == 0 else None
+
+
+def needs_bucket_tools(cls):
+    """Skips a bucket suite on a machine without what it needs."""
+    return unittest.skipUnless(
+        netns_available() and have_tools(),
+        "needs root, ip netns, rclone, /dev/fuse and s3rver (scripts/install-deps.sh)")(cls)
 
 
 class BucketSuite:

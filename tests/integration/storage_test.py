@@ -12,16 +12,15 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from herd_env import HerdEnvTestCase, netns_available, pids_with_marker, wait_for  # noqa: E402
-from s3_server import KEY, BucketSuite, S3Server, have_tools  # noqa: E402
+from herd_env import HerdEnvTestCase, pids_with_marker, wait_for  # noqa: E402
+from s3_server import KEY, BucketSuite, S3Server, needs_bucket_tools  # noqa: E402
 
 CLUSTER = "stor"
 # The buckets of this suite (names S3 takes; s3rver keeps them in the test's own directory).
 CKPT, DATA, SRC = "herd-st-ckpt", "herd-st-data", "herd-st-src"
 
 
-@unittest.skipUnless(netns_available() and have_tools(),
-                     "needs root, ip netns, rclone, /dev/fuse and s3rver (scripts/install-deps.sh)")
+@needs_bucket_tools
 class StorageTest(BucketSuite, HerdEnvTestCase):
     ENV_PREFIX = "storage"
     CLUSTER = CLUSTER

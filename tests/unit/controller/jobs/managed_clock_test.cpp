@@ -13,6 +13,7 @@
 #include "controller/ops/cluster_ops.hpp"
 #include "shared/common/limits.hpp"
 #include "tests/fakes/fake_clock.hpp"
+#include "tests/unit/controller/jobs/managed_job_support.hpp"
 #include "tests/unit/test_support.hpp"
 
 namespace herd::controller {
@@ -55,14 +56,7 @@ int64_t Submit(FakeClock& clock, jobs::ManagedState state) {
   return *id;
 }
 
-jobs::ManagedJob Stored(int64_t id) {
-  auto db = jobs::ManagedJobStore::Open(jobs::ManagedJobsDbPath());
-  REQUIRE(db.ok());
-  auto job = (*db)->Get(id);
-  REQUIRE(job.ok());
-  REQUIRE(job->has_value());
-  return **job;
-}
+jobs::ManagedJob Stored(int64_t id) { return herd::testing::StoredJob(id); }
 
 milliseconds Since(FakeClock& clock, std::chrono::steady_clock::time_point from) {
   return std::chrono::duration_cast<milliseconds>(clock.Now() - from);

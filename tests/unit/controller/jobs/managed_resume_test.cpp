@@ -27,6 +27,7 @@
 #include "tests/fakes/fake_head.hpp"
 #include "tests/fakes/fake_provider.hpp"
 #include "tests/fakes/fake_ssh_runner.hpp"
+#include "tests/unit/controller/jobs/managed_job_support.hpp"
 #include "tests/unit/test_support.hpp"
 
 namespace herd::controller {
@@ -161,15 +162,6 @@ struct World {
     REQUIRE(id.ok());
     return *id;
   }
-
-  jobs::ManagedJob Stored(int64_t id) {
-    auto db = jobs::ManagedJobStore::Open(jobs::ManagedJobsDbPath());
-    REQUIRE(db.ok());
-    auto j = (*db)->Get(id);
-    REQUIRE(j.ok());
-    REQUIRE(j->has_value());
-    return **j;
-  }
 };
 
 TEST_CASE("resuming: a head whose machine answers is asked again for kManagedResumeHeadWait") {
@@ -185,7 +177,7 @@ TEST_CASE("resuming: a head whose machine answers is asked again for kManagedRes
   CHECK(waited >= limits::kManagedResumeHeadWait);
   CHECK(waited < limits::kManagedResumeHeadWait + limits::kManagedResumeRetry * 2);
   CHECK(sshd.greeted() >= 2);
-  const jobs::ManagedJob job = w.Stored(id);
+  const jobs::ManagedJob job = herd::testing::StoredJob(id);
   CHECK(job.state == jobs::ManagedState::kFailed);
   REQUIRE(job.attempts.size() == 1);
   CHECK(job.attempts[0].outcome == "NODE_LOST");
@@ -207,7 +199,7 @@ TEST_CASE("resuming: a head whose machine does not answer either is lost after k
   CHECK(waited >= limits::kNodeLostAfter);
   CHECK(waited < limits::kNodeLostAfter + limits::kManagedResumeRetry * 2);
   CHECK(waited < limits::kManagedResumeHeadWait);
-  const jobs::ManagedJob job = w.Stored(id);
+  const jobs::ManagedJob job = herd::testing::StoredJob(id);
   CHECK(job.state == jobs::ManagedState::kFailed);
   REQUIRE(job.attempts.size() == 1);
   CHECK(job.attempts[0].outcome == "NODE_LOST");
