@@ -84,8 +84,8 @@ herd_mount() {
     return 0
   fi
   # MOUNT_CACHED: the kernel also buffers writes before rclone gets them (FUSE's write-back
-  # cache: larger writes, about 1.4x the rate of write-through here); a close or fsync hands
-  # them to rclone, whose cache then uploads them in the background.
+  # cache: larger writes than write-through; bench/storage_bench.py); a close or fsync hands them
+  # to rclone, whose cache then uploads them in the background.
   if [ "$mode" = MOUNT_CACHED ]; then cache="--vfs-cache-mode full --write-back-cache"; else cache="--vfs-cache-mode writes"; fi
   # shellcheck disable=SC2086
   setsid rclone --config "$D/rclone.conf" mount )SH" +
