@@ -353,6 +353,7 @@ std::string WhyNotFits(const task::Task& later, const Candidate& c, int nodes) {
 }
 
 Status KeepCandidatesFor(Plan& plan, const std::vector<const task::Task*>& later) {
+  if (later.empty()) return Status::Ok();  // a single task's launch: nothing to narrow
   auto task_name = [&](std::size_t i) {
     return "task " + std::to_string(i + 2) +
            (later[i]->name.empty() ? "" : " (" + later[i]->name + ")");
