@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -153,6 +154,51 @@ Result<std::vector<SlurmClusterConfig>> ParseSlurmConfig(std::string_view text,
   };
   std::vector<SlurmClusterConfig> out;
   std::set<std::string> jump_hosts;  // Host entries used as another's ProxyJump: not clusters
+  // The hops of a ProxyJump value ("a" or "a,b,..."), first to last, appended to `hops`, as ssh
+  // takes them: each hop takes HostName, User, Port and IdentityFile from the blocks that match
+  // it (the form's own user and port win; without an IdentityFile of its own a hop uses the
+  // cluster's key); the first hop is reached through its own ProxyJump when it has one (the later
+  // ones through the hop before them). A Host line that names a hop makes it a bastion, not a
+  // cluster. `visiting`: the hosts whose ProxyJump is being resolved, to refuse a loop.
+  std::function<Status(const std::string&, const std::string&, std::set<std::string>&,
+                       std::vector<SshJump>&)>
+      resolve_jumps = [&](const std::string& value, const std::string& key,
+                          std::set<std::string>& visiting, std::vector<SshJump>& hops) -> Status {
+    std::vector<std::string> specs;
+    for (std::size_t from = 0;;) {
+      const std::size_t comma = value.find(',', from);
+      specs.push_back(value.substr(from, comma == std::string::npos ? comma : comma - from));
+      if (comma == std::string::npos) break;
+      from = comma + 1;
+    }
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      const std::string& spec = specs[i];
+      HERD_ASSIGN_OR_RETURN(SshJump hop, ParseSshJump(spec, key));
+      if (named(hop.host)) jump_hosts.insert(hop.host);
+      std::map<std::string, std::string> j = values_for(hop.host);
+      if (i == 0 && j.count("proxyjump") && Lower(j["proxyjump"]) != "none") {
+        if (!visiting.insert(hop.host).second) {
+          return InvalidArgument("jump host " + hop.host +
+                                 " is reached through itself (a ProxyJump loop)");
+        }
+        if (Status s = resolve_jumps(j["proxyjump"], key, visiting, hops); !s.ok()) {
+          return InvalidArgument("jump host " + hop.host + ": ProxyJump: " + s.message());
+        }
+        visiting.erase(hop.host);
+      }
+      const bool own_user = spec.find('@') != std::string::npos;
+      const std::string hostport = spec.substr(spec.rfind('@') + 1);  // npos + 1 == 0
+      const bool own_port = hostport.front() == '['
+                                ? hostport.find("]:") != std::string::npos
+                                : std::count(hostport.begin(), hostport.end(), ':') == 1;
+      if (j.count("hostname")) hop.host = j["hostname"];
+      if (!own_user && j.count("user")) hop.user = j["user"];
+      if (!own_port && j.count("port")) hop.port = std::stoi(j["port"]);
+      if (j.count("identityfile")) hop.identity_file = ExpandTilde(j["identityfile"]);
+      hops.push_back(std::move(hop));
+    }
+    return Status::Ok();
+  };
   for (const auto& b : blocks) {
     for (const auto& name : b.patterns) {
       if (name.find_first_of("*?!") != std::string::npos) continue;
@@ -169,30 +215,15 @@ Result<std::vector<SlurmClusterConfig>> ParseSlurmConfig(std::string_view text,
       if (first.count("identityfile")) c.identity_file = ExpandTilde(first["identityfile"]);
       if (first.count("proxyjump") && Lower(first["proxyjump"]) != "none") {
         const std::string where = b.location + ": Host " + name + ": ProxyJump";
-        auto jump = ParseSshJump(first["proxyjump"], c.identity_file);
-        if (!jump.ok()) return InvalidArgument(where + ": " + jump.status().message());
-        c.jump = *jump;
-        // The jump host takes HostName, User, Port and IdentityFile from the blocks that match
-        // it (the form's own user and port win), as ssh would; one a Host line names is a
-        // bastion, not a cluster.
-        {
-          if (named(c.jump.host)) jump_hosts.insert(c.jump.host);
-          std::map<std::string, std::string> j = values_for(c.jump.host);
-          if (j.count("proxyjump") && Lower(j["proxyjump"]) != "none") {
-            return InvalidArgument(where + ": jump host " + c.jump.host +
-                                   " has a ProxyJump of its own; a chain is not supported");
-          }
-          const std::string& spec = first["proxyjump"];
-          const bool own_user = spec.find('@') != std::string::npos;
-          const std::string hostport = spec.substr(spec.rfind('@') + 1);  // npos + 1 == 0
-          const bool own_port = hostport.front() == '['
-                                    ? hostport.find("]:") != std::string::npos
-                                    : std::count(hostport.begin(), hostport.end(), ':') == 1;
-          if (j.count("hostname")) c.jump.host = j["hostname"];
-          if (!own_user && j.count("user")) c.jump.user = j["user"];
-          if (!own_port && j.count("port")) c.jump.port = std::stoi(j["port"]);
-          if (j.count("identityfile")) c.jump.identity_file = ExpandTilde(j["identityfile"]);
+        std::vector<SshJump> hops;
+        std::set<std::string> visiting = {name};
+        if (Status s = resolve_jumps(first["proxyjump"], c.identity_file, visiting, hops);
+            !s.ok()) {
+          return InvalidArgument(where + ": " + s.message());
         }
+        c.jump = std::move(hops.back());
+        hops.pop_back();
+        c.jump.before = std::move(hops);
       }
       out.push_back(std::move(c));
     }

@@ -12,8 +12,10 @@
 // may name several patterns, and for each key the first value found among the Host blocks that
 // match the cluster's name wins (so a trailing `Host *` block gives defaults). Only the names of
 // Host lines without wildcards are clusters, except a Host that is another's ProxyJump (a bastion
-// with its own HostName, User, Port, IdentityFile). ProxyJump takes one hop, "[user@]host[:port]";
-// without an IdentityFile of its own the jump uses the cluster's. Other keys are ignored.
+// with its own HostName, User, Port, IdentityFile). ProxyJump takes hops "[user@]host[:port]", one
+// or a comma list gone through in order, and a hop that is a Host with a ProxyJump of its own is
+// reached through that first (a chain of bastions; a loop is refused); without an IdentityFile of
+// its own a hop uses the cluster's. Other keys are ignored.
 #pragma once
 
 #include <string>
@@ -31,7 +33,7 @@ struct SlurmClusterConfig {
   std::string user;      // "" lets ssh pick (the local user)
   int port = 22;
   std::string identity_file;  // "~" expanded; "" lets ssh pick its defaults
-  SshJump jump;               // ProxyJump, resolved; empty when none
+  SshJump jump;               // ProxyJump, resolved (its hops before it in jump.before)
   std::string location;       // "file:line" of the Host line, for messages
 };
 

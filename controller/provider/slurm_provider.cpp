@@ -90,6 +90,11 @@ Status SaveRecord(const std::string& state_dir, const Record& r) {
     o << "jump_host=" << r.login.jump.host << "\njump_port=" << r.login.jump.port
       << "\njump_user=" << r.login.jump.user
       << "\njump_identity_file=" << r.login.jump.identity_file << "\n";
+    for (const SshJump& hop : r.login.jump.before) {  // each hop's lines start with its host
+      o << "jump_before_host=" << hop.host << "\njump_before_port=" << hop.port
+        << "\njump_before_user=" << hop.user << "\njump_before_identity_file=" << hop.identity_file
+        << "\n";
+    }
   }
   for (const auto& n : r.nodes) {
     o << "node=" << n.herd_name << " " << n.slurm_name << " " << n.addr << "\n";
@@ -122,6 +127,13 @@ Result<std::optional<Record>> LoadRecord(const std::string& state_dir) {
     if (k == "jump_port") r.login.jump.port = std::atoi(v.c_str());
     if (k == "jump_user") r.login.jump.user = v;
     if (k == "jump_identity_file") r.login.jump.identity_file = v;
+    auto& before = r.login.jump.before;
+    if (k == "jump_before_host") before.push_back(SshJump{v});
+    if (!before.empty()) {
+      if (k == "jump_before_port") before.back().port = std::atoi(v.c_str());
+      if (k == "jump_before_user") before.back().user = v;
+      if (k == "jump_before_identity_file") before.back().identity_file = v;
+    }
     if (k == "node") {
       auto w = Split(v, ' ');
       if (w.size() == 3) r.nodes.push_back({w[0], w[1], w[2]});

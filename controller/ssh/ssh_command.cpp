@@ -27,6 +27,9 @@ std::string DescribeTarget(const SshTarget& target) {
   std::string addr = target.host + ":" + std::to_string(target.port);
   if (!target.jump.empty()) {
     addr += " via " + target.jump.host + ":" + std::to_string(target.jump.port);
+    for (auto hop = target.jump.before.rbegin(); hop != target.jump.before.rend(); ++hop) {
+      addr += " via " + hop->host + ":" + std::to_string(hop->port);
+    }
   }
   if (target.name.empty()) return addr;
   return target.name + " (" + addr + ")";
@@ -79,7 +82,7 @@ Result<SshJump> ParseSshJump(std::string_view spec, const std::string& identity_
   };
   if (spec.empty()) return bad("empty");
   if (spec.find(',') != std::string_view::npos) {
-    return bad("a chain of jump hosts is not supported; name one");
+    return bad("one hop expected here (a list is split into hops first)");
   }
   if (spec.find_first_of(" \t\r\n'\"\\") != std::string_view::npos) {
     return bad("blanks, quotes and backslashes are not allowed");
@@ -151,6 +154,13 @@ std::string JumpProxyCommand(const SshJump& jump, const std::string& known_hosts
   }
   cmd += " -o LogLevel=ERROR";
   if (!jump.identity_file.empty()) cmd += " -i " + arg(jump.identity_file);
+  if (!jump.before.empty()) {
+    // This hop is reached through the ones before it: the last of them with the rest before it.
+    // Its command is this one's option, so its %-tokens are doubled once more by arg().
+    SshJump previous = jump.before.back();
+    previous.before.assign(jump.before.begin(), jump.before.end() - 1);
+    cmd += " -o " + arg("ProxyCommand=" + JumpProxyCommand(previous, known_hosts_file));
+  }
   cmd += " -p " + std::to_string(jump.port) + " -W %h:%p ";
   cmd += arg(jump.user.empty() ? jump.host : jump.user + "@" + jump.host);
   return cmd;

@@ -17,13 +17,15 @@ namespace herd::controller {
 // the target's jump host as a ProxyCommand.
 std::vector<std::string> SshOptions(const SshTarget& target);
 
-// ssh's -J form "[user@]host[:port]" (an IPv6 address in brackets when a port follows). One hop:
-// a chain ("a,b") is refused, as are a host starting with '-', blanks and a bad port. The jump's
-// key is not part of the form: `identity_file` is copied into the result.
+// ssh's -J form "[user@]host[:port]" (an IPv6 address in brackets when a port follows). One hop
+// (a list "a,b" is split into hops by the caller, each parsed here): a ',' is refused, as are a
+// host starting with '-', blanks and a bad port. The jump's key is not part of the form:
+// `identity_file` is copied into the result.
 Result<SshJump> ParseSshJump(std::string_view spec, const std::string& identity_file);
 
 // The ProxyCommand that reaches the target through `jump` (`ssh -W %h:%p` on the jump host), with
-// the same bounded, prompt-free options as SshOptions and the jump's own key; host keys checked
+// the same bounded, prompt-free options as SshOptions and the jump's own key, the jump host itself
+// reached through `jump.before` (a ProxyCommand of its own, nested); host keys checked
 // against `known_hosts_file` ("" the user's). For ssh's -o ProxyCommand= and for ssh_config;
 // paths are shell-quoted and their '%' doubled.
 std::string JumpProxyCommand(const SshJump& jump, const std::string& known_hosts_file);

@@ -2,16 +2,21 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace herd::controller {
 
 // A host the connection goes through first (ssh's ProxyJump: a bastion in front of a Slurm login
-// node), reached with its own key; `host` empty means none.
+// node), reached with its own key; `host` empty means none. A chain of jump hosts ("ProxyJump
+// a,b", or a bastion with a ProxyJump of its own) is the last hop here and the hops that lead to
+// it in `before`, first to last, each of those reached from the one before it (their own
+// `before` empty).
 struct SshJump {
   std::string host;
   int port = 22;
-  std::string user;           // "" lets ssh pick (the local user)
-  std::string identity_file;  // "" lets ssh pick its defaults
+  std::string user;               // "" lets ssh pick (the local user)
+  std::string identity_file;      // "" lets ssh pick its defaults
+  std::vector<SshJump> before{};  // the hops before this one, first to last; empty: direct
 
   bool empty() const { return host.empty(); }
   bool operator==(const SshJump&) const = default;

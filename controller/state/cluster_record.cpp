@@ -69,10 +69,17 @@ json::object NodeToJson(const NodeRecord& n) {
                  {"spot_metadata", n.spot_metadata},
                  {"is_head", n.is_head}};
   if (!n.jump.empty()) {
-    o["jump"] = json::object{{"host", n.jump.host},
-                             {"port", n.jump.port},
-                             {"user", n.jump.user},
-                             {"identity_file", n.jump.identity_file}};
+    auto hop = [](const SshJump& j) {
+      return json::object{
+          {"host", j.host}, {"port", j.port}, {"user", j.user}, {"identity_file", j.identity_file}};
+    };
+    json::object jump = hop(n.jump);
+    if (!n.jump.before.empty()) {
+      json::array before;
+      for (const SshJump& j : n.jump.before) before.push_back(hop(j));
+      jump["before"] = std::move(before);
+    }
+    o["jump"] = std::move(jump);
   }
   return o;
 }
@@ -93,11 +100,21 @@ Result<NodeRecord> NodeFromJson(const json::value& v) {
   HERD_RETURN_IF_ERROR(r.Bool("is_head", n.is_head));
   if (const json::value* jump = v.get_object().if_contains("jump")) {
     if (!jump->is_object()) return InvalidArgument("key 'jump' is not an object");
-    Reader j(jump->get_object());
-    HERD_RETURN_IF_ERROR(j.Str("host", n.jump.host));
-    HERD_RETURN_IF_ERROR(j.Integer("port", n.jump.port));
-    HERD_RETURN_IF_ERROR(j.Str("user", n.jump.user));
-    HERD_RETURN_IF_ERROR(j.Str("identity_file", n.jump.identity_file));
+    auto hop = [](const json::object& o, SshJump& out) -> Status {
+      Reader j(o);
+      HERD_RETURN_IF_ERROR(j.Str("host", out.host));
+      HERD_RETURN_IF_ERROR(j.Integer("port", out.port));
+      HERD_RETURN_IF_ERROR(j.Str("user", out.user));
+      return j.Str("identity_file", out.identity_file);
+    };
+    HERD_RETURN_IF_ERROR(hop(jump->get_object(), n.jump));
+    if (const json::value* before = jump->get_object().if_contains("before")) {
+      if (!before->is_array()) return InvalidArgument("key 'jump.before' is not an array");
+      for (const json::value& h : before->get_array()) {
+        if (!h.is_object()) return InvalidArgument("a hop of 'jump.before' is not an object");
+        HERD_RETURN_IF_ERROR(hop(h.get_object(), n.jump.before.emplace_back()));
+      }
+    }
   }
   return n;
 }

@@ -90,7 +90,13 @@ class SlurmTest(HerdEnvTestCase):
                     f"Host jumpcluster\n  HostName {cls.ips[0]}\n  User root\n"
                     f"  IdentityFile {cls.key}\n  ProxyJump gate\n"
                     f"Host gate\n  HostName {cls.ips[2]}\n  User root\n"
-                    f"  IdentityFile {cls.key}\n")
+                    f"  IdentityFile {cls.key}\n"
+                    # Through two bastions: gate2 (the first compute node's sshd), itself
+                    # reached through gate; test_d2 refuses every shorter way.
+                    f"Host chaincluster\n  HostName {cls.ips[0]}\n  User root\n"
+                    f"  IdentityFile {cls.key}\n  ProxyJump gate2\n"
+                    f"Host gate2\n  HostName {cls.ips[1]}\n  User root\n"
+                    f"  IdentityFile {cls.key}\n  ProxyJump gate\n")
 
     @classmethod
     def close_env(cls):
@@ -254,6 +260,45 @@ class SlurmTest(HerdEnvTestCase):
         # The job's cluster went with it: no allocation left.
         self.assertTrue(wait_for(lambda: self.jobs("PD", "R", "CG", "CF") == [], timeout=60))
         self.assertEqual([c for c in self.status() if c.startswith("hslmj")], [])
+
+    def test_d2_login_node_behind_a_chain_of_bastions(self):
+        """ProxyJump through a bastion that has a ProxyJump of its own: the login node and the
+        inner bastion refuse ssh from this machine, the inner bastion takes it from the outer
+        one; a launch, its job's output, exec and down all go through both."""
+        route = subprocess.run(["ip", "-o", "route", "get", self.ips[0]], capture_output=True,
+                               text=True, check=True).stdout.split()
+        here = route[route.index("src") + 1]
+        rule = ["-p", "tcp", "--dport", "22", "-s", here, "-j", "REJECT"]
+        shut = [["ip", "netns", "exec", f"herd-{HOSTS_NAME}-{k}", "iptables"] for k in (0, 1)]
+        added = []
+        try:
+            for ns in shut:
+                subprocess.run(ns + ["-I", "INPUT"] + rule, check=True)
+                added.append(ns)
+            for ip in self.ips[:2]:
+                direct = subprocess.run(
+                    ["ssh", "-F", "/dev/null", "-i", self.key, "-o", "BatchMode=yes", "-o",
+                     "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o",
+                     "ConnectTimeout=5", f"root@{ip}", "true"],
+                    capture_output=True, timeout=30)
+                self.assertEqual(direct.returncode, 255, direct.stderr)  # that way is shut
+            checked = self.h.herd("check").stdout.decode()
+            self.assertIn("slurm/chaincluster", checked)
+            self.assertNotIn("slurm/gate2", checked)  # bastions are not clusters
+            p = self.h.herd("launch", "-c", "hslc", "--infra", "slurm/chaincluster/gpu", "-y",
+                            "--", "echo", "through", "two", "gates", "$SKYPILOT_NODE_RANK",
+                            timeout=240)
+            self.assertIn(b"through two gates 0\n", p.stdout)
+            self.assertEqual(self.status()["hslc"]["status"], "UP")
+            p = self.h.herd("exec", "hslc", "--", "echo", "again", timeout=120)
+            self.assertIn(b"again\n", p.stdout)
+            self.h.herd("down", "hslc", "-y")
+            self.assertEqual(self.jobs("PD", "R", "CG", "CF", "S"), [])
+            self.assertNotIn("hslc", self.status())
+        finally:
+            for ns in added:
+                subprocess.run(ns + ["-D", "INPUT"] + rule, check=False)
+            self.h.herd("down", "hslc", "-y", check=False)
 
     def test_d_login_node_behind_a_bastion(self):
         """ProxyJump: the login node refuses ssh from this machine and takes it from the

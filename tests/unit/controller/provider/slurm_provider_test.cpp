@@ -158,16 +158,8 @@ TEST_CASE("~/.slurm/config: ProxyJump as user@host:port, or naming a Host entry 
   CHECK((*c)[2].name == "direct");
   CHECK((*c)[2].jump.empty());
 
-  auto chain = ParseSlurmConfig("Host a\n  ProxyJump b,c\n", "cfg");
-  REQUIRE_FALSE(chain.ok());
-  CHECK(chain.status().message() ==
-        "cfg:1: Host a: ProxyJump: jump host 'b,c': a chain of jump hosts is not supported; name "
-        "one");
-  auto nested = ParseSlurmConfig("Host a\n  ProxyJump b\nHost b\n  ProxyJump c\n", "cfg");
-  REQUIRE_FALSE(nested.ok());
-  CHECK(nested.status().message().find("cfg:1: Host a: ProxyJump: jump host b has a ProxyJump") ==
-        0);
-  for (const char* bad : {"-oProxyCommand=x", "h:0", "h:99999", "h:", "@h", "[::1", "a b"}) {
+  for (const char* bad : {"-oProxyCommand=x", "h:0", "h:99999", "h:", "@h", "[::1", "a b", "a,,b",
+                          "a,", ",a", "a,h:0"}) {
     auto r = ParseSlurmConfig(std::string("Host a\n  ProxyJump ") + bad + "\n", "cfg");
     CHECK_MESSAGE(!r.ok(), bad);
   }
@@ -456,4 +448,51 @@ TEST_CASE("bad input: each a one-line error naming the cause, nothing left alloc
           "no Slurm cluster other in " + f.config + " (clusters: mycluster)");
   }
   CHECK_FALSE(fs::exists(f.state + "/slurm.state"));
+}
+
+TEST_CASE(
+    "~/.slurm/config: a chain of jump hosts, as a list or through a bastion's own ProxyJump") {
+  // ProxyJump outer,inner: outer first, then inner from it, then the login node from inner. outer
+  // is reached through its own ProxyJump (edge) first; inner's own ProxyJump is not used (ssh
+  // takes the list's order for every hop after the first).
+  auto c = ParseSlurmConfig(
+      "Host listed\n"
+      "  HostName 10.0.0.5\n"
+      "  IdentityFile /keys/alice\n"
+      "  ProxyJump outer,root@inner:2200\n"
+      "Host nested\n"
+      "  HostName 10.0.0.6\n"
+      "  IdentityFile /keys/alice\n"
+      "  ProxyJump inner\n"
+      "Host outer\n"
+      "  HostName 192.0.2.1\n"
+      "  User gate\n"
+      "  IdentityFile /keys/gate\n"
+      "  ProxyJump edge.example:2022\n"
+      "Host inner\n"
+      "  HostName 192.0.2.2\n"
+      "  User bob\n"
+      "  ProxyJump outer\n",
+      "cfg");
+  REQUIRE_MESSAGE(c.ok(), c.status().ToString());
+  REQUIRE(c->size() == 2);  // outer and inner are bastions
+  const SshJump edge{"edge.example", 2022, "", "/keys/alice"};
+  const SshJump outer{"192.0.2.1", 22, "gate", "/keys/gate"};
+  CHECK((*c)[0].name == "listed");
+  CHECK((*c)[0].jump == SshJump{"192.0.2.2", 2200, "root", "/keys/alice", {edge, outer}});
+  // A bastion with a ProxyJump of its own is reached through it: nested -> inner -> outer ->
+  // edge, flattened first to last.
+  CHECK((*c)[1].name == "nested");
+  CHECK((*c)[1].jump == SshJump{"192.0.2.2", 22, "bob", "/keys/alice", {edge, outer}});
+
+  auto loop = ParseSlurmConfig(
+      "Host a\n  ProxyJump b\nHost b\n  ProxyJump c\nHost c\n  ProxyJump b\n", "cfg");
+  REQUIRE_FALSE(loop.ok());
+  CHECK(loop.status().message() ==
+        "cfg:1: Host a: ProxyJump: jump host b: ProxyJump: jump host c: ProxyJump: jump host b is "
+        "reached through itself (a ProxyJump loop)");
+  auto self = ParseSlurmConfig("Host a\n  ProxyJump a\n", "cfg");
+  REQUIRE_FALSE(self.ok());
+  CHECK(self.status().message() ==
+        "cfg:1: Host a: ProxyJump: jump host a is reached through itself (a ProxyJump loop)");
 }

@@ -185,6 +185,31 @@ TEST_CASE("a target behind a jump host: a ProxyCommand with the jump's key, in s
   }
 }
 
+TEST_CASE("a chain of jump hosts: each hop's ProxyCommand nested in the next one's") {
+  SshTarget t = Worker();
+  t.known_hosts_file = "";
+  t.jump =
+      SshJump{"inner", 2200, "bob", "/k/in", {{"edge", 22, "", "/k/50%"}, {"mid", 23, "m", ""}}};
+  const std::string opts =
+      "-T -o ControlMaster=no -o ControlPath=none -o ConnectTimeout=10 -o ServerAliveInterval=5 "
+      "-o ServerAliveCountMax=3 -o IdentitiesOnly=yes -o BatchMode=yes "
+      "-o StrictHostKeyChecking=accept-new -o LogLevel=ERROR";
+  // edge, reached directly; its key's '%' doubled and quoted.
+  const std::string edge = "ssh " + opts + " -i '/k/50%%' -p 22 -W %h:%p 'edge'";
+  // mid, reached through edge: edge's command is mid's option, '%' doubled once more and quoted.
+  std::string edge_in_mid;
+  for (char ch : "ProxyCommand=" + edge) edge_in_mid += ch == '%' ? "%%" : std::string(1, ch);
+  const std::string mid =
+      "ssh " + opts + " -o " + ShellQuote(edge_in_mid) + " -p 23 -W %h:%p 'm@mid'";
+  std::string mid_in_inner;
+  for (char ch : "ProxyCommand=" + mid) mid_in_inner += ch == '%' ? "%%" : std::string(1, ch);
+  const std::string inner = "ProxyCommand=ssh " + opts + " -i '/k/in' -o " +
+                            ShellQuote(mid_in_inner) + " -p 2200 -W %h:%p 'bob@inner'";
+  auto argv = BuildSshArgv(t, "true");
+  CHECK(HasOption(argv, inner));
+  CHECK(DescribeTarget(t) == "demo-worker1 (10.1.2.3:2222 via inner:2200 via mid:23 via edge:22)");
+}
+
 TEST_CASE("ssh's own failures become errors naming the machine") {
   SshTarget t = Worker();
   CHECK(DescribeTarget(t) == "demo-worker1 (10.1.2.3:2222)");

@@ -113,7 +113,7 @@ ClusterRecord Sample(const std::string& name) {
       NodeRecord{"h0", "10.77.0.1", 22, "root", "/k/id", "herd-" + name + "-0", "/n/0", true},
       NodeRecord{"h1", "10.77.0.2", 2222, "root", "/k/id", "herd-" + name + "-1", "/n/1", false},
   };
-  c.nodes[1].jump = {"bastion.example", 2022, "gate", "/k/gate"};
+  c.nodes[1].jump = {"bastion.example", 2022, "gate", "/k/gate", {{"edge", 22, "", "/k/e"}}};
   c.resources = "2x(gpus=L4:4, cpus=4)";
   c.head_port = 46590;
   c.certs_dir = "/s/certs";
@@ -183,6 +183,8 @@ TEST_CASE("a cluster record survives a round trip, field for field") {
   CHECK(got->nodes[0].is_head);
   CHECK(got->nodes[1].ssh_port == 2222);
   CHECK(got->nodes[1].jump.port == 2022);
+  REQUIRE(got->nodes[1].jump.before.size() == 1);  // the hop before the bastion kept
+  CHECK(got->nodes[1].jump.before[0] == herd::controller::SshJump{"edge", 22, "", "/k/e"});
   CHECK(got->nodes[0].jump.empty());
   CHECK(got->nodes[1].spot_metadata == "http://169.254.169.254");
   CHECK(got->resources == "2x(gpus=L4:4, cpus=4)");
