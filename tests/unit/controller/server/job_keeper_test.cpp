@@ -326,14 +326,14 @@ TEST_CASE("a server's keeper that fails a job runs `herd jobs _release ID` as th
                                      "echo \"$* $HERD_TEST_USER $(pwd)\" > \"$HOME/ran\"\n"
                                      "echo 'released (fake herd)'\n");
   REQUIRE(::chmod(herd.c_str(), 0755) == 0);
-  auto keeper = StartServerKeeper(
-      **store, {.holder = "srv-test",
-                .state_dir = state,
-                .herd_binary = herd,
-                .user_env = [&](const std::string& user) {
-                  return std::vector<std::string>{"HOME=" + state + "/users/" + user,
+  auto keeper = StartServerKeeper(**store, {.holder = "srv-test",
+                                            .state_dir = state,
+                                            .herd_binary = herd,
+                                            .user_env = [&](const std::string& user) {
+                                              return std::vector<std::string>{
+                                                  "HOME=" + state + "/users/" + user,
                                                   "PATH=/usr/bin:/bin", "HERD_TEST_USER=" + user};
-                }});
+                                            }});
   REQUIRE(keeper.ok());
   const std::string ran = home + "/ran";
   const std::string log = jobs::ManagedJobDirIn(home + "/herd", *id) + "/controller.log";
