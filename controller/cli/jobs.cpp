@@ -1,5 +1,6 @@
 // herd jobs launch|queue|logs|cancel (managed jobs, controller/jobs/managed_jobs.hpp) and the
-// hidden `herd jobs _controller ID`, the process that drives one managed job.
+// hidden `herd jobs _controller ID`, the process that drives one managed job, and `herd jobs
+// _release ID`, a team server's release of a failed job's buckets.
 #include <ctime>
 #include <iostream>
 
@@ -41,13 +42,16 @@ class JobsCommand final : public Command {
     controller_ = cmd_->add_subcommand("_controller", "");
     controller_->group("");  // internal: the per-job controller process
     controller_->add_option("id", controller_id_, "managed job id")->required();
+    release_ = cmd_->add_subcommand("_release", "");
+    release_->group("");  // internal: a team server releases a failed job's buckets as its user
+    release_->add_option("id", release_id_, "managed job id")->required();
     return cmd_;
   }
   bool Chosen() const override { return cmd_->parsed(); }
   void TakeCommandAfterDashes(const std::vector<std::string>& words) override {
     if (launch_->parsed()) launch_args_.insert(launch_args_.end(), words.begin(), words.end());
   }
-  bool Remote() const override { return !controller_->parsed(); }
+  bool Remote() const override { return !controller_->parsed() && !release_->parsed(); }
   int RunRemote(CliContext& ctx, const controller::ApiConfig& api,
                 const std::vector<std::string>& args) override {
     if (!launch_->parsed()) return Command::RunRemote(ctx, api, args);
@@ -63,6 +67,9 @@ class JobsCommand final : public Command {
   }
   int Run(CliContext& ctx) override {
     if (controller_->parsed()) return controller::RunManagedController(ctx.Ops(), controller_id_);
+    if (release_->parsed()) {
+      return controller::ReleaseEndedManagedJob(release_id_, ctx.out, ctx.err);
+    }
     if (launch_->parsed()) return Launch(ctx);
     if (queue_->parsed()) return Queue(ctx);
     if (logs_->parsed()) return Logs(ctx);
@@ -155,6 +162,7 @@ class JobsCommand final : public Command {
   CLI::App* logs_ = nullptr;
   CLI::App* cancel_ = nullptr;
   CLI::App* controller_ = nullptr;
+  CLI::App* release_ = nullptr;
   std::string infra_, task_json_;
   TaskFlags flags_;
   std::vector<std::string> launch_args_;
@@ -166,6 +174,7 @@ class JobsCommand final : public Command {
   std::vector<std::string> cancel_args_;
   bool cancel_all_ = false, cancel_yes_ = false;
   int64_t controller_id_ = 0;
+  int64_t release_id_ = 0;
 };
 
 }  // namespace

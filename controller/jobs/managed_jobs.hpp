@@ -53,6 +53,13 @@ int FollowManagedLogs(int64_t id, bool follow, std::ostream& out, std::ostream& 
 int CancelManagedJobs(ops::ClusterOps& ops, const std::vector<int64_t>& ids, bool all,
                       std::ostream& out, std::ostream& err);
 
+// The hidden `herd jobs _release ID`: a managed job that ended without its controller's own end
+// (a team server's FAILED_CONTROLLER, job_keeper.hpp) lets go of its buckets as a local one judged
+// FAILED_CONTROLLER does (storage::ReleaseManagedJobStorage); its cluster, if still up, keeps its
+// mounts and its node key until its down. Returns 0; 1 when the job has not ended or the release
+// failed (one line on err); 102 for an unknown id.
+int ReleaseEndedManagedJob(int64_t id, std::ostream& out, std::ostream& err);
+
 // The secrets a parent left on this process's stdin as a JSON object in an anonymous file, when
 // the environment variable `marker_env` is "1" (it is then unset): read whole, from the file's
 // start, and stdin is replaced with /dev/null so that nothing this process runs inherits them.

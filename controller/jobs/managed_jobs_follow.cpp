@@ -25,6 +25,15 @@ using managed_internal::ControllerAlive;
 using managed_internal::Load;
 using managed_internal::OpenJobs;
 
+// The ended job holds its buckets no longer (one its cluster still mounts goes with that
+// cluster's down). One stat for users without buckets.
+Status ReleaseJobBuckets(int64_t id) {
+  std::error_code ec;
+  if (!fs::exists(storage::StorageDbPath(), ec)) return Status::Ok();
+  storage::StorageParts parts = storage::SystemStorageParts();
+  return storage::ReleaseManagedJobStorage(id, parts);
+}
+
 // A job that is not over while its controller is gone is over: FAILED_CONTROLLER (recorded).
 void JudgeController(ManagedJobStore& store, ManagedJob& job, Clock& clock) {
   if (jobs::IsTerminal(job.state) || ControllerAlive(job, clock.UnixMs())) return;
@@ -44,15 +53,9 @@ void JudgeController(ManagedJobStore& store, ManagedJob& job, Clock& clock) {
     job.message += "; cluster " + job.cluster + " may still be up (herd down " + job.cluster + ")";
   }
   (void)store.Put(job);
-  // The ended job holds its buckets no longer (one its cluster still mounts goes with that
-  // cluster's down). One stat for users without buckets.
-  std::error_code ec;
-  if (fs::exists(storage::StorageDbPath(), ec)) {
-    storage::StorageParts parts = storage::SystemStorageParts();
-    if (Status s = storage::ReleaseManagedJobStorage(job.id, parts); !s.ok()) {
-      job.message += "; buckets: " + s.message();
-      (void)store.Put(job);
-    }
+  if (Status s = ReleaseJobBuckets(job.id); !s.ok()) {
+    job.message += "; buckets: " + s.message();
+    (void)store.Put(job);
   }
 }
 
@@ -150,6 +153,31 @@ int FollowManagedLogs(int64_t id, bool follow, std::ostream& out, std::ostream& 
     }
     c.SleepFor(limits::kManagedLogsPoll);
   }
+}
+
+int ReleaseEndedManagedJob(int64_t id, std::ostream& out, std::ostream& err) {
+  auto store = OpenJobs();
+  if (!store.ok()) {
+    err << "herd: " << store.status().message() << "\n";
+    return 1;
+  }
+  auto job = Load(**store, id);
+  if (!job.ok()) {
+    err << "herd: " << job.status().message() << "\n";
+    return job.status().code() == Code::kNotFound ? kExitNotFound : 1;
+  }
+  if (!jobs::IsTerminal(job->state)) {
+    err << "herd: managed job " << id << " has not ended (" << jobs::StateName(job->state)
+        << "): it keeps its buckets\n";
+    return 1;
+  }
+  if (Status s = ReleaseJobBuckets(id); !s.ok()) {
+    err << "herd: managed job " << id << ": buckets: " << s.message() << "\n";
+    return 1;
+  }
+  out << "Managed job " << id << " (" << jobs::StateName(job->state)
+      << ") holds no buckets any more.\n";
+  return 0;
 }
 
 int CancelManagedJobs(ops::ClusterOps& ops, const std::vector<int64_t>& ids, bool all,

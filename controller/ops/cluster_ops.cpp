@@ -108,6 +108,24 @@ void KillNamespaceAnchor(const ClusterRecord& c) {
   if (in >> pid && AnchorAlive(pid)) ::kill(pid, SIGKILL);
 }
 
+// A task in a container image (launch, and exec with --image-id): every node must be able to start
+// it before anything is synced or submitted (a Slurm cluster's agents are not under the login
+// node's home: its nodes find out at the job's start). Nothing to do without an image.
+Status CheckImageOnNodes(SshRunner& ssh, const ClusterRecord& c, const Task& task,
+                         const ProgressFn& progress) {
+  const Resources& res = task::PrimaryResources(task);
+  if (res.container_image.empty() || c.provider == "slurm") return Status::Ok();
+  const int total = static_cast<int>(c.nodes.size());
+  Report(progress, "Checking the nodes' container runtime", 0, total);
+  std::vector<NodeToCheck> nodes;
+  for (const auto& node : c.nodes) nodes.push_back({node.name, TargetOf(c, node)});
+  HERD_RETURN_IF_ERROR(CheckNodesForImage(ssh, nodes,
+                                          std::string(kDefaultAgentDir) + "/bin/herdlet",
+                                          res.container_image, task.envs, task.secrets));
+  Report(progress, "Checking the nodes' container runtime", total, total);
+  return Status::Ok();
+}
+
 }  // namespace
 
 ClusterOps::ClusterOps(ClusterOpsParts parts) : parts_(std::move(parts)) {}
@@ -461,19 +479,7 @@ Result<LaunchResult> ClusterOps::LaunchPrepared(const Task& task, const LaunchOp
     result.agents_uploaded = boot.uploaded;
     result.agents_restarted = boot.restarted;
   }
-  // A container image: every node must be able to start it before anything is synced or
-  // submitted (a Slurm cluster's agents are not under the login node's home: its nodes find out
-  // at the job's start).
-  if (!res.container_image.empty() && c.provider != "slurm") {
-    const int total = static_cast<int>(c.nodes.size());
-    Report(o.progress, "Checking the nodes' container runtime", 0, total);
-    std::vector<NodeToCheck> nodes;
-    for (const auto& node : c.nodes) nodes.push_back({node.name, TargetOf(c, node)});
-    HERD_RETURN_IF_ERROR(CheckNodesForImage(ssh, nodes,
-                                            std::string(kDefaultAgentDir) + "/bin/herdlet",
-                                            res.container_image, task.envs, task.secrets));
-    Report(o.progress, "Checking the nodes' container runtime", total, total);
-  }
+  HERD_RETURN_IF_ERROR(CheckImageOnNodes(ssh, c, task, o.progress));
   HERD_RETURN_IF_ERROR(SyncFiles(c, task, true, o.progress));
   if (was_stopped && parts_.storage) {
     std::vector<std::string> remounted_by_launch;
@@ -515,6 +521,8 @@ Result<LaunchResult> ClusterOps::Exec(const std::string& cluster, const Task& ta
     return FailedPrecondition("cluster " + c.name + " is " + std::string(Name(c.status)) +
                               "; start it with `herd start " + c.name + "`");
   }
+  // As at launch: a node without the image's runtime fails the exec before anything is submitted.
+  HERD_RETURN_IF_ERROR(CheckImageOnNodes(*parts_.ssh, c, task, o.progress));
   HERD_RETURN_IF_ERROR(SyncFiles(c, task, false, o.progress));
   herd::v1::TaskSpec spec = task::ToSpec(task);
   spec.clear_setup();  // exec skips setup (SkyPilot)

@@ -32,6 +32,12 @@ void JobKeeper::Drop(const std::string& lease, bool release) {
   held_.erase(it);
 }
 
+void JobKeeper::Fail(const std::string& lease, const KeptJob& job, const std::string& why) {
+  world_.FailJob(job, why);
+  world_.ReleaseStorage(job);
+  Drop(lease, true);
+}
+
 // A job whose lease this keeper holds: its controller runs, or is started (again).
 void JobKeeper::Keep(Holding& h, bool unfinished) {
   const std::string lease = ManagedLeaseName(h.job.user, h.job.id);
@@ -53,17 +59,15 @@ void JobKeeper::Keep(Holding& h, bool unfinished) {
                     << h.quick_exits << " quick exit(s) in a row)";
   }
   if (h.quick_exits >= limits::kManagedControllerMaxQuickExits) {
-    world_.FailJob(h.job,
-                   "its controller exited " + std::to_string(h.quick_exits) +
-                       " times in a row soon after its start (see the job's controller.log)");
-    Drop(lease, true);
+    Fail(lease, h.job,
+         "its controller exited " + std::to_string(h.quick_exits) +
+             " times in a row soon after its start (see the job's controller.log)");
     return;
   }
   if (now < h.restart_at) return;
   Status s = world_.StartController(h.job);
   if (s.code() == Code::kNotFound) {
-    world_.FailJob(h.job, "cannot start its controller: " + s.message());
-    Drop(lease, true);
+    Fail(lease, h.job, "cannot start its controller: " + s.message());
     return;
   }
   if (!s.ok()) {
@@ -279,6 +283,42 @@ class ServerKeeperWorld final : public KeeperWorld {
     (void)(*db)->Put(**j);
   }
 
+  void ReleaseStorage(const KeptJob& job) override {
+    const std::string lease = ManagedLeaseName(job.user, job.id);
+    // Releases that ended are forgotten; one still running for this job is left to finish.
+    for (auto it = releasing_.begin(); it != releasing_.end();) {
+      it = it->second->done() ? releasing_.erase(it) : std::next(it);
+    }
+    if (releasing_.count(lease)) return;
+    const std::string dir = jobs::ManagedJobDirIn(HerdHomeOf(job.user), job.id);
+    if (Status s = controller::EnsureDir(dir, 0700); !s.ok()) {
+      HERD_LOG(kWarn) << "managed job " << lease << ": cannot release its buckets: " << s.message();
+      return;
+    }
+    CommandSpec spec;
+    spec.argv = {o_.herd_binary, "jobs", "_release", std::to_string(job.id)};
+    spec.env = o_.user_env(job.user);
+    spec.cwd = o_.state_dir + "/users/" + job.user;
+    // After the controller's own lines: why the job failed, then what its release did.
+    spec.log_path = dir + "/controller.log";
+    // From the keeper's thread, like the controllers: a server that stops kills a release in
+    // flight; the job's hold then stays in the storage table, where `herd storage delete` lets an
+    // ended job's hold go.
+    auto cmd = RunningCommand::Start(std::move(spec), nullptr);
+    if (!cmd.ok()) {
+      HERD_LOG(kWarn) << "managed job " << lease
+                      << ": cannot release its buckets: " << cmd.status().message();
+      return;
+    }
+    (*cmd)->OnExit([lease](int code) {
+      if (code != 0) {
+        HERD_LOG(kWarn) << "managed job " << lease << ": releasing its buckets exited " << code
+                        << " (see the job's controller.log)";
+      }
+    });
+    releasing_[lease] = std::move(*cmd);
+  }
+
   void DropSecrets(const KeptJob& job) override {
     Status s = store_.DeleteSecret(job.user, jobs::ManagedSecretsKey(job.secrets_ref));
     if (!s.ok() && s.code() != Code::kNotFound) {
@@ -292,6 +332,7 @@ class ServerKeeperWorld final : public KeeperWorld {
   ServerKeeperOptions o_;
   std::map<std::string, std::unique_ptr<jobs::ManagedJobStore>> dbs_;
   std::map<std::string, std::shared_ptr<RunningCommand>> running_;
+  std::map<std::string, std::shared_ptr<RunningCommand>> releasing_;  // `herd jobs _release`s
 };
 
 class ServerKeeperImpl final : public ServerKeeper {

@@ -12,7 +12,9 @@
 // dies stops renewing; once its leases expire another server's keeper takes them and resumes the
 // controllers (limits::kManagedTakeoverWithin). A keeper that cannot renew a lease kills that
 // controller before the lease can expire (kManagedLeaseFenceMargin), so no two controllers of a
-// job run at once. When a job ends, its lease is released and its sealed secrets deleted.
+// job run at once. When a job ends, its lease is released and its sealed secrets deleted. A job
+// whose controller cannot run ends FAILED_CONTROLLER here, and its buckets are released as its
+// user (`herd jobs _release ID`), as its controller's end would have.
 //
 // JobKeeper holds the decisions (tested with fakes); KeeperWorld is what they act on.
 #pragma once
@@ -63,6 +65,11 @@ class KeeperWorld {
   virtual void StopController(const KeptJob& job) = 0;
   // Ends the job FAILED_CONTROLLER with `why` (unless it ended meanwhile).
   virtual void FailJob(const KeptJob& job, const std::string& why) = 0;
+  // After FailJob: lets go of the buckets the job holds, as the job's controller does at its end
+  // (`herd jobs _release ID` run as the user, in the background). Its cluster is not taken down
+  // (as a local FAILED_CONTROLLER job's is not): the buckets it mounts and its node key go with
+  // its `herd down`.
+  virtual void ReleaseStorage(const KeptJob& job) = 0;
   // Deletes the job's sealed secrets (none: nothing).
   virtual void DropSecrets(const KeptJob& job) = 0;
 };
@@ -91,6 +98,8 @@ class JobKeeper {
     int quick_exits = 0;  // exits in a row within kManagedControllerQuickExit of a start
   };
   void Drop(const std::string& lease, bool release);
+  // FailJob, ReleaseStorage, and the lease goes.
+  void Fail(const std::string& lease, const KeptJob& job, const std::string& why);
   void Keep(Holding& h, bool unfinished);
 
   KeeperWorld& world_;

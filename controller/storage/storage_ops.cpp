@@ -133,10 +133,40 @@ Status IamError(const NodeKeyIssuer& issuer, const Status& s) {
                               "counterparts)");
 }
 
-// The rclone config the nodes get for `cluster`: its node key, made or widened to every bucket
-// the table says it mounts, where the store has an IAM; else the user's keys, said once.
+// What the task's mounts need: each bucket (or prefix of it), read only for COPY.
+std::vector<BucketScope> LaunchScopes(const task::Task& task) {
+  std::vector<BucketScope> out;
+  for (const auto& [remote, m] : task.storage_mounts) {
+    out.push_back({m.bucket, m.prefix, m.mode == "COPY"});
+  }
+  return out;
+}
+
+// Each of `buckets` not in `scopes`, whole and read-write: a bucket the table says the cluster
+// mounts without a scope kept for it (a key kept before scopes were, or a launch that mounted it
+// with the user's keys) may be mounted read-write, whole, by a start.
+void AddUnscoped(const std::vector<std::string>& buckets, std::vector<BucketScope>& scopes) {
+  for (const auto& b : buckets) {
+    if (std::none_of(scopes.begin(), scopes.end(),
+                     [&](const BucketScope& s) { return s.bucket == b; })) {
+      scopes.push_back({b, "", false});
+    }
+  }
+}
+
+// `scopes` without the buckets not in `buckets`.
+std::vector<BucketScope> OnlyBuckets(std::vector<BucketScope> scopes,
+                                     const std::vector<std::string>& buckets) {
+  std::erase_if(scopes, [&](const BucketScope& s) { return !Contains(buckets, s.bucket); });
+  return scopes;
+}
+
+// The rclone config the nodes get for `cluster`: its node key, made or widened to allow what its
+// earlier launches and this one (`launch`) need, where the store has an IAM; else the user's keys,
+// said once.
 Result<std::string> NodeRcloneConf(const ObjectStore& store, const std::string& cluster,
-                                   StorageTable& table, StorageParts& parts, PreparedStorage& out) {
+                                   const std::vector<BucketScope>& launch, StorageTable& table,
+                                   StorageParts& parts, PreparedStorage& out) {
   const std::string dir = KeysDir(parts);
   HERD_ASSIGN_OR_RETURN(std::optional<NodeKey> held, LoadNodeKey(dir, cluster));
   HERD_ASSIGN_OR_RETURN(std::unique_ptr<NodeKeyIssuer> issuer, OpenIssuer(store.Scheme(), parts));
@@ -154,16 +184,30 @@ Result<std::string> NodeRcloneConf(const ObjectStore& store, const std::string& 
                     << "task's buckets";
     return RcloneSection(store.RcloneConfig());
   }
-  HERD_ASSIGN_OR_RETURN(std::vector<std::string> buckets, ClusterBuckets(table, cluster));
+  // The buckets the cluster mounted before this launch.
+  HERD_ASSIGN_OR_RETURN(std::vector<std::string> earlier, ClusterBuckets(table, cluster));
+  std::erase_if(earlier, [&](const std::string& b) { return Contains(out.added, b); });
   NodeKey key;
   if (held) {
-    if (Status s = issuer->Rescope(held->iam_user, buckets); !s.ok()) return IamError(*issuer, s);
+    std::vector<BucketScope> before = OnlyBuckets(held->scopes, earlier);
+    AddUnscoped(earlier, before);
+    std::vector<BucketScope> scopes = before;
+    scopes.insert(scopes.begin(), launch.begin(), launch.end());
+    scopes = MergeScopes(std::move(scopes));
+    if (Status s = issuer->Rescope(held->iam_user, scopes); !s.ok()) return IamError(*issuer, s);
     out.node_key_rescoped = true;
+    out.node_key_scopes_before = MergeScopes(std::move(before));
     key = std::move(*held);
+    key.scopes = std::move(scopes);
+    // What the policy allows now, for the next launch's rescope.
+    HERD_RETURN_IF_ERROR(SaveNodeKey(dir, cluster, key));
   } else {
-    auto made = issuer->Create(cluster, buckets);
+    std::vector<BucketScope> scopes = launch;
+    AddUnscoped(earlier, scopes);
+    auto made = issuer->Create(cluster, scopes);
     if (!made.ok()) return IamError(*issuer, made.status());
     key = std::move(*made);
+    key.scopes = MergeScopes(std::move(scopes));
     out.node_key_made = key.iam_user;
     if (Status s = SaveNodeKey(dir, cluster, key); !s.ok()) {
       (void)issuer->Remove(key.iam_user);
@@ -178,7 +222,7 @@ Result<std::string> NodeRcloneConf(const ObjectStore& store, const std::string& 
     SystemClock system;
     Clock& clock = parts.clock ? *parts.clock : system;
     // On failure the launch's undo deletes a key it made or scopes a widened one back.
-    if (Status s = AwaitNodeKey(*with_key, buckets, clock); !s.ok()) {
+    if (Status s = AwaitNodeKey(*with_key, key.scopes, clock); !s.ok()) {
       return Status(s.code(), "the nodes' bucket key (IAM user " + key.iam_user +
                                   ") is not taken by " + store.Describe() + " after " +
                                   DurationText(limits::kNodeKeyUsableWait) + ": " + s.message());
@@ -204,25 +248,36 @@ Status DropNodeKey(const std::string& cluster, StorageParts& parts) {
 
 }  // namespace
 
-Status AwaitNodeKey(ObjectStore& with_key, const std::vector<std::string>& buckets, Clock& clock) {
+Status AwaitNodeKey(ObjectStore& with_key, const std::vector<BucketScope>& scopes, Clock& clock) {
   const auto deadline = clock.Now() + limits::kNodeKeyUsableWait;
-  std::size_t next = 0;  // the buckets before it answered
+  std::size_t next = 0;  // the scopes before it answered
   while (true) {
     Status last = Status::Ok();
-    for (; next < buckets.size(); ++next) {
+    for (; next < scopes.size(); ++next) {
+      const BucketScope& sc = scopes[next];
+      if (!sc.prefix.empty()) {
+        // A prefix's key may list only under it (HeadBucket is a ListBucket without a prefix).
+        // A page's worth: s3rver fails a ListObjectsV2 that would be truncated.
+        auto listed = with_key.ListObjects(sc.bucket, sc.prefix + "/", limits::kS3ListPageKeys);
+        if (!listed.ok()) {
+          last = listed.status();
+          break;
+        }
+        continue;
+      }
       // HeadBucket: what s3:ListBucket allows, and what every S3-compatible server answers
       // (s3rver fails a ListObjectsV2 that would be truncated).
-      auto there = with_key.BucketExists(buckets[next]);
+      auto there = with_key.BucketExists(sc.bucket);
       if (!there.ok()) {
         last = there.status();
         break;
       }
       if (!*there) {
-        last = NotFound("bucket " + buckets[next] + " is not there for the key");
+        last = NotFound("bucket " + sc.bucket + " is not there for the key");
         break;
       }
     }
-    if (next == buckets.size()) return Status::Ok();
+    if (next == scopes.size()) return Status::Ok();
     if (clock.Now() + limits::kNodeKeyPoll > deadline) return last;
     clock.SleepFor(limits::kNodeKeyPoll);
   }
@@ -339,7 +394,7 @@ Result<PreparedStorage> PrepareBuckets(const task::Task& task, const std::string
       return s;
     }
   }
-  auto conf = NodeRcloneConf(*store, cluster, **table, parts, out);
+  auto conf = NodeRcloneConf(*store, cluster, LaunchScopes(task), **table, parts, out);
   if (!conf.ok()) {
     UndoPrepare(out, cluster, parts);
     return Status(conf.status().code(), "file_mounts." + task.storage_mounts.begin()->first + ": " +
@@ -380,11 +435,16 @@ void UndoPrepare(const PreparedStorage& prepared, const std::string& cluster, St
   if (!prepared.node_key_made.empty() || (buckets.ok() && buckets->empty())) {
     s = DropNodeKey(cluster, parts);
   } else if (buckets.ok()) {
+    // Back to what the earlier launches needed, of the buckets the cluster still mounts.
     auto held = LoadNodeKey(KeysDir(parts), cluster);
     if (!held.ok()) {
       s = held.status();
     } else if (*held) {
-      s = (*issuer)->Rescope((*held)->iam_user, *buckets);
+      std::vector<BucketScope> scopes = OnlyBuckets(prepared.node_key_scopes_before, *buckets);
+      AddUnscoped(*buckets, scopes);
+      (*held)->scopes = MergeScopes(std::move(scopes));
+      s = (*issuer)->Rescope((*held)->iam_user, (*held)->scopes);
+      if (s.ok()) s = SaveNodeKey(KeysDir(parts), cluster, **held);
     }
   } else {
     s = buckets.status();

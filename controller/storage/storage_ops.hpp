@@ -58,18 +58,20 @@ struct StorageParts {
 };
 StorageParts SystemStorageParts();
 
-// Asks for each of `buckets` (HeadBucket) through `with_key` every limits::kNodeKeyPoll until
-// every one answers, for at most limits::kNodeKeyUsableWait: IAM's new keys and policies reach S3 a
-// few seconds late. The last refusal, naming the bucket, when the wait runs out.
-Status AwaitNodeKey(ObjectStore& with_key, const std::vector<std::string>& buckets, Clock& clock);
+// Asks for each of `scopes` through `with_key` (HeadBucket for a whole bucket, a listing under the
+// prefix for a prefix) every limits::kNodeKeyPoll until every one answers, for at most
+// limits::kNodeKeyUsableWait: IAM's new keys and policies reach S3 a few seconds late. The last
+// refusal, naming the bucket, when the wait runs out.
+Status AwaitNodeKey(ObjectStore& with_key, const std::vector<BucketScope>& scopes, Clock& clock);
 
 struct PreparedStorage {
   std::vector<NodeMount> mounts;
-  std::string rclone_conf;             // "[herd-s3]\n..." (secret)
-  std::string node_key_made;           // the IAM user this launch made for the nodes' key
-  bool node_key_rescoped = false;      // the cluster's kept key got this launch's buckets too
-  std::vector<std::string> made;       // buckets this launch created
-  std::vector<std::string> added;      // records the cluster joined in this launch
+  std::string rclone_conf;         // "[herd-s3]\n..." (secret)
+  std::string node_key_made;       // the IAM user this launch made for the nodes' key
+  bool node_key_rescoped = false;  // the cluster's kept key got this launch's buckets too
+  std::vector<BucketScope> node_key_scopes_before;  // what the rescoped key allowed before
+  std::vector<std::string> made;                    // buckets this launch created
+  std::vector<std::string> added;                   // records the cluster joined in this launch
   int64_t managed_job = 0;             // the managed job the launch is an attempt of (0: none)
   std::vector<std::string> job_added;  // records that job joined in this launch
   // Some mount is MOUNT or MOUNT_CACHED: a run's writes must be uploaded before it is done.
@@ -80,12 +82,15 @@ struct PreparedStorage {
 // made are deleted again and the table is left as it was for them. managed_job > 0: the cluster is
 // an attempt of that managed job, which is recorded as holding every bucket too. With an IAM for
 // the store (parts.open_key_issuer), rclone_conf holds the cluster's node key, its policy now
-// covering every bucket the table says the cluster mounts; IAM's errors fail the launch.
+// covering what this launch's mounts need (read only for COPY, only the prefix for
+// s3://bucket/prefix) and what the cluster's earlier launches needed (kept with the key); IAM's
+// errors fail the launch.
 Result<PreparedStorage> PrepareBuckets(const task::Task& task, const std::string& cluster,
                                        StorageParts& parts, int64_t managed_job = 0);
 // Undoes PrepareBuckets after a launch failed: deletes the buckets it made and takes the cluster
 // (and the managed job, where this call added it) out of the records it joined; a node key it
-// made is deleted, one it widened is scoped back to the buckets the cluster still mounts.
+// made is deleted, one it widened is scoped back to what it allowed before, of the buckets the
+// cluster still mounts.
 void UndoPrepare(const PreparedStorage& prepared, const std::string& cluster, StorageParts& parts);
 // Mounts on every target; on any failure every target is unmounted and the buckets in
 // prepared.made are deleted (nothing is left mounted or created), and the error names the node

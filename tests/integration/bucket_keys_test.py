@@ -3,7 +3,10 @@ S3 that enforces IAM policies: fake_ec2.py's IAM and its S3 front, forwarding to
 a task that mounts bucket A on a 1-node local cluster. On the node, the key herd put there reads
 and writes A and gets AccessDenied on bucket B, which exists; the user's secret is in no file on
 the node or of herd, and in no `queue`/`status`/`logs` output; a later launch naming B too widens
-the same key's policy; `herd down` deletes the IAM user and the kept key."""
+the same key's policy, read only since it only COPYs B (the key cannot write or delete there,
+and still writes A); a launch that mounts one prefix of a shared bucket gets only that prefix
+(the key lists, reads and writes under it, and is refused the bucket's other prefix and its
+root); `herd down` deletes the IAM user and the kept key."""
 
 import json
 import os
@@ -19,7 +22,7 @@ from herd_env import HerdEnvTestCase  # noqa: E402
 from s3_server import KEY, BucketSuite, S3Server, needs_bucket_tools  # noqa: E402
 
 CLUSTER = "bkeys"
-MINE, THEIRS = "herd-bk-mine", "herd-bk-theirs"
+MINE, THEIRS, SHARED = "herd-bk-mine", "herd-bk-theirs", "herd-bk-shared"
 IAM_USER = "herd-buckets-" + CLUSTER
 # The user's own credentials: the fake's account keys (IAM and S3 take them for anything).
 USER_KEY = "AKIAHERDBKEYSUSER01"
@@ -61,8 +64,12 @@ class BucketKeysTest(BucketSuite, HerdEnvTestCase):
             threading.Thread(target=server.serve_forever, daemon=True).start()
         cls.front = f"http://{bridge}:{front.server_address[1]}"
         # Bucket B exists, with data, but is not the task's.
+        # A shared bucket: the task mounts team-a's prefix only.
         for args, text in ((("mkdir", f"t:{THEIRS}"), None),
-                           (("rcat", f"t:{THEIRS}/private.txt"), "not for the task\n")):
+                           (("rcat", f"t:{THEIRS}/private.txt"), "not for the task\n"),
+                           (("mkdir", f"t:{SHARED}"), None),
+                           (("rcat", f"t:{SHARED}/team-a/a.txt"), "team a's\n"),
+                           (("rcat", f"t:{SHARED}/team-b/b.txt"), "team b's\n")):
             p = cls.s3.rclone(*args, input=text)
             assert p.returncode == 0, p.stderr
         cls.s3.use_in(cls.h.env)
@@ -98,6 +105,18 @@ class BucketKeysTest(BucketSuite, HerdEnvTestCase):
     def policy_resources(self):
         doc = self.iam_user()["policies"]["herd-buckets"]
         return sorted({r for s in doc["Statement"] for r in s["Resource"]})
+
+    def statement_on(self, resource):
+        """The one statement of the key's policy whose resources include `resource`."""
+        doc = self.iam_user()["policies"]["herd-buckets"]
+        found = [st for st in doc["Statement"] if resource in st["Resource"]]
+        self.assertEqual(len(found), 1, doc)
+        return found[0]
+
+    def assert_refused(self, command, stdin=""):
+        rc, out = self.on_node(command, stdin)
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("AccessDenied", out, command)
 
     def node_conf(self):
         p = self.h.ssh(CLUSTER, f"cat {NODE_CONF}")
@@ -192,6 +211,68 @@ run: cat ~/theirs/private.txt ~/mine/note.txt
         self.assertEqual(self.node_conf()["access_key_id"], key)
         rc, out = self.on_node(f"lsf herd-s3:{THEIRS}")
         self.assertEqual((rc, out), (0, "private.txt\n"))
+        # B is only COPYed: the key reads it and may not write, overwrite or delete there.
+        self.assertEqual(self.statement_on(f"arn:aws:s3:::{THEIRS}/*")["Action"],
+                         ["s3:GetObject"])
+        self.assert_refused(f"rcat herd-s3:{THEIRS}/y.txt", "y\n")
+        self.assert_refused(f"rcat herd-s3:{THEIRS}/private.txt", "overwritten\n")
+        self.assert_refused(f"deletefile herd-s3:{THEIRS}/private.txt")
+        self.assertEqual(self.s3.objects(THEIRS), ["private.txt"])
+        self.assertEqual(self.s3.rclone("cat", f"t:{THEIRS}/private.txt").stdout,
+                         "not for the task\n")
+        calls = self.ec2.snapshot()["calls"]
+        self.assertIn(f"denied:s3:PutObject:arn:aws:s3:::{THEIRS}/y.txt", calls)
+        self.assertIn(f"denied:s3:DeleteObject:arn:aws:s3:::{THEIRS}/private.txt", calls)
+        # A, which the first launch MOUNTs, stays writable with the same key.
+        rc, out = self.on_node(f"rcat herd-s3:{MINE}/later.txt", "later\n")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("later.txt", self.s3.objects(MINE))
+
+    def test_c_a_prefix_mount_reaches_only_that_prefix(self):
+        task = self.write("prefix.yaml", f"""name: prefix
+file_mounts:
+  ~/teama:
+    source: s3://{SHARED}/team-a
+    mode: MOUNT
+run: |
+  cat ~/teama/a.txt
+  echo "from the run" > ~/teama/run.txt
+""")
+        p = self.h.herd("launch", "-c", CLUSTER, "-y", task)
+        self.assertIn(b"team a's", p.stdout)
+        self.assertEqual(self.s3.objects(SHARED),
+                         ["team-a/a.txt", "team-a/run.txt", "team-b/b.txt"])
+        # The policy: objects under the prefix only; the bucket listed only under it.
+        self.assertIn(f"arn:aws:s3:::{SHARED}/team-a/*", self.policy_resources())
+        self.assertNotIn(f"arn:aws:s3:::{SHARED}/*", self.policy_resources())
+        listing = [st for st in self.iam_user()["policies"]["herd-buckets"]["Statement"]
+                   if st.get("Condition")]
+        self.assertEqual(len(listing), 1, listing)
+        self.assertEqual(listing[0]["Resource"], [f"arn:aws:s3:::{SHARED}"])
+        self.assertEqual(listing[0]["Action"], ["s3:ListBucket"])
+        self.assertEqual(listing[0]["Condition"],
+                         {"StringLike": {"s3:prefix": ["team-a/*", "team-a"]}})
+        # On the node: team-a is listed, read and written...
+        rc, out = self.on_node(f"lsf herd-s3:{SHARED}/team-a")
+        self.assertEqual((rc, sorted(out.split())), (0, ["a.txt", "run.txt"]))
+        rc, out = self.on_node(f"rcat herd-s3:{SHARED}/team-a/node.txt", "node\n")
+        self.assertEqual(rc, 0, out)
+        # ...and team-b and the bucket's root are refused: list, read, write.
+        self.assert_refused(f"lsf herd-s3:{SHARED}/team-b")
+        self.assert_refused(f"lsf herd-s3:{SHARED}")
+        self.assert_refused(f"cat herd-s3:{SHARED}/team-b/b.txt")
+        self.assert_refused(f"rcat herd-s3:{SHARED}/team-b/x.txt", "x\n")
+        self.assert_refused(f"rcat herd-s3:{SHARED}/root.txt", "x\n")
+        self.assertEqual(self.s3.objects(SHARED),
+                         ["team-a/a.txt", "team-a/node.txt", "team-a/run.txt", "team-b/b.txt"])
+        calls = self.ec2.snapshot()["calls"]
+        self.assertIn(f"denied:s3:ListBucket:arn:aws:s3:::{SHARED}", calls)
+        self.assertIn(f"denied:s3:GetObject:arn:aws:s3:::{SHARED}/team-b/b.txt", calls)
+        self.assertIn(f"denied:s3:PutObject:arn:aws:s3:::{SHARED}/team-b/x.txt", calls)
+        # The earlier launches' scopes stay: A read-write, B read only.
+        self.assertIn("s3:PutObject", self.statement_on(f"arn:aws:s3:::{MINE}/*")["Action"])
+        self.assertEqual(self.statement_on(f"arn:aws:s3:::{THEIRS}/*")["Action"],
+                         ["s3:GetObject"])
 
     def test_z_down_deletes_the_iam_user_and_the_kept_key(self):
         self.assertTrue(os.path.exists(os.path.join(self.h.env["HERD_HOME"], "storage_keys",

@@ -416,6 +416,26 @@ class ContainerTest(HerdEnvTestCase):
         p = self.h.herd("launch", "-c", CLUSTER, "-y", "task.yaml")
         self.assertIn("Job finished (status: SUCCEEDED).", p.stderr.decode())
 
+    def test_5aa_an_exec_with_an_image_on_a_node_without_a_runtime_fails_at_once(self):
+        jobs, before = self.job_ids(), sorted(ours(herd_containers()))
+        with self.podman_hidden("worker1"):
+            p = self.h.herd("exec", CLUSTER, "--image-id", f"docker:{IMAGE}", "--",
+                            "echo should not run", check=False)
+        err = p.stderr.decode()
+        self.assertEqual(p.returncode, 1, err[-3000:])
+        # The same one line as the launch's, nothing submitted, nothing started.
+        self.assertEqual([ln for ln in err.splitlines() if ln.startswith("herd: ")],
+                         [f"herd: node {CLUSTER}-worker1, image {IMAGE}: no container runtime: "
+                          "podman is not installed (no container runtime)"], err[-3000:])
+        self.assertNotIn(b"should not run", p.stdout)
+        self.assertNotIn("Job submitted", err)
+        self.assertEqual(self.job_ids(), jobs)
+        self.assertEqual(sorted(ours(herd_containers())), before)
+        # With its runtime back, the same exec runs.
+        p = self.h.herd("exec", CLUSTER, "--image-id", f"docker:{IMAGE}", "--",
+                        "echo ran in $(cat /herd-test-image)")
+        self.assertIn(b"ran in inside the herd test image", p.stdout)
+
     @unittest.skipUnless(has_registry(), "needs docker-registry and htpasswd")
     def test_5b_a_private_registry(self):
         password = "herd-registry-pw-7d1"

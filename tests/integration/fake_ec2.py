@@ -36,8 +36,8 @@ IAM (requests signed for us-east-1/iam on the same endpoint, Version 2010-05-08)
 PutUserPolicy, CreateAccessKey, ListAccessKeys, DeleteAccessKey, DeleteUserPolicy, DeleteUser.
 Only the configured "credentials" may call IAM. A key made by CreateAccessKey signs EC2 calls as
 its user, and the user's policies are ENFORCED: an action is allowed only by an Allow statement
-whose Action, Resource (the instances' ARNs, else "*") and StringEquals conditions on
-ec2:ResourceTag/KEY all match every instance named; otherwise UnauthorizedOperation (403) and
+whose Action, Resource (the instances' ARNs, else "*") and StringEquals (or StringLike)
+conditions on ec2:ResourceTag/KEY all match every instance named; otherwise UnauthorizedOperation (403) and
 "denied:<Action>" in the calls. "transition_s" (default 0: each DescribeInstances moves a
 transition on) makes stopping/shutting-down/pending last that many seconds, so a test can see
 them. "node_bind" (with "node_port_file") serves the same fake on a second address, one the
@@ -48,7 +48,9 @@ secret]): path-style S3 requests signed for us-east-1/s3 (x-amz-content-sha256: 
 or UNSIGNED-PAYLOAD) by the configured credentials, which may do anything, or by a key made by
 CreateAccessKey, whose user's policies are ENFORCED per request: each request is mapped to the
 S3 actions and resources AWS would check (s3_request_actions: GetObject on
-arn:aws:s3:::BUCKET/KEY, ListBucket on arn:aws:s3:::BUCKET, ...); a denied one is AccessDenied
+arn:aws:s3:::BUCKET/KEY, ListBucket on arn:aws:s3:::BUCKET, ...) with its condition keys
+(s3_request_context: s3:prefix of a listing; StringEquals and StringLike conditions are
+evaluated, a key the request lacks fails its condition); a denied one is AccessDenied
 (403) and "denied:<action>:<arn>" in the calls. Allowed requests go on to the upstream S3 server
 (s3rver), signed again with its own key."""
 
@@ -683,7 +685,8 @@ class Ec2:
         return ""
 
     @staticmethod
-    def _statement_allows(stmt, action, arn, tags):
+    def _statement_allows(stmt, action, arn, context):
+        """context: the request's condition keys (ec2:ResourceTag/KEY, s3:prefix) and values."""
         if stmt.get("Effect") != "Allow":
             return False
         actions = stmt.get("Action", [])
@@ -695,13 +698,17 @@ class Ec2:
         if not any(fnmatch.fnmatchcase(arn, r) for r in resources):
             return False
         for op, conds in stmt.get("Condition", {}).items():
-            if op != "StringEquals":
+            if op not in ("StringEquals", "StringLike"):
                 return False  # an operator this fake does not know never allows
             for key, want in conds.items():
-                if not key.startswith("ec2:ResourceTag/"):
+                # As IAM: a key the request does not have fails the condition; one of the values
+                # must match; StringLike's * is any run of characters, ? any one.
+                if key not in context:
                     return False
                 wants = [want] if isinstance(want, str) else want
-                if tags.get(key[len("ec2:ResourceTag/"):]) not in wants:
+                if op == "StringEquals" and context[key] not in wants:
+                    return False
+                if op == "StringLike" and not any(_aws_like(context[key], w) for w in wants):
                     return False
         return True
 
@@ -710,13 +717,15 @@ class Ec2:
                 for s in (doc.get("Statement", []) if isinstance(
                     doc.get("Statement", []), list) else [doc["Statement"]])]
 
-    def authorize_s3(self, key_id, action, arn):
-        """An S3 request signed by an IAM user's key: its policies must allow action on arn."""
+    def authorize_s3(self, key_id, action, arn, context=None):
+        """An S3 request signed by an IAM user's key: its policies must allow action on arn, with
+        the request's condition keys in context (s3:prefix for a listing that gives one)."""
         with self.lock:
             if key_id not in self.iam_keys:
                 return  # the account's own credentials may do anything
             user = self.iam_keys[key_id]["user"]
-            if not any(self._statement_allows(s, action, arn, {}) for s in self._statements(user)):
+            if not any(self._statement_allows(s, action, arn, context or {})
+                       for s in self._statements(user)):
                 self.calls.append(f"denied:{action}:{arn}")
                 raise Ec2Error("AccessDenied", f"User: arn:aws:iam::123456789012:user/{user} is "
                                                f"not authorized to perform: {action} on resource: "
@@ -734,7 +743,8 @@ class Ec2:
                           self.instances[i]["tags"] if i in self.instances else {})
                          for i in ids] or [("*", {})]
             for arn, tags in resources:
-                if not any(self._statement_allows(s, "ec2:" + action, arn, tags)
+                context = {"ec2:ResourceTag/" + k: v for k, v in tags.items()}
+                if not any(self._statement_allows(s, "ec2:" + action, arn, context)
                            for s in statements):
                     self.calls.append("denied:" + action)
                     raise Ec2Error("UnauthorizedOperation",
@@ -927,6 +937,19 @@ class Handler(BaseHTTPRequestHandler):
 
 # ---- S3 in front of a real S3-compatible server, with the IAM users' policies enforced ---------
 
+def _aws_like(value, pattern):
+    """IAM's StringLike: * matches any run of characters (none included), ? any one."""
+    rx = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern)
+    return re.fullmatch(rx, value, re.DOTALL) is not None
+
+
+def s3_request_context(query):
+    """The condition keys S3 gives a request: s3:prefix for a listing that names a prefix (an
+    empty prefix= too); absent otherwise, as in AWS."""
+    q = dict(urllib.parse.parse_qsl(query, keep_blank_values=True))
+    return {"s3:prefix": q["prefix"]} if "prefix" in q else {}
+
+
 def s3_request_actions(method, path, query, headers, body):
     """[(action, resource ARN)] a request needs, as S3 authorizes it: path style, path decoded."""
     bucket, _, key = path.lstrip("/").partition("/")
@@ -1016,8 +1039,9 @@ class S3Front(BaseHTTPRequestHandler):
             verify(self.command, path, url.query, headers, body, ec2.credentials(), "us-east-1",
                    "s3", now=datetime.datetime.now(datetime.timezone.utc),
                    payload_hash=payload_hash or None)
+            context = s3_request_context(url.query)
             for action, arn in s3_request_actions(self.command, path, url.query, headers, body):
-                ec2.authorize_s3(key_id, action, arn)
+                ec2.authorize_s3(key_id, action, arn, context)
         except AuthError as e:
             with ec2.lock:
                 ec2.calls.append("refused:s3:" + e.code)

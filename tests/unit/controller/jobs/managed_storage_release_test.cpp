@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <sstream>
 
 #include "controller/jobs/managed_job_store.hpp"
 #include "controller/jobs/managed_jobs.hpp"
@@ -83,6 +84,52 @@ TEST_CASE("a job whose controller died is FAILED_CONTROLLER and holds its bucket
   REQUIRE(after_data.ok());
   REQUIRE(after_data->has_value());
   CHECK((*after_data)->managed_jobs == std::vector<int64_t>{*other_id});
+}
+
+TEST_CASE("`herd jobs _release ID` lets an ended job's buckets go, and refuses a running one") {
+  TempDir home("herd-mj-release");
+  REQUIRE(::setenv("HERD_HOME", home.path().c_str(), 1) == 0);
+  struct Unset {
+    ~Unset() { ::unsetenv("HERD_HOME"); }
+  } unset;
+  auto jobs_db = jobs::ManagedJobStore::Open(jobs::ManagedJobsDbPath());
+  REQUIRE(jobs_db.ok());
+  jobs::ManagedJob failed;
+  failed.state = jobs::ManagedState::kFailedController;  // as a team server's keeper ends it
+  failed.cluster = "herd-mj-1";
+  auto failed_id = (*jobs_db)->Create(failed);
+  REQUIRE(failed_id.ok());
+  jobs::ManagedJob running = failed;
+  running.state = jobs::ManagedState::kRunning;
+  auto running_id = (*jobs_db)->Create(running);
+  REQUIRE(running_id.ok());
+
+  auto table = storage::StorageTable::Open();
+  REQUIRE(table.ok());
+  storage::StorageRecord ckpt;
+  ckpt.name = "ckpt";
+  ckpt.store = "s3";
+  ckpt.herd_made = true;
+  ckpt.persistent = false;
+  ckpt.clusters = {"herd-mj-1"};  // its cluster still mounts it: it stays until that down
+  ckpt.managed_jobs = {*failed_id, *running_id};
+  REQUIRE((*table)->Put(ckpt).ok());
+
+  std::ostringstream out, err;
+  CHECK(ReleaseEndedManagedJob(*running_id, out, err) == 1);
+  CHECK(err.str() == "herd: managed job " + std::to_string(*running_id) +
+                         " has not ended (RUNNING): it keeps its buckets\n");
+  CHECK(ReleaseEndedManagedJob(*failed_id, out, err) == 0);
+  CHECK(out.str() == "Managed job " + std::to_string(*failed_id) +
+                         " (FAILED_CONTROLLER) holds no buckets any more.\n");
+  auto after = (*table)->Get("ckpt");
+  REQUIRE(after.ok());
+  REQUIRE(after->has_value());
+  CHECK((*after)->managed_jobs == std::vector<int64_t>{*running_id});
+  CHECK((*after)->clusters == std::vector<std::string>{"herd-mj-1"});
+  // Again: nothing more to release.
+  CHECK(ReleaseEndedManagedJob(*failed_id, out, err) == 0);
+  CHECK(ReleaseEndedManagedJob(999, out, err) == 102);
 }
 
 }  // namespace

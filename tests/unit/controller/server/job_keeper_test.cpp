@@ -5,11 +5,18 @@
 
 #include <doctest/doctest.h>
 
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "controller/jobs/managed_job_store.hpp"
+#include "controller/server/store/api_store.hpp"
+#include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 #include "tests/fakes/fake_clock.hpp"
 #include "tests/unit/test_support.hpp"
@@ -89,10 +96,15 @@ class FakeWorld final : public KeeperWorld {
       if (j.id == job.id && j.user == job.user) j.finished = true;
     }
   }
+  void ReleaseStorage(const KeptJob& job) override {
+    // Only for a job FailJob ended: the controller's own end releases the others.
+    CHECK(failed.count(job.id) == 1);
+    ++storage_released[job.id];
+  }
   void DropSecrets(const KeptJob& job) override { ++secrets_dropped[job.id]; }
 
   std::map<int64_t, bool> running;
-  std::map<int64_t, int> starts, stops, secrets_dropped;
+  std::map<int64_t, int> starts, stops, secrets_dropped, storage_released;
   std::map<int64_t, std::string> failed;
   Status start_error = Status::Ok();
 
@@ -179,8 +191,14 @@ TEST_CASE("a controller that keeps exiting at once ends its job FAILED_CONTROLLE
   REQUIRE(f.a_world.failed.count(1) == 1);
   CHECK(f.a_world.failed[1].find("exited") != std::string::npos);
   CHECK(f.a_world.starts[1] == limits::kManagedControllerMaxQuickExits);
+  CHECK(f.a_world.storage_released[1] == 1);  // its buckets go, as at a controller's own end
   CHECK(f.a.Held().empty());
   CHECK(f.leases.rows.count("managed/alice/1") == 0);  // released
+  // Later ticks (its secrets dropped) do not release again.
+  f.a.Tick();
+  f.b.Tick();
+  CHECK(f.a_world.storage_released[1] == 1);
+  CHECK(f.b_world.storage_released[1] == 0);
 }
 
 TEST_CASE("a keeper that cannot renew stops its controller before the lease can expire") {
@@ -231,6 +249,8 @@ TEST_CASE("a finished job's lease is released once its controller exits; its sec
   CHECK(f.a_world.starts[1] == 1);
   CHECK(f.b_world.starts[1] == 0);
   CHECK(f.a_world.secrets_dropped[1] == 1);
+  // Its controller released its buckets at its end: the keeper does not.
+  CHECK(f.a_world.storage_released.empty());
 }
 
 TEST_CASE("a job whose secrets are gone fails instead of running without them") {
@@ -238,6 +258,7 @@ TEST_CASE("a job whose secrets are gone fails instead of running without them") 
   f.a_world.start_error = NotFound("its secrets are not in the server's database");
   f.a.Tick();
   CHECK(f.a_world.failed[1].find("secrets") != std::string::npos);
+  CHECK(f.a_world.storage_released[1] == 1);
   CHECK(f.a.Held().empty());
   CHECK(f.leases.rows.count("managed/alice/1") == 0);
 }
@@ -280,6 +301,60 @@ TEST_CASE("a job's row keeps the reference its secrets are sealed under, never t
   CHECK((*(*store)->Get(*b))->secrets_ref.empty());
   CHECK(jobs::ManagedSecretsKey("0123abcd") == "managed_0123abcd");
   CHECK(jobs::ManagedJobDirIn("/h", 7) == "/h/managed_jobs/7");
+}
+
+TEST_CASE("a server's keeper that fails a job runs `herd jobs _release ID` as the job's user") {
+  herd::testing::TempDir dir("keeper-release");
+  const std::string state = dir / "state";
+  const std::string home = state + "/users/alice";
+  auto store = ApiStore::Open("sqlite:" + (dir / "api.db"), dir / "secrets.key");
+  REQUIRE(store.ok());
+  REQUIRE((*store)->AddUser("alice", Role::kUser, 1).ok());
+  // A job whose sealed secrets are gone: its controller cannot start, and the job fails at once.
+  auto jobs_db = jobs::ManagedJobStore::Open(jobs::ManagedJobsDbPathIn(home + "/herd"));
+  REQUIRE(jobs_db.ok());
+  jobs::ManagedJob job;
+  job.task_json = "{}";
+  job.state = jobs::ManagedState::kRunning;
+  job.cluster = "herd-mj-1";
+  job.secrets_ref = "0123abcd";
+  auto id = (*jobs_db)->Create(job);
+  REQUIRE(id.ok());
+  // The herd it runs: records its argv and the environment it was given, in the user's home.
+  const std::string herd = dir.Write("herd",
+                                     "#!/bin/sh\n"
+                                     "echo \"$* $HERD_TEST_USER $(pwd)\" > \"$HOME/ran\"\n"
+                                     "echo 'released (fake herd)'\n");
+  REQUIRE(::chmod(herd.c_str(), 0755) == 0);
+  auto keeper = StartServerKeeper(**store, {.holder = "srv-test",
+                                            .state_dir = state,
+                                            .herd_binary = herd,
+                                            .user_env = [&](const std::string& user) {
+                                              return std::vector<std::string>{
+                                                  "HOME=" + state + "/users/" + user,
+                                                  "PATH=/usr/bin:/bin", "HERD_TEST_USER=" + user};
+                                            }});
+  REQUIRE(keeper.ok());
+  const std::string ran = home + "/ran";
+  const std::string log = jobs::ManagedJobDirIn(home + "/herd", *id) + "/controller.log";
+  auto has_line = [](const std::string& path, const std::string& text) {
+    auto got = ReadFile(path);
+    return got.ok() && got->find(text) != std::string::npos;
+  };
+  // Bounded: the keeper ticks at once, and the fake herd exits at once.
+  for (int i = 0; i < 200 && !has_line(log, "released (fake herd)"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  (*keeper)->Stop();
+  auto args = ReadFile(ran);
+  REQUIRE(args.ok());
+  CHECK(*args == "jobs _release " + std::to_string(*id) + " alice " + home + "\n");
+  CHECK(has_line(log, "released (fake herd)"));
+  auto after = (*jobs_db)->Get(*id);
+  REQUIRE(after.ok());
+  REQUIRE(after->has_value());
+  CHECK((*after)->state == jobs::ManagedState::kFailedController);
+  CHECK((*after)->message.find("secrets") != std::string::npos);
 }
 
 }  // namespace

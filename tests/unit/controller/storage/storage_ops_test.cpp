@@ -431,10 +431,20 @@ TEST_CASE("a start fails, naming the mount, when a bucket the cluster mounts was
 
 namespace scoped {
 
-// An IAM that keeps each user's policy as the list of its buckets; `events` is shared with the
+// "bucket[/prefix] rw|ro" for each scope, MergeScopes'd: a policy as a test reads it.
+std::vector<std::string> ScopeNames(const std::vector<BucketScope>& scopes) {
+  std::vector<std::string> out;
+  for (const auto& s : MergeScopes(scopes)) {
+    out.push_back(s.bucket + (s.prefix.empty() ? "" : "/" + s.prefix) +
+                  (s.read_only ? " ro" : " rw"));
+  }
+  return out;
+}
+
+// An IAM that keeps each user's policy as its scopes (ScopeNames); `events` is shared with the
 // SSH runner below, so a test sees what happened in which order.
 struct FakeIam {
-  std::map<std::string, std::vector<std::string>> users;  // IAM user -> its policy's buckets
+  std::map<std::string, std::vector<std::string>> users;  // IAM user -> its policy's scopes
   std::vector<std::string>* events = nullptr;
   int next_key = 1;
   bool refuse = false;
@@ -445,18 +455,18 @@ class FakeIssuer : public NodeKeyIssuer {
   explicit FakeIssuer(FakeIam& iam) : iam_(iam) {}
   std::string Describe() const override { return "fake IAM"; }
   Result<NodeKey> Create(const std::string& cluster,
-                         const std::vector<std::string>& buckets) override {
+                         const std::vector<BucketScope>& scopes) override {
     if (iam_.refuse) return PermissionDenied("IAM CreateUser: AccessDenied: not allowed");
     NodeKey k{BucketsUserName(cluster), "AKIA" + std::to_string(iam_.next_key),
-              "SECRET" + std::to_string(iam_.next_key)};
+              "SECRET" + std::to_string(iam_.next_key), MergeScopes(scopes)};
     ++iam_.next_key;
-    iam_.users[k.iam_user] = buckets;
+    iam_.users[k.iam_user] = ScopeNames(scopes);
     iam_.events->push_back("create " + k.iam_user);
     return k;
   }
-  Status Rescope(const std::string& user, const std::vector<std::string>& buckets) override {
+  Status Rescope(const std::string& user, const std::vector<BucketScope>& scopes) override {
     if (!iam_.users.count(user)) return NotFound("no user " + user);
-    iam_.users[user] = buckets;
+    iam_.users[user] = ScopeNames(scopes);
     iam_.events->push_back("rescope " + user);
     return Status::Ok();
   }
@@ -504,7 +514,7 @@ TEST_CASE("with an IAM the nodes get the cluster's own key, scoped to its bucket
         "[herd-s3]\ntype = s3\naccess_key_id = AKIA1\n"
         "secret_access_key = SECRET1\n");
   CHECK(first->node_key_made == "herd-buckets-c1");
-  CHECK(w.iam.users["herd-buckets-c1"] == std::vector<std::string>{"bucket-a"});
+  CHECK(w.iam.users["herd-buckets-c1"] == std::vector<std::string>{"bucket-a rw"});
   // Kept sealed on the user's side: the file does not hold the secret in clear.
   auto kept = ReadFileIfExists(w.KeyFile("c1"));
   REQUIRE(kept.ok());
@@ -515,21 +525,25 @@ TEST_CASE("with an IAM the nodes get the cluster's own key, scoped to its bucket
   REQUIRE(loaded->has_value());
   CHECK((*loaded)->secret_access_key == "SECRET1");
 
-  // A later launch naming another bucket: the same key, its policy now both buckets.
+  // A later launch naming another bucket: the same key, its policy now both buckets (the COPY
+  // one read only).
   auto second = PrepareBuckets(TaskWith({{"/b", Named("bucket-b", "COPY")}}), "c1", w.parts);
   REQUIRE_MESSAGE(second.ok(), second.status().message());
   CHECK(second->rclone_conf.find("access_key_id = AKIA1\n") != std::string::npos);
   CHECK(second->node_key_made.empty());
   CHECK(second->node_key_rescoped);
-  CHECK(w.iam.users["herd-buckets-c1"] == std::vector<std::string>{"bucket-a", "bucket-b"});
+  CHECK(w.iam.users["herd-buckets-c1"] == std::vector<std::string>{"bucket-a rw", "bucket-b ro"});
+  CHECK(ScopeNames((*LoadNodeKey(w.parts.node_keys_dir, "c1"))->scopes) ==
+        w.iam.users["herd-buckets-c1"]);
   // That launch failed: the policy is the first bucket's again, the key stays.
   UndoPrepare(*second, "c1", w.parts);
-  CHECK(w.iam.users["herd-buckets-c1"] == std::vector<std::string>{"bucket-a"});
-  CHECK(LoadNodeKey(w.parts.node_keys_dir, "c1")->has_value());
+  CHECK(w.iam.users["herd-buckets-c1"] == std::vector<std::string>{"bucket-a rw"});
+  CHECK(ScopeNames((*LoadNodeKey(w.parts.node_keys_dir, "c1"))->scopes) ==
+        w.iam.users["herd-buckets-c1"]);
 
   // Another cluster has a user and key of its own.
   REQUIRE(PrepareBuckets(TaskWith({{"/a", Named("bucket-a")}}), "c2", w.parts).ok());
-  CHECK(w.iam.users["herd-buckets-c2"] == std::vector<std::string>{"bucket-a"});
+  CHECK(w.iam.users["herd-buckets-c2"] == std::vector<std::string>{"bucket-a rw"});
 
   // A start mounts with the kept key, not the user's.
   TempDir state;
@@ -552,6 +566,51 @@ TEST_CASE("with an IAM the nodes get the cluster's own key, scoped to its bucket
   // A stop keeps it.
   REQUIRE(ReleaseClusterStorage(ssh, targets, "c2", false, w.parts).ok());
   CHECK(w.iam.users.count("herd-buckets-c2") == 1);
+}
+
+task::StorageMount Under(const std::string& bucket, const std::string& prefix,
+                         const std::string& mode) {
+  task::StorageMount m = Named(bucket, mode);
+  m.prefix = prefix;
+  return m;
+}
+
+TEST_CASE("the key reads only what the cluster COPYs and reaches only the prefixes it mounts") {
+  ScopedWorld w;
+  auto first = PrepareBuckets(TaskWith({{"/data", Named("bucket-a", "COPY")},
+                                        {"/part", Under("bucket-p", "team/x", "MOUNT")}}),
+                              "c1", w.parts);
+  REQUIRE_MESSAGE(first.ok(), first.status().message());
+  CHECK(w.iam.users["herd-buckets-c1"] ==
+        std::vector<std::string>{"bucket-a ro", "bucket-p/team/x rw"});
+  // A later launch MOUNTs the bucket it COPYed: read-write now; the prefix stays.
+  auto second = PrepareBuckets(TaskWith({{"/ckpt", Named("bucket-a", "MOUNT")}}), "c1", w.parts);
+  REQUIRE_MESSAGE(second.ok(), second.status().message());
+  CHECK(w.iam.users["herd-buckets-c1"] ==
+        std::vector<std::string>{"bucket-a rw", "bucket-p/team/x rw"});
+  // A COPY of it again takes nothing away (the running mount writes), nor does a COPY of another
+  // prefix of the prefixed bucket widen it to the whole bucket.
+  auto third = PrepareBuckets(TaskWith({{"/again", Named("bucket-a", "COPY")},
+                                        {"/other", Under("bucket-p", "team/y", "COPY")}}),
+                              "c1", w.parts);
+  REQUIRE_MESSAGE(third.ok(), third.status().message());
+  CHECK(w.iam.users["herd-buckets-c1"] ==
+        std::vector<std::string>{"bucket-a rw", "bucket-p/team/x rw", "bucket-p/team/y ro"});
+  UndoPrepare(*third, "c1", w.parts);
+  CHECK(w.iam.users["herd-buckets-c1"] ==
+        std::vector<std::string>{"bucket-a rw", "bucket-p/team/x rw"});
+
+  // A key kept before scopes were recorded allowed every bucket of the cluster, whole and
+  // read-write: a later launch keeps that and adds its own scope.
+  REQUIRE(PrepareBuckets(TaskWith({{"/a", Under("bucket-a", "sub", "COPY")}}), "c2", w.parts).ok());
+  auto kept = LoadNodeKey(w.parts.node_keys_dir, "c2");
+  REQUIRE(kept.ok());
+  REQUIRE(kept->has_value());
+  NodeKey legacy = **kept;
+  legacy.scopes.clear();
+  REQUIRE(SaveNodeKey(w.parts.node_keys_dir, "c2", legacy).ok());
+  REQUIRE(PrepareBuckets(TaskWith({{"/b", Named("bucket-b", "COPY")}}), "c2", w.parts).ok());
+  CHECK(w.iam.users["herd-buckets-c2"] == std::vector<std::string>{"bucket-a rw", "bucket-b ro"});
 }
 
 TEST_CASE("an IAM that refuses fails the launch naming the mount, with nothing left made") {
@@ -634,7 +693,7 @@ TEST_CASE("the nodes mount once S3 takes the new key; a key never taken fails th
 
 TEST_CASE("a kept key does not open as another cluster's") {
   TempDir dir;
-  REQUIRE(SaveNodeKey(dir.path(), "c1", {"u1", "AKIA1", "SECRET1"}).ok());
+  REQUIRE(SaveNodeKey(dir.path(), "c1", {"u1", "AKIA1", "SECRET1", {}}).ok());
   std::filesystem::copy_file(dir / "c1", dir / "c2");
   CHECK_FALSE(LoadNodeKey(dir.path(), "c2").ok());
   CHECK_FALSE(LoadNodeKey(dir.path(), "../c1").ok());
@@ -644,7 +703,8 @@ TEST_CASE("a kept key does not open as another cluster's") {
 }
 
 TEST_CASE("the policy names exactly the buckets; IAM is found for AWS or by AWS_ENDPOINT_URL_IAM") {
-  const auto doc = boost::json::parse(BucketsPolicy({"b1", "b2"})).as_object();
+  const auto doc =
+      boost::json::parse(BucketsPolicy({{"b1", "", false}, {"b2", "", false}})).as_object();
   std::set<std::string> resources;
   std::set<std::string> actions;
   for (const auto& st : doc.at("Statement").as_array()) {
@@ -704,7 +764,7 @@ TEST_CASE("over IAM: a leftover user loses its old keys; rescope and remove name
   controller::AwsCredentials user{"AKIDUSER", "user-secret", "", "environment"};
   auto issuer = MakeIamKeyIssuer(http, user, "http://127.0.0.1:1");
   CHECK(issuer->Describe() == "IAM at http://127.0.0.1:1");
-  auto key = issuer->Create("c1", {"b1"});
+  auto key = issuer->Create("c1", {{"b1", "", false}});
   REQUIRE_MESSAGE(key.ok(), key.status().message());
   CHECK(key->iam_user == "herd-buckets-c1");
   CHECK(key->access_key_id == "AKIANEW");
@@ -717,7 +777,7 @@ TEST_CASE("over IAM: a leftover user loses its old keys; rescope and remove name
   CHECK(http->bodies[3].find("PolicyName=herd-buckets") != std::string::npos);
   CHECK(http->bodies[3].find("arn%3Aaws%3As3%3A%3A%3Ab1%2F%2A") != std::string::npos);
   http->bodies.clear();
-  REQUIRE(issuer->Rescope("herd-buckets-c1", {"b1", "b2"}).ok());
+  REQUIRE(issuer->Rescope("herd-buckets-c1", {{"b1", "", false}, {"b2", "", false}}).ok());
   CHECK(http->bodies[0].find("arn%3Aaws%3As3%3A%3A%3Ab2") != std::string::npos);
   http->bodies.clear();
   REQUIRE(issuer->Remove("herd-buckets-c1").ok());
