@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -20,7 +21,39 @@ int RunCli(int argc, char** argv) {
   return RunCliArgs(std::vector<std::string>(argv + 1, argv + argc), std::cout, std::cerr);
 }
 
-int RunCliArgs(std::vector<std::string> args, std::ostream& out, std::ostream& err) {
+namespace {
+
+using Factory = std::unique_ptr<cli::Command> (*)();
+constexpr Factory kCommands[] = {
+    cli::MakeCheckCommand,  cli::MakeCertsCommand,     cli::MakeLaunchCommand,
+    cli::MakeExecCommand,   cli::MakeStatusCommand,    cli::MakeQueueCommand,
+    cli::MakeLogsCommand,   cli::MakeCancelCommand,    cli::MakeStopCommand,
+    cli::MakeStartCommand,  cli::MakeDownCommand,      cli::MakeAutostopCommand,
+    cli::MakeJobsCommand,   cli::MakeNodesCommand,     cli::MakeMuxCommand,
+    cli::MakeServeCommand,  cli::MakeApiCommand,       cli::MakeGpusCommand,
+    cli::MakeStackCommand,  cli::MakeDashboardCommand, cli::MakeInfraCommand,
+    cli::MakeStorageCommand};
+
+// The command a word names (its name or an alias), or null: from one parser of every command,
+// made once per process.
+Factory CommandNamed(const std::string& word) {
+  static const std::map<std::string, Factory> by_name = [] {
+    std::map<std::string, Factory> m;
+    CLI::App scratch;
+    std::vector<std::unique_ptr<cli::Command>> keep;  // each parser's options point into its own
+    for (Factory make : kCommands) {
+      keep.push_back(make());
+      const CLI::App* sub = keep.back()->Add(scratch);
+      m.emplace(sub->get_name(), make);
+      for (const std::string& alias : sub->get_aliases()) m.emplace(alias, make);
+    }
+    return m;
+  }();
+  auto it = by_name.find(word);
+  return it == by_name.end() ? nullptr : it->second;
+}
+
+int RunCommands(std::vector<std::string> args, std::ostream& out, std::ostream& err, Factory only) {
   CLI::App app{"herd: launch distributed jobs on clusters of machines"};
   app.name("herd");
   app.require_subcommand(1);
@@ -31,18 +64,11 @@ int RunCliArgs(std::vector<std::string> args, std::ostream& out, std::ostream& e
   app.add_flag("-q,--quiet", quiet, "no progress output");
 
   std::vector<std::unique_ptr<cli::Command>> commands;
-  for (auto make : {cli::MakeCheckCommand, cli::MakeCertsCommand,     cli::MakeLaunchCommand,
-                    cli::MakeExecCommand,  cli::MakeStatusCommand,    cli::MakeQueueCommand,
-                    cli::MakeLogsCommand,  cli::MakeCancelCommand,    cli::MakeStopCommand,
-                    cli::MakeStartCommand, cli::MakeDownCommand,      cli::MakeAutostopCommand,
-                    cli::MakeJobsCommand,  cli::MakeNodesCommand,     cli::MakeMuxCommand,
-                    cli::MakeServeCommand, cli::MakeApiCommand,       cli::MakeGpusCommand,
-                    cli::MakeStackCommand, cli::MakeDashboardCommand, cli::MakeInfraCommand}) {
+  for (Factory make : kCommands) {
+    if (only != nullptr && make != only) continue;
     commands.push_back(make());
     commands.back()->Add(app);
   }
-  commands.push_back(cli::MakeStorageCommand());
-  commands.back()->Add(app);
 
   bool verbose = false;
   app.add_flag("-v,--verbose", verbose, "log what herd does (to stderr)");
@@ -99,6 +125,18 @@ int RunCliArgs(std::vector<std::string> args, std::ostream& out, std::ostream& e
     return command->Run(ctx);
   }
   return 2;
+}
+
+}  // namespace
+
+int RunCliArgs(std::vector<std::string> args, std::ostream& out, std::ostream& err) {
+  return RunCommands(std::move(args), out, err, nullptr);
+}
+
+int RunOneCommandArgs(std::vector<std::string> args, std::ostream& out, std::ostream& err) {
+  Factory only = args.empty() ? nullptr : CommandNamed(args[0]);
+  if (std::find(args.begin(), args.end(), "--help-all") != args.end()) only = nullptr;
+  return RunCommands(std::move(args), out, err, only);
 }
 
 }  // namespace herd::controller

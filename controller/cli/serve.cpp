@@ -65,6 +65,8 @@ int Serve(int fd) {
   // ... and a read's head connection serves the next read of the same cluster (no mux hello,
   // no kept-forward lookup per read).
   ops::KeepHeadConnections();
+  // ... and every read uses one connection to the cluster store, not a connection of its own.
+  ops::KeepClusterStoreOpen();
   // Kept from one command to the next: each is kApiMaxFrameBytes, allocated and zeroed once.
   FrameBuf out_buf(fd, server::FrameTag::kStdout), err_buf(fd, server::FrameTag::kStderr);
   std::string pending;
@@ -92,7 +94,7 @@ int Serve(int fd) {
       return 2;
     }
     std::ostream out(&out_buf), err(&err_buf);
-    const int code = controller::RunCliArgs(std::move(*args), out, err);
+    const int code = controller::RunOneCommandArgs(std::move(*args), out, err);
     if (!out_buf.Flush() || !err_buf.Flush() ||
         !server::SendAll(fd, server::EncodeFrame(server::FrameTag::kExit, std::to_string(code)))) {
       return 0;

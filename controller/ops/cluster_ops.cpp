@@ -35,6 +35,13 @@
 
 namespace herd::ops {
 
+StoreOpener OwnConnectionTo(std::function<std::string()> path) {
+  return [path = std::move(path)]() -> Result<std::shared_ptr<controller::ClusterStore>> {
+    HERD_ASSIGN_OR_RETURN(auto store, controller::ClusterStore::Open(path()));
+    return std::shared_ptr<controller::ClusterStore>(std::move(store));
+  };
+}
+
 namespace fs = std::filesystem;
 using namespace herd::controller;
 using herd::v1::JobInfo;

@@ -52,8 +52,11 @@ using Resources = task::Resources;
 using ProviderFactory = std::function<Result<std::unique_ptr<controller::Provider>>(
     const std::string& infra, const Resources* resources)>;
 
-// A connection of its own to the cluster store.
-using StoreOpener = std::function<Result<std::unique_ptr<controller::ClusterStore>>()>;
+// A connection to the cluster store: one of its own per call, or one a long-lived process keeps
+// (KeepClusterStoreOpen in system_parts.hpp; ClusterStore serializes its calls).
+using StoreOpener = std::function<Result<std::shared_ptr<controller::ClusterStore>>()>;
+// The opener of a connection of its own per call to the store at path() (path asked each time).
+StoreOpener OwnConnectionTo(std::function<std::string()> path);
 
 // How ClusterOps::AskEachHead asks: a child process per cluster (the default: a CLI ends soon
 // after, and a question that hangs is killed with its process), or a thread per cluster (a

@@ -305,11 +305,43 @@ void KeepHeadConnections() {
   if (kept_heads.load() == nullptr) kept_heads = new KeptHeads();
 }
 
+namespace {
+
+// The connection every SystemParts shares once KeepClusterStoreOpen was called, by the store's
+// path (never destroyed: a question thread of AskEachHead may still use it after main returned).
+struct KeptStore {
+  std::mutex mu;
+  std::map<std::string, std::shared_ptr<ClusterStore>> by_path;
+};
+std::atomic<KeptStore*> kept_store{nullptr};
+
+Result<std::shared_ptr<ClusterStore>> OpenClusterStore() {
+  const std::string path = StateDbPath();
+  KeptStore* kept = kept_store.load();
+  if (kept == nullptr) {
+    HERD_ASSIGN_OR_RETURN(auto store, ClusterStore::Open(path));
+    return std::shared_ptr<ClusterStore>(std::move(store));
+  }
+  std::lock_guard<std::mutex> l(kept->mu);
+  auto& store = kept->by_path[path];
+  if (!store) {
+    HERD_ASSIGN_OR_RETURN(auto opened, ClusterStore::Open(path));
+    store = std::move(opened);
+  }
+  return store;
+}
+
+}  // namespace
+
+void KeepClusterStoreOpen() {
+  if (kept_store.load() == nullptr) kept_store = new KeptStore();
+}
+
 ClusterOpsParts SystemParts(std::string user) {
   ClusterOpsParts p;
   p.providers = MakeSystemProvider;
   p.ssh = std::make_shared<OpenSshRunner>();
-  p.open_store = [] { return ClusterStore::Open(StateDbPath()); };
+  p.open_store = OpenClusterStore;
   p.heads = std::make_shared<SshHeadConnector>(p.ssh, p.open_store);
   if (KeptHeads* kept = kept_heads.load()) {
     p.heads = std::make_shared<KeptHeadConnector>(p.heads, *kept);

@@ -34,6 +34,13 @@ class SshHeadConnector final : public HeadConnector {
 // followed log or a failed call is closed with its command, as without this.
 void KeepHeadConnections();
 
+// For the same long-lived process: from now on every SystemParts shares one connection to the
+// cluster store, opened at its first use and kept for the rest of the process, instead of opening
+// one per call. Opening a connection (the WAL index, the schema check, the statements) and closing
+// it (the checkpoint) cost more than a read's queries; a kept connection still sees every write
+// committed by other processes (each query is a read transaction of its own).
+void KeepClusterStoreOpen();
+
 // user: who submits jobs; "" means $USER (else root).
 ClusterOpsParts SystemParts(std::string user = "");
 

@@ -104,7 +104,7 @@ struct World {
       return std::unique_ptr<Provider>(new herd::testing::FakeProvider(provider));
     };
     p.ssh = std::make_shared<herd::testing::RecordingSshRunner>();
-    p.open_store = [] { return ClusterStore::Open(StateDbPath()); };
+    p.open_store = ops::OwnConnectionTo([] { return StateDbPath(); });
     p.heads = heads;
     p.clock = clock;
     p.user = "alice";

@@ -53,7 +53,7 @@ struct World {
       return std::unique_ptr<controller::Provider>(new FakeProvider(provider));
     };
     p.ssh = ssh;
-    p.open_store = [] { return ClusterStore::Open(controller::StateDbPath()); };
+    p.open_store = ops::OwnConnectionTo([] { return controller::StateDbPath(); });
     p.heads = heads;
     p.clock = clock;
     p.user = "alice";
