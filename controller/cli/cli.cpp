@@ -43,6 +43,8 @@ int RunCliArgs(std::vector<std::string> args, std::ostream& out, std::ostream& e
   }
   commands.push_back(cli::MakeStorageCommand());
   commands.back()->Add(app);
+  commands.push_back(cli::MakeAutostopSweepCommand());
+  commands.back()->Add(app);
 
   bool verbose = false;
   app.add_flag("-v,--verbose", verbose, "log what herd does (to stderr)");
