@@ -3,10 +3,12 @@
 // reports, in its NodesReply, that it has been idle long enough; `herd _autostop-sweep`, which
 // the server runs for each of its users, stops (or tears down) such clusters through the same
 // Stop and Down as `herd stop` / `herd down`, with the server's own cloud credentials.
+#include <filesystem>
 #include <utility>
 
 #include "controller/ops/cluster_ops.hpp"
 #include "controller/state/cluster_lock.hpp"
+#include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
 
 namespace herd::ops {
@@ -15,10 +17,25 @@ using controller::ClusterLock;
 using controller::ClusterRecord;
 using controller::ClusterStatus;
 
+namespace fs = std::filesystem;
+
 namespace {
 
 bool ServerMayStop(const ClusterRecord& c) {
   return c.status == ClusterStatus::kUp && c.autostop_idle_minutes >= 0 && c.provider != "local";
+}
+
+// Written under the lock before the stop, removed once it is done (the record says STOPPED, or
+// the cluster is gone with its directory): a stop that failed after the agents were stopped
+// (EC2 refused, the network was down) leaves a head that no longer answers, and the next sweep
+// finishes that stop instead of leaving the machines running.
+std::string StoppingMarker(const ClusterRecord& c) { return c.state_dir + "/autostop-stopping"; }
+
+// Whether the head says its autostop is due; an error when it does not answer.
+Result<bool> HeadSaysDue(ClusterOps& ops, const ClusterRecord& c) {
+  HERD_ASSIGN_OR_RETURN(auto client, ops.ConnectHead(c, false));
+  HERD_ASSIGN_OR_RETURN(herd::v1::NodesReply nodes, client->Nodes());
+  return nodes.autostop_due();
 }
 
 }  // namespace
@@ -39,7 +56,9 @@ std::vector<AutostopOutcome> ClusterOps::SweepAutostop(const ProgressFn& progres
   const std::map<std::string, ClusterHealth> health = Health(asked);
   for (const ClusterRecord& c : asked) {
     auto h = health.find(c.name);
-    if (h == health.end() || !h->second.answered || !h->second.autostop_due) continue;
+    const bool due = h != health.end() && h->second.answered && h->second.autostop_due;
+    std::error_code ec;
+    if (!due && !fs::exists(StoppingMarker(c), ec)) continue;
     out.push_back({c.name, c.autostop_down, AutostopNow(c.name, progress)});
   }
   return out;
@@ -54,23 +73,25 @@ Status ClusterOps::AutostopNow(const std::string& cluster, const ProgressFn& pro
   if (!ServerMayStop(c)) {
     return FailedPrecondition("cluster " + cluster + " is no longer UP with autostop set");
   }
-  {
-    // Asked again under the lock: a job submitted since the sweep's question keeps the cluster.
-    auto client = ConnectHead(c, false);
-    if (!client.ok()) {
-      return Unavailable("the head did not answer (" + client.status().message() +
-                         "); not stopped");
-    }
-    auto nodes = (*client)->Nodes();
-    if (!nodes.ok()) {
-      return Unavailable("the head did not answer (" + nodes.status().message() + "); not stopped");
-    }
-    if (!nodes->autostop_due()) {
-      return FailedPrecondition("cluster " + cluster + " is no longer idle");
-    }
+  // Asked again under the lock: a job submitted since the sweep's question keeps the cluster. A
+  // head that does not answer is stopped only when an earlier stop of this cluster's autostop
+  // did not finish (it stopped the agents first).
+  const std::string marker = StoppingMarker(c);
+  std::error_code ec;
+  const bool resuming = fs::exists(marker, ec);
+  Result<bool> due = HeadSaysDue(*this, c);
+  if (!due.ok() && !resuming) {
+    return Unavailable("the head did not answer (" + due.status().message() + "); not stopped");
   }
-  return c.autostop_down ? DownHolding(std::move(*lock), cluster, progress)
-                         : StopHolding(std::move(*lock), cluster, progress);
+  if (due.ok() && !*due) {
+    fs::remove(marker, ec);  // the head runs again (a `herd start`): nothing left to finish
+    return FailedPrecondition("cluster " + cluster + " is no longer idle");
+  }
+  HERD_RETURN_IF_ERROR(WriteFileAtomic(marker, "", 0644));
+  Status s = c.autostop_down ? DownHolding(std::move(*lock), cluster, progress)
+                             : StopHolding(std::move(*lock), cluster, progress);
+  if (s.ok()) fs::remove(marker, ec);
+  return s;
 }
 
 }  // namespace herd::ops

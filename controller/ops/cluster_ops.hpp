@@ -201,12 +201,14 @@ class ClusterOps {
   // The team server's side of autostop (cluster_autostop.cpp), run as `herd _autostop-sweep` for
   // each of its users: asks the heads of the UP cloud clusters with autostop set (as Health) and
   // stops (tears down, with --down) each whose head says its autostop is due, with AutostopNow.
-  // A head that does not answer is not stopped on a guess.
+  // A head that does not answer is not stopped on a guess, unless an earlier sweep's stop of the
+  // cluster did not finish (it had stopped the agents): that stop is finished.
   std::vector<AutostopOutcome> SweepAutostop(const ProgressFn& progress = {});
   // Under the cluster's lock (taken at once, kAutostopLockWhat; a command holding it is using the
   // cluster: Unavailable), asks the head again and stops the cluster (tears it down when its
   // autostop says --down) only while the head still says its autostop is due: FailedPrecondition
-  // when it does not (a job came), Unavailable when it does not answer.
+  // when it does not (a job came), Unavailable when it does not answer and no earlier stop is
+  // left to finish.
   Status AutostopNow(const std::string& cluster, const ProgressFn& progress = {});
   // SkyPilot's status refresh (cluster_refresh.cpp): asks each cluster's provider for its
   // machines (with all, every UP or STOPPED cluster: `status -r`; else only UP clusters with

@@ -19,6 +19,7 @@ struct FakeProviderState {
   std::vector<std::string> calls;  // "provision demo 2", "stop demo", "start demo", "teardown demo"
   Status fail_provision = Status::Ok();
   Status stoppable = Status::Ok();
+  Status fail_stop = Status::Ok();  // Stop's answer (recorded either way)
   int nodes = 0;
   // GrantAutostop's answer when set (else the base class's refusal; CheckAutostop's too);
   // Machines' answer.
@@ -49,7 +50,7 @@ class FakeProvider final : public controller::Provider {
   Status Stop(const std::string& cluster, const std::string&) override {
     std::lock_guard<std::mutex> l(s_->mu);
     s_->calls.push_back("stop " + cluster);
-    return Status::Ok();
+    return s_->fail_stop;
   }
   Result<std::vector<controller::NodeHandle>> Start(const std::string& cluster,
                                                     const std::string&) override {

@@ -485,6 +485,47 @@ TEST_CASE("the server's autostop asks the head again under the lock and leaves a
   CHECK(w.Stored("cl")->status == ClusterStatus::kStopped);
 }
 
+TEST_CASE(
+    "a server's autostop stop that failed is finished by the next sweep, head silent or not") {
+  World w;
+  testing::ScopedEnv by_server(controller::kAutostopByServerEnv, "1");
+  w.provider->grant = controller::AutostopGrant{
+      "aws", "us-east-1", "https://ec2.us-east-1.amazonaws.com", {"i-0a"}, "AKIAX", "sec"};
+  w.Put("cl", 1, "cloud");
+  REQUIRE(w.ops.SetAutostop("cl", 1, false).ok());
+  w.heads->Head("cl")->autostop_due = true;
+  w.provider->fail_stop = Unavailable("EC2 StopInstances: connection refused");
+  std::vector<ops::AutostopOutcome> done = w.ops.SweepAutostop();
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].status.code() == Code::kUnavailable);
+  CHECK(w.Stored("cl")->status == ClusterStatus::kUp);
+  // The agents were stopped before EC2 failed: the head no longer answers.
+  w.heads->Head("cl")->refuse = Unavailable("connection refused");
+  w.provider->fail_stop = Status::Ok();
+  done = w.ops.SweepAutostop();
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].status.ok());
+  CHECK(w.Stored("cl")->status == ClusterStatus::kStopped);
+  CHECK(std::count(w.provider->calls.begin(), w.provider->calls.end(), "stop cl") == 2);
+  CHECK(w.ops.SweepAutostop().empty());  // STOPPED: nothing more
+
+  // A failed stop of a cluster whose head answers again, not due (the user started it again):
+  // nothing is stopped, and what was left to finish is dropped.
+  w.Put("again", 1, "cloud");
+  REQUIRE(w.ops.SetAutostop("again", 1, false).ok());
+  w.heads->Head("again")->autostop_due = true;
+  w.provider->fail_stop = Unavailable("EC2 StopInstances: connection refused");
+  REQUIRE(w.ops.SweepAutostop().size() == 1);
+  w.provider->fail_stop = Status::Ok();
+  w.heads->Head("again")->autostop_due = false;
+  done = w.ops.SweepAutostop();
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].status.code() == Code::kFailedPrecondition);
+  CHECK(w.ops.SweepAutostop().empty());
+  CHECK(w.Stored("again")->status == ClusterStatus::kUp);
+  CHECK(std::count(w.provider->calls.begin(), w.provider->calls.end(), "stop again") == 1);
+}
+
 TEST_CASE("status refresh: stopping shows AUTOSTOPPING, stopped is recorded, gone is torn down") {
   World w;
   ClusterRecord c = w.Put("cl", 1, "cloud");
