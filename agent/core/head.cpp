@@ -486,6 +486,7 @@ void Head::Nodes(const ConnPtr& conn, uint64_t request_id) {
     reply.mutable_nodes_reply()->add_alive(NodeRegistry::Up(e));
     *reply.mutable_nodes_reply()->add_health() = nodes_.HealthOf(e);
   }
+  reply.mutable_nodes_reply()->set_autostop_due(autostop_.due());
   SendToClient(conn, request_id, std::move(reply));
 }
 

@@ -51,7 +51,11 @@ void Autostop::Load() {
 Status Autostop::Set(const herd::v1::SetAutostop& setting) {
   const std::string key_file = CloudCredentialsPath(state_dir_);
   if (setting.idle_minutes() >= 0) {
-    if (setting.has_cloud()) {
+    if (setting.server_stops()) {
+      if (setting.has_cloud() || !setting.command().empty()) {
+        return InvalidArgument("autostop: server_stops with a command or a cloud key");
+      }
+    } else if (setting.has_cloud()) {
       HERD_RETURN_IF_ERROR(ValidateCloudAutostop(setting.cloud()));
     } else if (setting.command().empty()) {
       return InvalidArgument("autostop needs a command");
@@ -65,12 +69,14 @@ Status Autostop::Set(const herd::v1::SetAutostop& setting) {
   if (setting.idle_minutes() < 0 || !setting.has_cloud()) std::remove(key_file.c_str());
   setting_ = WithoutSecret(setting);
   fired_ = false;
+  due_ = false;
   last_busy_ = clock_.Now();  // the idle time counts from now
   HERD_LOG(kInfo) << "autostop "
                   << (setting.idle_minutes() < 0
                           ? "off"
                           : "after " + std::to_string(setting.idle_minutes()) + " idle minute(s)" +
-                                (setting.down() ? " (down)" : ""));
+                                (setting.down() ? " (down)" : "") +
+                                (setting.server_stops() ? ", by the team server" : ""));
   return Status::Ok();
 }
 
@@ -78,6 +84,15 @@ bool Autostop::Check(bool busy) {
   const auto now = clock_.Now();
   if (busy) last_busy_ = now;
   if (setting_.idle_minutes() < 0) return false;
+  if (setting_.server_stops()) {
+    const bool due = !busy && now - last_busy_ >= std::chrono::minutes(setting_.idle_minutes());
+    if (due && !due_) {
+      HERD_LOG(kInfo) << "idle for " << setting_.idle_minutes()
+                      << " minute(s): autostop due; the team server stops the cluster";
+    }
+    due_ = due;
+    return false;
+  }
   if (fired_) {
     // A cloud head that still runs so long after asking for its own stop: the call did not
     // take; ask again (while busy again, not: a job started meanwhile keeps the cluster).

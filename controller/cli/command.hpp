@@ -73,6 +73,7 @@ std::unique_ptr<Command> MakeStopCommand();
 std::unique_ptr<Command> MakeStartCommand();
 std::unique_ptr<Command> MakeDownCommand();
 std::unique_ptr<Command> MakeAutostopCommand();
+std::unique_ptr<Command> MakeAutostopSweepCommand();
 std::unique_ptr<Command> MakeJobsCommand();
 std::unique_ptr<Command> MakeNodesCommand();
 std::unique_ptr<Command> MakeMuxCommand();

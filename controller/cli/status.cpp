@@ -60,6 +60,7 @@ class StatusCommand final : public Command {
     auto shown_status = [&](const ClusterRecord& c) -> std::string {
       if (auto r = refreshed.shown.find(c.name); r != refreshed.shown.end()) return r->second;
       auto h = health.find(c.name);
+      if (h != health.end() && h->second.answered && h->second.autostop_due) return "AUTOSTOPPING";
       if (h == health.end() || (h->second.answered && h->second.down.empty())) {
         return std::string(controller::Name(c.status));
       }

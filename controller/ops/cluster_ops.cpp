@@ -23,6 +23,7 @@
 #include "controller/ssh/ssh_command.hpp"
 #include "controller/ssh/ssh_key.hpp"
 #include "controller/ssh/subprocess.hpp"
+#include "controller/state/api_config.hpp"
 #include "controller/state/cluster_lock.hpp"
 #include "controller/state/herd_home.hpp"
 #include "controller/state/ssh_config.hpp"
@@ -582,6 +583,11 @@ Result<herd::v1::NodesReply> ClusterOps::Nodes(const std::string& cluster) {
 Status ClusterOps::Stop(const std::string& cluster, const ProgressFn& progress) {
   HERD_ASSIGN_OR_RETURN(auto lock,
                         ClusterLock::Acquire(cluster, limits::kClusterLockWait, kStopLockWhat));
+  return StopHolding(std::move(lock), cluster, progress);
+}
+
+Status ClusterOps::StopHolding(ClusterLock lock, const std::string& cluster,
+                               const ProgressFn& progress) {
   HERD_ASSIGN_OR_RETURN(auto store, parts_.open_store());
   HERD_ASSIGN_OR_RETURN(ClusterRecord c, Lookup(*store, cluster));
   if (c.status == ClusterStatus::kStopped) return Status::Ok();
@@ -616,6 +622,11 @@ Result<ClusterRecord> ClusterOps::Start(const std::string& cluster, const Progre
 Status ClusterOps::Down(const std::string& cluster, const ProgressFn& progress) {
   HERD_ASSIGN_OR_RETURN(auto lock,
                         ClusterLock::Acquire(cluster, limits::kClusterLockWait, kDownLockWhat));
+  return DownHolding(std::move(lock), cluster, progress);
+}
+
+Status ClusterOps::DownHolding(ClusterLock lock, const std::string& cluster,
+                               const ProgressFn& progress) {
   HERD_ASSIGN_OR_RETURN(auto store, parts_.open_store());
   HERD_ASSIGN_OR_RETURN(ClusterRecord c, Lookup(*store, cluster));
   SshRunner& ssh = *parts_.ssh;
@@ -696,7 +707,15 @@ Status ClusterOps::SetAutostop(const std::string& cluster, int idle_minutes, boo
   setting.set_idle_minutes(idle_minutes < 0 ? -1 : idle_minutes);
   setting.set_down(idle_minutes >= 0 && down);
   std::string command;
-  if (idle_minutes >= 0 && c.provider != "local") {
+  if (idle_minutes >= 0 && c.provider != "local" && controller::AutostopByServer()) {
+    // Under a team server: the server stops the machines with its own credentials once the head
+    // reports the cluster idle long enough (SweepAutostop); no key goes to the head.
+    HERD_ASSIGN_OR_RETURN(auto provider, parts_.providers(c.infra, nullptr));
+    const std::string provider_dir = c.state_dir + "/provider";
+    if (!down) HERD_RETURN_IF_ERROR(provider->CheckStoppable(c.name, provider_dir));
+    HERD_RETURN_IF_ERROR(provider->CheckAutostop(c.name, provider_dir));
+    setting.set_server_stops(true);
+  } else if (idle_minutes >= 0 && c.provider != "local") {
     // A cloud's machines stop themselves: the head calls the cloud with a key scoped to them.
     HERD_ASSIGN_OR_RETURN(auto provider, parts_.providers(c.infra, nullptr));
     const std::string provider_dir = c.state_dir + "/provider";
@@ -774,6 +793,7 @@ ClusterHealth HealthFrom(const ClusterRecord& c, std::string answer) {
     return h;
   }
   h.answered = true;
+  h.autostop_due = reply.autostop_due();
   std::map<std::string, herd::v1::NodeCondition> known;
   for (int i = 0; i < reply.nodes_size() && i < reply.health_size(); ++i) {
     if (reply.health(i).drained()) {

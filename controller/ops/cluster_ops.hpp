@@ -24,6 +24,7 @@
 #include "controller/core/progress.hpp"
 #include "controller/provider/provider.hpp"
 #include "controller/ssh/ssh_runner.hpp"
+#include "controller/state/cluster_lock.hpp"
 #include "controller/state/cluster_record.hpp"
 #include "controller/state/cluster_store.hpp"
 #include "controller/task/task.hpp"
@@ -145,6 +146,17 @@ struct ClusterHealth {
   // for other providers). When it is not RUNNING the head is not asked and error says why.
   std::string allocation{};
   bool allocation_alive = true;
+  // Its team server stops it (SetAutostop.server_stops) and the head says it has been idle past
+  // its autostop: `herd status` shows AUTOSTOPPING.
+  bool autostop_due = false;
+};
+
+// What the team server's autostop sweep (ClusterOps::SweepAutostop) did with one cluster whose
+// head said its autostop is due.
+struct AutostopOutcome {
+  std::string cluster;
+  bool down = false;  // torn down rather than stopped
+  Status status;      // OK: stopped (torn down); else why not (it stays as it is)
 };
 
 // What `herd status` learned from the providers themselves (ClusterOps::Refresh).
@@ -184,8 +196,23 @@ class ClusterOps {
   // that no cluster mounts any more are deleted (storage::ReleaseManagedJobStorage).
   Status ReleaseManagedJobStorage(int64_t managed_job);
   // After idle_minutes without an active job the head stops (or, with down, tears down) the
-  // cluster by itself; idle_minutes < 0 cancels. Needs a provider the head node can drive: `local`.
+  // cluster by itself; idle_minutes < 0 cancels. Needs a provider whose machines herd may stop:
+  // `local` (the head runs `herd stop|down` here) or `aws` (the head calls EC2 with a key scoped
+  // to its instances). Under a team server (controller::AutostopByServer) a cloud cluster's head
+  // gets no key: it only reports the autostop due, and the server stops it (SweepAutostop).
   Status SetAutostop(const std::string& cluster, int idle_minutes, bool down);
+  // The team server's side of autostop (cluster_autostop.cpp), run as `herd _autostop-sweep` for
+  // each of its users: asks the heads of the UP cloud clusters with autostop set (as Health) and
+  // stops (tears down, with --down) each whose head says its autostop is due, with AutostopNow.
+  // A head that does not answer is not stopped on a guess, unless an earlier sweep's stop of the
+  // cluster did not finish (it had stopped the agents): that stop is finished.
+  std::vector<AutostopOutcome> SweepAutostop(const ProgressFn& progress = {});
+  // Under the cluster's lock (taken at once, kAutostopLockWhat; a command holding it is using the
+  // cluster: Unavailable), asks the head again and stops the cluster (tears it down when its
+  // autostop says --down) only while the head still says its autostop is due: FailedPrecondition
+  // when it does not (a job came), Unavailable when it does not answer and no earlier stop is
+  // left to finish.
+  Status AutostopNow(const std::string& cluster, const ProgressFn& progress = {});
   // SkyPilot's status refresh (cluster_refresh.cpp): asks each cluster's provider for its
   // machines (with all, every UP or STOPPED cluster: `status -r`; else only UP clusters with
   // autostop on a cloud, which may have stopped themselves) and updates the records: STOPPED when
@@ -234,6 +261,12 @@ class ClusterOps {
                 std::unique_ptr<HeadApi> client, const std::string& task_id, int attempt,
                 const herd::v1::SubmitJob* extras = nullptr);
 
+  // Stop and Down once the cluster's lock is held.
+  Status StopHolding(controller::ClusterLock lock, const std::string& cluster,
+                     const ProgressFn& progress);
+  Status DownHolding(controller::ClusterLock lock, const std::string& cluster,
+                     const ProgressFn& progress);
+
   ClusterOpsParts parts_;
 };
 
@@ -241,6 +274,9 @@ class ClusterOps {
 // (ClusterLock::HeldFor): a follower that lost its head reads it to stop redialing at once.
 inline constexpr char kDownLockWhat[] = "herd down";
 inline constexpr char kStopLockWhat[] = "herd stop";
+// What the team server's autostop (ClusterOps::AutostopNow) writes there: `herd status` shows the
+// cluster AUTOSTOPPING while it holds the lock.
+inline constexpr char kAutostopLockWhat[] = "herd autostop (idle)";
 
 // Where the herdlet binary to install comes from: $HERDLET_BINARY, else next to this executable
 // (installed layout), else ../agent/herdlet (build tree).

@@ -26,8 +26,18 @@ bool MayHaveStoppedItself(const ClusterRecord& c) {
 }  // namespace
 
 RefreshOutcome ClusterOps::Refresh(const std::vector<ClusterRecord>& clusters, bool all) {
+  RefreshOutcome out;
   std::vector<const ClusterRecord*> asked;
   for (const ClusterRecord& c : clusters) {
+    // The team server is stopping (tearing down) it for its autostop (AutostopNow holds the
+    // lock until it is done): its machines are not asked meanwhile.
+    if (MayHaveStoppedItself(c)) {
+      if (auto what = controller::ClusterLock::HeldFor(c.name);
+          what && *what == kAutostopLockWhat) {
+        out.shown[c.name] = "AUTOSTOPPING";
+        continue;
+      }
+    }
     if (all ? c.status == ClusterStatus::kUp || c.status == ClusterStatus::kStopped
             : MayHaveStoppedItself(c)) {
       asked.push_back(&c);
@@ -52,7 +62,6 @@ RefreshOutcome ClusterOps::Refresh(const std::vector<ClusterRecord>& clusters, b
     }
     for (auto& t : threads) t.join();
   }
-  RefreshOutcome out;
   for (std::size_t i = 0; i < asked.size(); ++i) {
     const ClusterRecord& c = *asked[i];
     const Result<controller::MachinesView>& seen = answers[i];

@@ -40,6 +40,11 @@ Status WhyClusterGone(const ClusterRecord& c, const StoreOpener& open_store) {
   if (auto what = ClusterLock::HeldFor(c.name)) {
     if (*what == kDownLockWhat) return Cancelled(down);
     if (*what == kStopLockWhat) return Cancelled(stop);
+    if (*what == kAutostopLockWhat) {
+      return Cancelled("cluster " + c.name + " was " +
+                       (c.autostop_down ? "taken down" : "stopped") +
+                       " for its autostop (by the team server)");
+    }
   }
   auto store = open_store();
   if (!store.ok()) return Status::Ok();

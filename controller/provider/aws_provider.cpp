@@ -616,6 +616,11 @@ Status AwsProvider::Teardown(const std::string& cluster, const std::string& stat
   return Status::Ok();
 }
 
+Status AwsProvider::CheckAutostop(const std::string& cluster, const std::string& state_dir) {
+  HERD_RETURN_IF_ERROR(ValidateCluster(cluster));
+  return LoadExisting(cluster, state_dir).status();
+}
+
 Result<AutostopGrant> AwsProvider::GrantAutostop(const std::string& cluster,
                                                  const std::string& state_dir) {
   HERD_RETURN_IF_ERROR(ValidateCluster(cluster));

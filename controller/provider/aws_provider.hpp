@@ -78,6 +78,8 @@ class AwsProvider : public Provider {
   Result<std::vector<NodeHandle>> Start(const std::string& cluster,
                                         const std::string& state_dir) override;
   Status Teardown(const std::string& cluster, const std::string& state_dir) override;
+  // Any recorded cluster (a team server stops it with its own credentials).
+  Status CheckAutostop(const std::string& cluster, const std::string& state_dir) override;
   // The cluster's IAM user (iam_client.hpp: may only stop or terminate this cluster's instances)
   // and its key, made on first use and kept in the record; Teardown deletes them.
   Result<AutostopGrant> GrantAutostop(const std::string& cluster,

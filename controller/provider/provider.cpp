@@ -15,7 +15,12 @@ Result<AllocationState> Provider::Allocation(const std::string&, const std::stri
   return AllocationState{};
 }
 
-Result<AutostopGrant> Provider::GrantAutostop(const std::string& cluster, const std::string&) {
+Result<AutostopGrant> Provider::GrantAutostop(const std::string& cluster,
+                                              const std::string& state_dir) {
+  return Provider::CheckAutostop(cluster, state_dir);  // always an error
+}
+
+Status Provider::CheckAutostop(const std::string& cluster, const std::string&) {
   return FailedPrecondition("autostop needs machines the head can stop; cluster " + cluster +
                             " is on " + name() + " (existing machines are not stopped by herd)");
 }

@@ -124,6 +124,10 @@ class Provider {
   // these machines.
   virtual Result<AutostopGrant> GrantAutostop(const std::string& cluster,
                                               const std::string& state_dir);
+  // Whether herd stops these machines for autostop at all (a team server stops them with its own
+  // credentials instead of granting the head a key): FailedPrecondition by default, as
+  // GrantAutostop; reads only what the provider recorded.
+  virtual Status CheckAutostop(const std::string& cluster, const std::string& state_dir);
   // The machines' state from the provider itself (not from the head); kUnknown by default.
   virtual Result<MachinesView> Machines(const std::string& cluster, const std::string& state_dir);
 };

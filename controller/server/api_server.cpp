@@ -79,6 +79,7 @@ std::string ServerImpl::endpoint() const {
 void ServerImpl::Stop() {
   if (keeper_) keeper_->Stop();    // its controllers die, its leases go to another server
   if (sampler_) sampler_->Stop();  // its read in progress is interrupted
+  StopAutostopSweeps();            // a stop in progress is interrupted
   if (http_) http_->Stop();
   StopCommands();
   // The handlers in progress. Only now: a command dies with the thread that forked it
@@ -275,6 +276,7 @@ Result<std::unique_ptr<ApiServer>> ApiServer::Start(boost::asio::io_context& io,
   HERD_RETURN_IF_ERROR(impl->TakeOver(options.host + ":" + std::to_string(impl->port())));
   HERD_RETURN_IF_ERROR(impl->StartKeeper());
   HERD_RETURN_IF_ERROR(impl->StartSampler());
+  impl->StartAutostopSweeps();
   struct Handle final : ApiServer {
     std::shared_ptr<ServerImpl> impl;
     uint16_t port() const override { return impl->port(); }

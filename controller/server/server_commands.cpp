@@ -11,6 +11,7 @@
 #include "controller/server/server_impl.hpp"
 #include "controller/server/stream_frames.hpp"
 #include "controller/server/warm_protocol.hpp"
+#include "controller/state/api_config.hpp"
 #include "controller/state/herd_home.hpp"
 #include "shared/common/file_util.hpp"
 #include "shared/common/limits.hpp"
@@ -355,6 +356,7 @@ std::vector<std::string> ServerImpl::ChildEnv(const std::string& user, bool secr
                                                  "HERD_API_TOKEN",
                                                  "HERD_API_CA_CERT",
                                                  "HERD_TASK_SECRETS_ON_STDIN",
+                                                 controller::kAutostopByServerEnv,
                                                  jobs::kManagedSupervisedEnv,
                                                  jobs::kManagedSecretsRefEnv,
                                                  jobs::kManagedSecretsOnStdinEnv};
@@ -370,6 +372,8 @@ std::vector<std::string> ServerImpl::ChildEnv(const std::string& user, bool secr
   env.push_back("USER=" + user);
   env.push_back("LOGNAME=" + user);
   env.push_back("HERD_API_SERVER=local");  // this machine's state: never a server again
+  // Cloud clusters' autostop is this server's to carry out (server_autostop.cpp): no key to heads.
+  env.push_back(std::string(controller::kAutostopByServerEnv) + "=1");
   // Managed jobs' clusters are named <name>-<id>-<attempt> with ids counted per user home: the
   // user's tag keeps two users' jobs of one name from sharing a cluster name on this machine.
   env.push_back("HERD_MANAGED_CLUSTER_TAG=" + UserTag(user));

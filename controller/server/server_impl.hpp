@@ -7,6 +7,8 @@
 //   server_users.cpp         /api/v1/users, /api/v1/tokens, /api/v1/audit (admins)
 //   server_managed_jobs.cpp  managed jobs' controllers hosted here (job_keeper.hpp), their secrets
 //   server_gpu_samples.cpp   the GPU sampler's parts (gpu_sampler.hpp): users, reads, the store
+//   server_autostop.cpp      users' cloud clusters stopped for their autostop (`herd
+//   _autostop-sweep`)
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -18,6 +20,7 @@
 #include <mutex>
 #include <stop_token>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "controller/server/api_server.hpp"
@@ -63,6 +66,9 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
   Status StartKeeper();
   // The dashboard's GPU samples are taken here (gpu_sampler.hpp), not by the pages that show them.
   Status StartSampler();
+  // Users' cloud clusters are stopped for their autostop here (server_autostop.cpp), with this
+  // server's credentials, not by their heads.
+  void StartAutostopSweeps();
 
  private:
   std::map<std::string, std::shared_ptr<RunningCommand>> RunningById();
@@ -111,6 +117,12 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
                                             GpuSamplerParts::SteadyTime deadline,
                                             std::stop_token stop);
 
+  // ---- autostop (server_autostop.cpp)
+  // One sweep: `herd _autostop-sweep` as each user with clusters whose last one ended.
+  void SweepAutostop(std::map<std::string, std::shared_ptr<RunningCommand>>& running);
+  // Interrupts the sweeps still running, waits for them and ends the thread; idempotent.
+  void StopAutostopSweeps();
+
   // ---- uploads (server_uploads.cpp)
   // An upload's place in the command's directory: "workdir" or "mounts/N".
   static Status ValidateUploadName(const std::string& name);
@@ -152,6 +164,7 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
   std::unique_ptr<ServerKeeper> keeper_;
   std::unique_ptr<dashboard::Dashboard> dashboard_;
   std::unique_ptr<GpuSampler> sampler_;
+  std::jthread autostop_thread_;
   std::string holder_;
   std::mutex mu_;
   std::map<std::string, std::shared_ptr<RunningCommand>> running_;

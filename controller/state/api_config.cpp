@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <string_view>
 
 #include "controller/state/herd_home.hpp"
 #include "shared/common/file_util.hpp"
@@ -107,6 +108,11 @@ Status ClearApiConfig() {
     return Status::Ok();
   }
   return WriteConfigFile(path, root);
+}
+
+bool AutostopByServer() {
+  const char* v = std::getenv(kAutostopByServerEnv);
+  return v != nullptr && std::string_view(v) == "1";
 }
 
 }  // namespace herd::controller

@@ -29,4 +29,11 @@ Status SaveApiConfig(const ApiConfig& config);
 // when nothing else is in it). OK when there was none.
 Status ClearApiConfig();
 
+// Set to "1" by a team server in the environment of every herd it runs for a user: that server
+// stops (or tears down) the user's cloud clusters once their heads report their autostop due
+// (`herd _autostop-sweep`), so no cloud key goes to a head.
+inline constexpr char kAutostopByServerEnv[] = "HERD_AUTOSTOP_BY_SERVER";
+// Whether kAutostopByServerEnv is "1" in this process.
+bool AutostopByServer();
+
 }  // namespace herd::controller

@@ -772,6 +772,19 @@ static_assert((kCloudAutostopCallTimeout + kCloudAutostopRetryDelay) * (kCloudAu
                   kCloudAutostopRefire,
               "one round of attempts ends before the head asks again");
 static_assert(kCloudAutostopRefire > kNodeCheckInterval * 100, "the head's check sees it often");
+// Under a team server no key goes to a head: the head only reports its autostop due (it checks
+// every kNodeCheckInterval), and the server (controller/server/server_autostop.cpp) runs
+// `herd _autostop-sweep` for each of its users this often, which asks their cloud clusters' heads
+// (within kStatusHeadTimeout) and stops those that are due. A cluster is stopped at most this
+// long (plus its stop) after its idle minutes, well within autostop's one-minute unit. A user's
+// sweep still running when the next is due (a stop in progress) is not started again.
+inline constexpr Duration kServerAutostopSweepInterval = 15s;
+static_assert(kServerAutostopSweepInterval > kStatusHeadTimeout * 2,
+              "a sweep's questions to the heads end well before the next sweep");
+static_assert(kServerAutostopSweepInterval > kNodeCheckInterval * 10,
+              "a head has checked its idle time many times between two sweeps");
+static_assert(kServerAutostopSweepInterval < std::chrono::minutes(1),
+              "a cluster is stopped within autostop's one-minute unit of being due");
 
 // ---- Containers (agent/container; `image_id: docker:IMAGE`) ------------------------------------
 // Checking a node's container runtime (`podman --version`) and each short podman command of the

@@ -28,6 +28,7 @@ struct FakeHeadState {
   int autostop_minutes = -2;                                            // -2: never set
   std::string autostop_command;
   herd::v1::SetAutostop autostop_setting;
+  bool autostop_due = false;  // NodesReply.autostop_due
   int connections = 0;
   Status refuse = Status::Ok();  // non-ok: every call fails with it
 };
@@ -80,6 +81,7 @@ class FakeHead final : public controller::HeadApi {
       r.add_nodes()->set_node_id(id);
       r.add_alive(alive);
     }
+    r.set_autostop_due(s_->autostop_due);
     return r;
   }
   Status SetAutostop(const herd::v1::SetAutostop& setting) override {

@@ -19,8 +19,10 @@ struct FakeProviderState {
   std::vector<std::string> calls;  // "provision demo 2", "stop demo", "start demo", "teardown demo"
   Status fail_provision = Status::Ok();
   Status stoppable = Status::Ok();
+  Status fail_stop = Status::Ok();  // Stop's answer (recorded either way)
   int nodes = 0;
-  // GrantAutostop's answer when set (else the base class's refusal); Machines' answer.
+  // GrantAutostop's answer when set (else the base class's refusal; CheckAutostop's too);
+  // Machines' answer.
   std::optional<controller::AutostopGrant> grant;
   controller::MachinesView machines;
   // When set, each Machines call waits (at most 10 s) until this many calls have been inside it
@@ -48,7 +50,7 @@ class FakeProvider final : public controller::Provider {
   Status Stop(const std::string& cluster, const std::string&) override {
     std::lock_guard<std::mutex> l(s_->mu);
     s_->calls.push_back("stop " + cluster);
-    return Status::Ok();
+    return s_->fail_stop;
   }
   Result<std::vector<controller::NodeHandle>> Start(const std::string& cluster,
                                                     const std::string&) override {
@@ -68,6 +70,13 @@ class FakeProvider final : public controller::Provider {
     s_->calls.push_back("grant " + cluster);
     if (s_->grant) return *s_->grant;
     return Provider::GrantAutostop(cluster, dir);
+  }
+  // Autostop works where a grant was given (the base class's refusal otherwise).
+  Status CheckAutostop(const std::string& cluster, const std::string& dir) override {
+    std::lock_guard<std::mutex> l(s_->mu);
+    s_->calls.push_back("check-autostop " + cluster);
+    if (s_->grant) return Status::Ok();
+    return Provider::CheckAutostop(cluster, dir);
   }
   Result<controller::MachinesView> Machines(const std::string& cluster,
                                             const std::string&) override {

@@ -147,29 +147,35 @@ class InstanceMetadata(unittest.TestCase):
 
 
 @unittest.skipUnless(netns_available(), "needs root and ip netns")
-class AwsTest(HerdEnvTestCase):
+class AwsEnvTestCase(HerdEnvTestCase):
+    """fake_ec2.py on BIND handing out HOST_COUNT namespace hosts of POOL, the user's AWS
+    credentials and config, and the helpers the AWS suites share; no tests of its own."""
     ENV_PREFIX = "aws"
+    POOL = POOL
+    BIND = BIND
+    HOST_COUNT = 3
+    # Clusters whose agents' cgroups assert_nothing_left checks; an earlier run's are not this one's.
+    CGROUP_CLUSTERS = ("haws3", "haws4", "haws5", "haws6")
 
     @classmethod
     def prepare_env(cls):
         cls.fake = None
         cls.hosts_state = os.path.join(cls.h.dir, "hosts")
-        # An earlier run's are not this one's.
-        cls.cgroups_before = {d for c in ("haws3", "haws4", "haws5", "haws6")
-                              for d in cgroup_scopes_of(c)}
+        cls.cgroups_before = {d for c in cls.CGROUP_CLUSTERS for d in cgroup_scopes_of(c)}
         pool_key = os.path.join(cls.h.dir, "pool_key")
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", pool_key], check=True)
-        p = subprocess.run([HOSTS, "up", POOL, "3", cls.hosts_state, pool_key + ".pub"],
+        p = subprocess.run([HOSTS, "up", cls.POOL, str(cls.HOST_COUNT), cls.hosts_state,
+                            pool_key + ".pub"],
                            capture_output=True, text=True, timeout=180)
         if p.returncode != 0:
             raise AssertionError(p.stderr)
         cls.pool_ips = p.stdout.split()
-        names = [f"{POOL}-head", f"{POOL}-worker1", f"{POOL}-worker2"]
+        names = [f"{cls.POOL}-head"] + [f"{cls.POOL}-worker{i}" for i in range(1, cls.HOST_COUNT)]
         cls.host_dirs = [os.path.join(cls.hosts_state, "nodes", n) for n in names]
         # The hosts' side of their bridge: where a head reaches the fake (its own EC2 calls).
         node_bind = ".".join(cls.pool_ips[0].split(".")[:3] + ["254"])
         cfg = {
-            "bind": BIND, "port_file": os.path.join(cls.h.dir, "fake.port"), "region": REGION,
+            "bind": cls.BIND, "port_file": os.path.join(cls.h.dir, "fake.port"), "region": REGION,
             "node_bind": node_bind, "node_port_file": os.path.join(cls.h.dir, "fake.node.port"),
             "zones": ZONES, "no_capacity_zones": [], "regions": MORE_REGIONS,
             "credentials": {KEY_ID: {"secret": SECRET},
@@ -177,7 +183,7 @@ class AwsTest(HerdEnvTestCase):
                                                         "token": TEMP["AWS_SESSION_TOKEN"]}},
             "hosts": [{"ip": ip, "dir": os.path.join(cls.hosts_state, "nodes", n)}
                       for ip, n in zip(cls.pool_ips, names)],
-            "test_hosts": HOSTS, "hosts_name": POOL, "hosts_state": cls.hosts_state,
+            "test_hosts": HOSTS, "hosts_name": cls.POOL, "hosts_state": cls.hosts_state,
             "images": [
                 {"id": "ami-0old", "owner": UBUNTU, "date": "2023-01-01T00:00:00.000Z",
                  "name": "ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-server-20230101"},
@@ -198,7 +204,7 @@ class AwsTest(HerdEnvTestCase):
                 raise AssertionError("fake_ec2 did not start")
             time.sleep(0.05)
         with open(cfg["port_file"]) as f:
-            cls.endpoint = f"http://{BIND}:{f.read().strip()}"
+            cls.endpoint = f"http://{cls.BIND}:{f.read().strip()}"
         with open(cfg["node_port_file"]) as f:
             cls.node_endpoint = f"http://{node_bind}:{f.read().strip()}"
         # The user's side: a credentials profile, the SSH user of the fake's hosts, and every
@@ -228,7 +234,7 @@ class AwsTest(HerdEnvTestCase):
                 cls.fake.send_signal(signal.SIGTERM)
                 cls.fake.wait(timeout=10)
                 cls.fake_log.close()
-            subprocess.run([HOSTS, "down", POOL, cls.hosts_state], timeout=120)
+            subprocess.run([HOSTS, "down", cls.POOL, cls.hosts_state], timeout=120)
 
     # ---- helpers ----
     def state(self):
@@ -282,6 +288,56 @@ class AwsTest(HerdEnvTestCase):
         self.assert_nothing_left()
         self.herd("down", cluster, "-y")
         self.assertEqual(self.state()["calls"][before + 1:], [])  # nothing to tear down
+
+    # ---- autostop helpers ----
+    def status_of(self, name):
+        c = self.h.clusters().get(name)
+        return c["status"] if c else None
+
+    def watch_status(self, name, until, timeout):
+        """The statuses `herd status` shows, each change once, until `until` (None: gone)."""
+        seen = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            st = self.status_of(name)
+            if not seen or seen[-1] != st:
+                seen.append(st)
+            if st == until:
+                return seen
+            time.sleep(0.5)
+        self.fail(f"cluster {name} never {until}: {seen}\n{self.why_not(name)}")
+
+    def why_not(self, name):
+        """For a failed watch_status: what did the stopping (the head's autostop.log)."""
+        with open(os.path.join(self.head_dir(name), "home", ".herd", "agent", "state",
+                               "autostop.log"), errors="replace") as f:
+            return "autostop.log:\n" + f.read()[-3000:]
+
+    def head_dir(self, cluster):
+        (inst,) = [v for v in self.state()["instances"].values()
+                   if v["tags"].get("Name") == cluster + "-head"]
+        return self.host_dirs[inst["host"]]
+
+    def instances_of(self, cluster):
+        return {k: v for k, v in self.state()["instances"].items()
+                if v["tags"].get("herd-cluster") == cluster}
+
+    def ec2_call(self, action, ids=(), user=None, key_file=None, service="ec2",
+                 version="2016-11-15", extra=""):
+        """One signed Query API call with curl, as the head makes it: (HTTP code, body)."""
+        body = f"Action={action}&Version={version}{extra}" + "".join(
+            f"&InstanceId.{i + 1}={x}" for i, x in enumerate(ids))
+        auth = ["-K", key_file] if key_file else ["--user", user]
+        p = subprocess.run(["curl", "-sS", *auth, "--aws-sigv4", f"aws:amz:{REGION}:{service}",
+                            "-H", "Content-Type: application/x-www-form-urlencoded; charset=utf-8",
+                            "--data", body, "-w", "\n%{http_code}", self.endpoint + "/"],
+                           capture_output=True, text=True, timeout=60)
+        out, _, code = p.stdout.rpartition("\n")
+        return int(code or 0), out
+
+
+class AwsTest(AwsEnvTestCase):
+    ENV_PREFIX = "aws"
 
     # ---- tests (run in name order; each leaves the fake empty) ----
     def test_0_no_region_plans_over_every_region(self):
@@ -688,48 +744,6 @@ class AwsTest(HerdEnvTestCase):
         self.assert_no_region_holds_anything()
 
     # ---- autostop on AWS, and status -r ----
-    def status_of(self, name):
-        c = self.h.clusters().get(name)
-        return c["status"] if c else None
-
-    def watch_status(self, name, until, timeout):
-        """The statuses `herd status` shows, each change once, until `until` (None: gone)."""
-        seen = []
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            st = self.status_of(name)
-            if not seen or seen[-1] != st:
-                seen.append(st)
-            if st == until:
-                return seen
-            time.sleep(0.5)
-        with open(os.path.join(self.head_dir(name), "home", ".herd", "agent", "state",
-                               "autostop.log"), errors="replace") as f:
-            log = f.read()[-3000:]
-        self.fail(f"cluster {name} never {until}: {seen}\nautostop.log:\n{log}")
-
-    def head_dir(self, cluster):
-        (inst,) = [v for v in self.state()["instances"].values()
-                   if v["tags"].get("Name") == cluster + "-head"]
-        return self.host_dirs[inst["host"]]
-
-    def instances_of(self, cluster):
-        return {k: v for k, v in self.state()["instances"].items()
-                if v["tags"].get("herd-cluster") == cluster}
-
-    def ec2_call(self, action, ids=(), user=None, key_file=None, service="ec2",
-                 version="2016-11-15", extra=""):
-        """One signed Query API call with curl, as the head makes it: (HTTP code, body)."""
-        body = f"Action={action}&Version={version}{extra}" + "".join(
-            f"&InstanceId.{i + 1}={x}" for i, x in enumerate(ids))
-        auth = ["-K", key_file] if key_file else ["--user", user]
-        p = subprocess.run(["curl", "-sS", *auth, "--aws-sigv4", f"aws:amz:{REGION}:{service}",
-                            "-H", "Content-Type: application/x-www-form-urlencoded; charset=utf-8",
-                            "--data", body, "-w", "\n%{http_code}", self.endpoint + "/"],
-                           capture_output=True, text=True, timeout=60)
-        out, _, code = p.stdout.rpartition("\n")
-        return int(code or 0), out
-
     def test_b_autostop_stops_the_cluster_with_its_own_scoped_key(self):
         self.set_fake(transition_s=6)  # stopping lasts long enough to be seen
         self.addCleanup(self.set_fake, transition_s=0)

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 #include <sys/wait.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -19,6 +20,7 @@ namespace herd::agent {
 namespace {
 
 using namespace std::chrono_literals;
+namespace fs = std::filesystem;
 
 struct FakeSpawner : CommandSpawner {
   Status SpawnDetached(const std::string& command, const std::string& log_path) override {
@@ -142,6 +144,59 @@ TEST_CASE("the setting survives a restart of the head; its idle time counts from
   clock.Advance(1min);
   CHECK(restarted.Check(false));
   CHECK(spawner.commands.size() == 1);
+}
+
+TEST_CASE("server_stops: the head runs nothing and only reports due while idle long enough") {
+  testing::TempDir dir("autostop");
+  testing::FakeClock clock;
+  FakeSpawner spawner;
+  Autostop autostop(clock, spawner, dir.path());
+  herd::v1::SetAutostop setting;
+  setting.set_idle_minutes(2);
+  setting.set_down(true);
+  setting.set_server_stops(true);
+  REQUIRE(autostop.Set(setting).ok());
+  CHECK_FALSE(fs::exists(dir / "autostop-cloud.key"));
+  clock.Advance(2min - 1ms);
+  CHECK_FALSE(autostop.Check(false));
+  CHECK_FALSE(autostop.due());
+  clock.Advance(1ms);
+  CHECK_FALSE(autostop.Check(false));  // nothing ran
+  CHECK(autostop.due());
+  clock.Advance(1h);
+  CHECK_FALSE(autostop.Check(false));
+  CHECK(autostop.due());  // still, for as long as it stays idle
+  CHECK(spawner.commands.empty());
+  // A job (the server has not stopped it yet): not due, and the idle time counts again.
+  autostop.Check(true);
+  CHECK_FALSE(autostop.due());
+  clock.Advance(1min);
+  autostop.Check(false);
+  CHECK_FALSE(autostop.due());
+  clock.Advance(1min);
+  autostop.Check(false);
+  CHECK(autostop.due());
+  // Saved without anything to run; a restarted head reports it again after its idle time.
+  Autostop restarted(clock, spawner, dir.path());
+  restarted.Load();
+  CHECK(restarted.setting().server_stops());
+  CHECK(restarted.setting().down());
+  restarted.Check(false);
+  CHECK_FALSE(restarted.due());
+  clock.Advance(2min);
+  restarted.Check(false);
+  CHECK(restarted.due());
+  // Off: never due.
+  herd::v1::SetAutostop off;
+  off.set_idle_minutes(-1);
+  REQUIRE(autostop.Set(off).ok());
+  clock.Advance(1h);
+  autostop.Check(false);
+  CHECK_FALSE(autostop.due());
+  CHECK(spawner.commands.empty());
+  // server_stops beside a command or a cloud key is refused.
+  setting.set_command("herd stop c1");
+  CHECK(autostop.Set(setting).code() == Code::kInvalidArgument);
 }
 
 TEST_CASE("the shell spawner runs the command detached, its output in the log") {

@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <future>
 
+#include "controller/state/api_config.hpp"
+#include "controller/state/cluster_lock.hpp"
 #include "controller/state/cluster_store.hpp"
 #include "controller/state/herd_home.hpp"
 #include "shared/tls/certs.hpp"
@@ -404,6 +406,124 @@ TEST_CASE("a cloud cluster's head gets the provider's scoped key for autostop, n
   REQUIRE(w.ops.SetAutostop("cl", -1, false).ok());
   CHECK_FALSE(w.heads->Head("cl")->autostop_setting.has_cloud());
   CHECK(w.Stored("cl")->autostop_idle_minutes == -1);
+}
+
+TEST_CASE("under a team server a cloud cluster's head gets no key; the sweep stops it when due") {
+  World w;
+  testing::ScopedEnv by_server(controller::kAutostopByServerEnv, "1");
+  w.provider->grant = controller::AutostopGrant{
+      "aws", "us-east-1", "https://ec2.us-east-1.amazonaws.com", {"i-0a"}, "AKIAX", "sec"};
+  w.Put("cl", 1, "cloud");
+  w.Put("gone", 1, "cloud");
+  w.Put("silent", 1, "cloud");
+  w.Put("plain", 1, "cloud");  // no autostop: never asked
+  REQUIRE(w.ops.SetAutostop("cl", 5, false).ok());
+  REQUIRE(w.ops.SetAutostop("gone", 0, true).ok());
+  REQUIRE(w.ops.SetAutostop("silent", 5, false).ok());
+  const herd::v1::SetAutostop s = w.heads->Head("cl")->autostop_setting;
+  CHECK(s.idle_minutes() == 5);
+  CHECK(s.server_stops());
+  CHECK_FALSE(s.has_cloud());
+  CHECK(s.command().empty());
+  CHECK(w.heads->Head("gone")->autostop_setting.down());
+  for (const auto& call : w.provider->calls) CHECK_FALSE(call.starts_with("grant "));
+  CHECK(std::count(w.provider->calls.begin(), w.provider->calls.end(), "check-autostop cl") == 1);
+
+  // Nothing due: nothing stopped.
+  CHECK(w.ops.SweepAutostop().empty());
+  w.heads->Head("plain")->autostop_due = true;  // not set: not the server's to stop
+  CHECK(w.ops.SweepAutostop().empty());
+  // A head that does not answer is not stopped on a guess.
+  w.heads->Head("silent")->autostop_due = true;
+  w.heads->Head("silent")->refuse = Unavailable("no route to host");
+  CHECK(w.ops.SweepAutostop().empty());
+
+  w.heads->Head("cl")->autostop_due = true;
+  w.heads->Head("gone")->autostop_due = true;
+  const std::vector<ops::AutostopOutcome> done = w.ops.SweepAutostop();
+  REQUIRE(done.size() == 2);
+  for (const auto& o : done) {
+    INFO(o.cluster, ": ", o.status.message());
+    CHECK(o.status.ok());
+    CHECK(o.down == (o.cluster == "gone"));
+  }
+  CHECK(w.Stored("cl")->status == ClusterStatus::kStopped);
+  CHECK_FALSE(w.Stored("gone").has_value());
+  CHECK(w.Stored("silent")->status == ClusterStatus::kUp);
+  CHECK(w.Stored("plain")->status == ClusterStatus::kUp);
+  const auto& calls = w.provider->calls;
+  CHECK(std::count(calls.begin(), calls.end(), "stop cl") == 1);
+  CHECK(std::count(calls.begin(), calls.end(), "teardown gone") == 1);
+  CHECK(std::count(calls.begin(), calls.end(), "stop silent") == 0);
+  CHECK(std::count(calls.begin(), calls.end(), "stop plain") == 0);
+}
+
+TEST_CASE("the server's autostop asks the head again under the lock and leaves a busy cluster") {
+  World w;
+  testing::ScopedEnv by_server(controller::kAutostopByServerEnv, "1");
+  w.provider->grant = controller::AutostopGrant{
+      "aws", "us-east-1", "https://ec2.us-east-1.amazonaws.com", {"i-0a"}, "AKIAX", "sec"};
+  w.Put("cl", 1, "cloud");
+  REQUIRE(w.ops.SetAutostop("cl", 1, false).ok());
+  // A job came since the sweep's question: the head no longer says due.
+  CHECK(w.ops.AutostopNow("cl").code() == Code::kFailedPrecondition);
+  // A command holds the cluster's lock: using it, so not idle; the next sweep looks again.
+  {
+    auto held = controller::ClusterLock::Acquire("cl", std::chrono::milliseconds(0), "herd exec");
+    REQUIRE(held.ok());
+    w.heads->Head("cl")->autostop_due = true;
+    CHECK(w.ops.AutostopNow("cl").code() == Code::kUnavailable);
+  }
+  CHECK(w.Stored("cl")->status == ClusterStatus::kUp);
+  // A provider whose machines herd does not stop (an ssh pool, Slurm) is refused under a team
+  // server too, before the head hears; the setting made before stays.
+  w.provider->grant.reset();
+  CHECK(w.ops.SetAutostop("cl", 5, false).code() == Code::kFailedPrecondition);
+  CHECK(w.heads->Head("cl")->autostop_setting.idle_minutes() == 1);
+  // Free again, and still due: stopped.
+  REQUIRE(w.ops.AutostopNow("cl").ok());
+  CHECK(w.Stored("cl")->status == ClusterStatus::kStopped);
+}
+
+TEST_CASE(
+    "a server's autostop stop that failed is finished by the next sweep, head silent or not") {
+  World w;
+  testing::ScopedEnv by_server(controller::kAutostopByServerEnv, "1");
+  w.provider->grant = controller::AutostopGrant{
+      "aws", "us-east-1", "https://ec2.us-east-1.amazonaws.com", {"i-0a"}, "AKIAX", "sec"};
+  w.Put("cl", 1, "cloud");
+  REQUIRE(w.ops.SetAutostop("cl", 1, false).ok());
+  w.heads->Head("cl")->autostop_due = true;
+  w.provider->fail_stop = Unavailable("EC2 StopInstances: connection refused");
+  std::vector<ops::AutostopOutcome> done = w.ops.SweepAutostop();
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].status.code() == Code::kUnavailable);
+  CHECK(w.Stored("cl")->status == ClusterStatus::kUp);
+  // The agents were stopped before EC2 failed: the head no longer answers.
+  w.heads->Head("cl")->refuse = Unavailable("connection refused");
+  w.provider->fail_stop = Status::Ok();
+  done = w.ops.SweepAutostop();
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].status.ok());
+  CHECK(w.Stored("cl")->status == ClusterStatus::kStopped);
+  CHECK(std::count(w.provider->calls.begin(), w.provider->calls.end(), "stop cl") == 2);
+  CHECK(w.ops.SweepAutostop().empty());  // STOPPED: nothing more
+
+  // A failed stop of a cluster whose head answers again, not due (the user started it again):
+  // nothing is stopped, and what was left to finish is dropped.
+  w.Put("again", 1, "cloud");
+  REQUIRE(w.ops.SetAutostop("again", 1, false).ok());
+  w.heads->Head("again")->autostop_due = true;
+  w.provider->fail_stop = Unavailable("EC2 StopInstances: connection refused");
+  REQUIRE(w.ops.SweepAutostop().size() == 1);
+  w.provider->fail_stop = Status::Ok();
+  w.heads->Head("again")->autostop_due = false;
+  done = w.ops.SweepAutostop();
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].status.code() == Code::kFailedPrecondition);
+  CHECK(w.ops.SweepAutostop().empty());
+  CHECK(w.Stored("again")->status == ClusterStatus::kUp);
+  CHECK(std::count(w.provider->calls.begin(), w.provider->calls.end(), "stop again") == 1);
 }
 
 TEST_CASE("status refresh: stopping shows AUTOSTOPPING, stopped is recorded, gone is torn down") {

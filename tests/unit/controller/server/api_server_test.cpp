@@ -44,6 +44,7 @@ echo "HERD_HOME=$HERD_HOME"
 echo "USER=$USER"
 echo "HERD_API_SERVER=$HERD_API_SERVER"
 echo "HERD_MANAGED_CLUSTER_TAG=$HERD_MANAGED_CLUSTER_TAG"
+echo "HERD_AUTOSTOP_BY_SERVER=$HERD_AUTOSTOP_BY_SERVER"
 echo "PWD=$(pwd)"
 echo "to stderr" >&2
 code=0
@@ -632,6 +633,8 @@ TEST_CASE("a launch claims the cluster its arguments name, whatever the body say
   CHECK(tag(a).size() == 6);
   CHECK(tag(b).size() == 6);
   CHECK(tag(a) != tag(b));
+  // The server carries out its users' cloud autostop: their commands say so to the head.
+  CHECK(a.find("HERD_AUTOSTOP_BY_SERVER=1\n") != std::string::npos);
 }
 
 TEST_CASE("a refused launch claims no cluster name") {
