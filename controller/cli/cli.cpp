@@ -25,14 +25,14 @@ namespace {
 
 using Factory = std::unique_ptr<cli::Command> (*)();
 constexpr Factory kCommands[] = {
-    cli::MakeCheckCommand,  cli::MakeCertsCommand,     cli::MakeLaunchCommand,
-    cli::MakeExecCommand,   cli::MakeStatusCommand,    cli::MakeQueueCommand,
-    cli::MakeLogsCommand,   cli::MakeCancelCommand,    cli::MakeStopCommand,
-    cli::MakeStartCommand,  cli::MakeDownCommand,      cli::MakeAutostopCommand,
-    cli::MakeJobsCommand,   cli::MakeNodesCommand,     cli::MakeMuxCommand,
-    cli::MakeServeCommand,  cli::MakeApiCommand,       cli::MakeGpusCommand,
-    cli::MakeStackCommand,  cli::MakeDashboardCommand, cli::MakeInfraCommand,
-    cli::MakeStorageCommand};
+    cli::MakeCheckCommand,   cli::MakeCertsCommand,        cli::MakeLaunchCommand,
+    cli::MakeExecCommand,    cli::MakeStatusCommand,       cli::MakeQueueCommand,
+    cli::MakeLogsCommand,    cli::MakeCancelCommand,       cli::MakeStopCommand,
+    cli::MakeStartCommand,   cli::MakeDownCommand,         cli::MakeAutostopCommand,
+    cli::MakeJobsCommand,    cli::MakeNodesCommand,        cli::MakeMuxCommand,
+    cli::MakeServeCommand,   cli::MakeApiCommand,          cli::MakeGpusCommand,
+    cli::MakeStackCommand,   cli::MakeDashboardCommand,    cli::MakeInfraCommand,
+    cli::MakeStorageCommand, cli::MakeAutostopSweepCommand};
 
 // The command a word names (its name or an alias), or null: from one parser of every command,
 // made once per process.
