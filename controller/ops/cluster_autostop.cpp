@@ -21,10 +21,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool ServerMayStop(const ClusterRecord& c) {
-  return c.status == ClusterStatus::kUp && c.autostop_idle_minutes >= 0 && c.provider != "local";
-}
-
 // Written under the lock before the stop, removed once it is done (the record says STOPPED, or
 // the cluster is gone with its directory): a stop that failed after the agents were stopped
 // (EC2 refused, the network was down) leaves a head that no longer answers, and the next sweep
@@ -49,7 +45,7 @@ std::vector<AutostopOutcome> ClusterOps::SweepAutostop(const ProgressFn& progres
   }
   std::vector<ClusterRecord> asked;
   for (const ClusterRecord& c : *all) {
-    if (ServerMayStop(c)) asked.push_back(c);
+    if (ServerSweepsAutostop(c)) asked.push_back(c);
   }
   if (asked.empty()) return out;
   // Every head at once, within kStatusHeadTimeout; then one cluster after another.
@@ -70,7 +66,7 @@ Status ClusterOps::AutostopNow(const std::string& cluster, const ProgressFn& pro
   auto lock = ClusterLock::Acquire(cluster, std::chrono::milliseconds(0), kAutostopLockWhat);
   if (!lock.ok()) return Unavailable(lock.status().message());
   HERD_ASSIGN_OR_RETURN(ClusterRecord c, Get(cluster));
-  if (!ServerMayStop(c)) {
+  if (!ServerSweepsAutostop(c)) {
     return FailedPrecondition("cluster " + cluster + " is no longer UP with autostop set");
   }
   // Asked again under the lock: a job submitted since the sweep's question keeps the cluster. A

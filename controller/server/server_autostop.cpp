@@ -1,17 +1,18 @@
 // The server's autostop of its users' cloud clusters. Under a team server no cloud key goes to a
 // head (ChildEnv sets kAutostopByServerEnv, so `herd autostop` and `launch -i/--down` ask the
 // head only to report its autostop due): every limits::kServerAutostopSweepInterval the server
-// runs `herd _autostop-sweep` as each user whose home holds a cluster (a child like a command's,
-// with this server's cloud credentials in its environment), which asks that user's heads and
-// stops (tears down) the clusters that are due through the cluster's lock, as `herd stop`
-// (`herd down`) does. A user's sweep still running when the next is due (a stop in progress) is
-// left to finish; Stop interrupts the sweeps still running and waits for them.
+// runs `herd _autostop-sweep` as each user whose cluster store holds a cluster it would ask (a
+// child like a command's, with this server's cloud credentials in its environment), which asks
+// that user's heads and stops (tears down) the clusters that are due through the cluster's lock,
+// as `herd stop` (`herd down`) does. A user's sweep still running when the next is due (a stop in
+// progress) is left to finish; Stop interrupts the sweeps still running and waits for them.
 #include <condition_variable>
 #include <filesystem>
 #include <map>
 #include <mutex>
 
 #include "controller/server/server_impl.hpp"
+#include "controller/state/cluster_store.hpp"
 #include "shared/common/limits.hpp"
 #include "shared/common/log.hpp"
 
@@ -21,10 +22,20 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool HasClusters(const std::string& clusters_dir) {
+// Whether the user's cluster store (read here, one query) holds a cluster the sweep would ask
+// (controller::ServerSweepsAutostop), so that an idle server starts no process for users without
+// one. A store that cannot be read is left to the sweep, which says why in the log.
+bool HasClustersToSweep(const std::string& state_db) {
   std::error_code ec;
-  fs::directory_iterator it(clusters_dir, ec);
-  return !ec && it != fs::directory_iterator();
+  if (!fs::exists(state_db, ec)) return false;
+  auto store = controller::ClusterStore::Open(state_db);
+  if (!store.ok()) return true;
+  auto all = (*store)->List();
+  if (!all.ok()) return true;
+  for (const controller::ClusterRecord& c : *all) {
+    if (controller::ServerSweepsAutostop(c)) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -67,7 +78,9 @@ void ServerImpl::SweepAutostop(std::map<std::string, std::shared_ptr<RunningComm
     return;
   }
   for (const auto& u : *users) {
-    if (running.count(u.name) || !HasClusters(home_.UserHome(u.name) + "/herd/clusters")) continue;
+    if (running.count(u.name) || !HasClustersToSweep(home_.UserHome(u.name) + "/herd/state.db")) {
+      continue;
+    }
     CommandSpec spec;
     spec.argv = {options_.herd_binary, "_autostop-sweep"};
     spec.env = ChildEnv(u.name, false);

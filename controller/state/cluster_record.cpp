@@ -121,6 +121,10 @@ Result<NodeRecord> NodeFromJson(const json::value& v) {
 
 }  // namespace
 
+bool ServerSweepsAutostop(const ClusterRecord& c) {
+  return c.status == ClusterStatus::kUp && c.autostop_idle_minutes >= 0 && c.provider != "local";
+}
+
 std::string_view Name(ClusterStatus status) {
   for (const auto& [s, name] : kStatusNames) {
     if (s == status) return name;

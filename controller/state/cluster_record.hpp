@@ -63,6 +63,10 @@ const NodeRecord* HeadNode(const ClusterRecord& c);
 // The other nodes in record order: worker 1, worker 2, ...
 std::vector<const NodeRecord*> WorkerNodes(const ClusterRecord& c);
 
+// Whether a team server's autostop sweep asks this cluster's head whether its autostop is due:
+// UP, autostop set, on a cloud (a local cluster's head runs its own `herd stop|down`).
+bool ServerSweepsAutostop(const ClusterRecord& c);
+
 // JSON form (the store's row format). Decoding ignores unknown keys and leaves missing ones at
 // their defaults, so records written by an older or newer herd still load.
 std::string ToJson(const ClusterRecord& c);
