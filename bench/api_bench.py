@@ -15,10 +15,11 @@ in from a client home of its own, launches one 1-node local cluster per user thr
       over `herd status`, `herd queue NAME`, `herd logs NAME 1 --no-follow` of its user (client i
       is user i % USERS). Errors (non-zero exit or killed), p50/p99, the server's peak RSS (and,
       apart, its children's: the server runs every command as a `herd` child process). Targets:
-      0 errors, p99 < 250 ms, server RSS < 300 MB. Two kinds of client (--client-kind): `http`,
+      0 errors, p99 < 250 ms, server RSS < 300 MB. Three kinds of client (--client-kind): `http`,
       as the Python SDK talks to the server (POST /api/v1/run on a kept HTTPS connection; the
-      clients are threads of a few processes of this script), and `cli`, a `herd` process per
-      command (its own process start and TLS handshake each time).
+      clients are threads of a few processes of this script), `native`, the same exchanges from
+      threads of one C++ process (bench/api_load: the clients' own CPU kept small), and `cli`, a
+      `herd` process per command (its own process start and TLS handshake each time).
   (d) idle: the server's RSS and CPU time (utime+stime) over --idle-seconds with nothing asked of
       it, once right after it started and once after (b) and (c). Targets: RSS < 50 MB, CPU < 1 %
       of the interval.
@@ -45,6 +46,7 @@ import json
 import os
 import random
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -126,7 +128,7 @@ def run(argv, env, timeout=COMMAND_TIMEOUT, stdin=None):
     return code, dt, out.decode(errors="replace"), err.decode(errors="replace")
 
 
-KIND_TEXT = {"http": "HTTP clients", "cli": "CLI clients"}
+KIND_TEXT = {"http": "HTTP clients", "native": "native HTTP clients", "cli": "CLI clients"}
 KIND_NOTE = {
     "http": "Each client is a thread with one kept HTTPS connection (TLS verified against the "
             "server's CA, the user's Bearer token), posting each command to /api/v1/run as the "
@@ -135,6 +137,11 @@ KIND_NOTE = {
             "timed period (untimed). The {clients} threads run in {procs} processes of this "
             "script, on the machine's {cpus} CPUs with the server, its workers and the clusters' "
             "agents.",
+    "native": "The same exchanges as the HTTP clients (one kept HTTPS connection each, the "
+              "framed answer read to its exit frame, connected and read once untimed), from "
+              "bench/api_load: {clients} threads of one C++ process, timed from the request's "
+              "first byte to the exit frame, so that the clients' own CPU on the machine's {cpus} "
+              "CPUs is as small as a client's can be (the server's users are elsewhere).",
     "cli": "Every client command is a `herd` CLI process, and the server runs each read in a "
            "warm `herd _serve` worker of the user's (or a `herd` child when none is free, and "
            "always with --warm-workers 0): at {clients} clients on {cpus} CPUs the latencies "
@@ -350,6 +357,43 @@ def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def cpu_by_process():
+    """{pid: (program, utime + stime seconds)} of every process now; the program is its command
+    name, with `herd`'s first argument when it is an internal verb (`herd _serve`: a warm worker,
+    `herd _mux`). Children a process reaped are not counted in (init reaps every orphan)."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                head, rest = f.read().rsplit(")", 1)
+            name = head.split("(", 1)[1]
+            fields = rest.split()
+            cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK
+            if name == "herd":
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+                if len(argv) > 1 and argv[1].startswith(b"_"):
+                    name = "herd " + argv[1].decode(errors="replace")
+        except (OSError, IndexError, ValueError):
+            continue
+        out[int(d)] = (name, cpu)
+    return out
+
+
+def cpu_by_program(before, after):
+    """CPU seconds by program between two cpu_by_process() snapshots: processes alive at both
+    counted by their difference, those started since by all they used (those that ended between
+    are not seen)."""
+    by = {}
+    for pid, (name, cpu) in after.items():
+        was = before.get(pid)
+        used = cpu - was[1] if was and was[0] == name else cpu
+        by[name] = by.get(name, 0.0) + used
+    return by
 
 
 def descendants(pid):
@@ -571,7 +615,8 @@ class Bench:
             client_loop(time.perf_counter() + self.args.duration, self.clusters[u], i,
                         lambda argv: run([self.args.herd, *argv], env), lat, errors, lock)
 
-        def client_process(share):
+        def client_process(share, command=(sys.executable, os.path.abspath(__file__),
+                                           "--http-clients")):
             # HTTP clients run as threads of a few processes of this script (--http-clients),
             # so that one interpreter lock does not stand between 200 clients and their answers.
             spec = {"info": {"endpoint": self.info["endpoint"], "ca_cert": self.info["ca_cert"]},
@@ -580,8 +625,7 @@ class Bench:
                                  self.clusters[self.users[i % len(self.users)]], i]
                                 for i in share]}
             with _live_lock:
-                p = subprocess.Popen([sys.executable, os.path.abspath(__file__),
-                                      "--http-clients"], stdin=subprocess.PIPE,
+                p = subprocess.Popen(list(command), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE)
                 _live.add(p)
             try:
@@ -599,11 +643,16 @@ class Bench:
         if kind == "http":
             nproc = max(1, min(2 * os.cpu_count(), clients // 25))
             work = [(client_process, [list(range(k, clients, nproc))]) for k in range(nproc)]
+        elif kind == "native":
+            # One process of bench/api_load (C++ threads, no interpreter lock) for every client.
+            work = [(client_process, [list(range(clients)), (self.args.api_load,)])]
         else:
             work = [(client, [i]) for i in range(clients)]
         load0 = loadavg()
         cpu0 = cpu_seconds(self.server_pid)
         busy0 = busy_cpu_seconds()
+        procs0 = cpu_by_process()
+        kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         with Sampler(self.server_pid) as s:
             threads = [threading.Thread(target=fn, args=a, daemon=True) for fn, a in work]
@@ -613,6 +662,11 @@ class Bench:
             for t in threads:
                 t.join()
         wall = time.perf_counter() - t0
+        programs = cpu_by_program(procs0, cpu_by_process())
+        kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+        # The clients' processes end within the period: their CPU, reaped by this script.
+        programs[f"the {kind} clients (reaped)"] = (kids.ru_utime - kids0.ru_utime +
+                                                     kids.ru_stime - kids0.ru_stime)
         cpu = cpu_seconds(self.server_pid) - cpu0
         busy = busy_cpu_seconds() - busy0
         every = lat["status"] + lat["queue"] + lat["logs"]
@@ -640,6 +694,13 @@ class Bench:
             f"peak, {s.peak_one_child_kb / 1024:.1f} MB the largest ({s.samples} samples, "
             "every 50 ms)",
         ]
+        top = sorted(programs.items(), key=lambda kv: -kv[1])[:12]
+        self.report += [
+            "", "CPU by program over the period (/proc utime+stime; processes that began and "
+            "ended within it not seen, but for the clients, reaped by the bench):", "",
+            "| program | CPU-s | ms per command |", "|---|---|---|"] + [
+            f"| `{name}` | {sec:.1f} | {1000 * sec / max(n, 1):.2f} |" for name, sec in top
+            if sec >= 0.05]
         if errors:
             kinds = {}
             for op, code, last in errors:
@@ -858,8 +919,12 @@ def main():
     ap.add_argument("--clients", default="200", help="(b) concurrent clients, a comma list")
     ap.add_argument("--duration", type=int, default=60, help="(b) seconds per client count")
     ap.add_argument("--client-kind", default="http,cli",
-                    help="(b) http (connections of one process, as the SDK), cli (a `herd` "
-                    "process per command), or both, a comma list")
+                    help="(b) http (connections of one process, as the SDK), native (the same "
+                    "exchanges from bench/api_load, threads of one C++ process: `ninja -C build "
+                    "api_load`), cli (a `herd` process per command), a comma list")
+    ap.add_argument("--api-load", default=os.environ.get("HERD_API_LOAD") or
+                    os.path.join(build, "bench", "api_load"),
+                    help="the native clients' binary (for --client-kind native)")
     ap.add_argument("--exec-per-user", type=int, default=100)
     ap.add_argument("--exec-pool", type=int, default=50)
     ap.add_argument("--idle-seconds", type=int, default=30)
@@ -868,6 +933,9 @@ def main():
     args = ap.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("api_bench.py: needs root (the local provider makes network namespaces)")
+    if "native" in args.client_kind.split(",") and not os.access(args.api_load, os.X_OK):
+        raise SystemExit(f"api_bench.py: no {args.api_load} for --client-kind native "
+                         "(ninja -C build api_load, or --api-load PATH)")
     for p in (args.herd, args.herd_api):
         if not os.path.isfile(p):
             raise SystemExit(f"api_bench.py: no {p}")
