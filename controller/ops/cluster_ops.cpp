@@ -18,6 +18,7 @@
 #include "controller/core/trace.hpp"
 #include "controller/ops/agent_install.hpp"
 #include "controller/ops/container_check.hpp"
+#include "controller/ops/namespace_anchor.hpp"
 #include "controller/ops/node_targets.hpp"
 #include "controller/ssh/parallel.hpp"
 #include "controller/ssh/ssh_command.hpp"
@@ -84,36 +85,6 @@ Status MakeClusterKey(const std::string& key_path) {
   HERD_RETURN_IF_ERROR(EnsureDir(fs::path(key_path).parent_path().string()));
   HERD_RETURN_IF_ERROR(MakeEd25519KeyPair(key_path, "herd-cluster"));
   return Status::Ok();
-}
-
-std::string AnchorPidFile(const ClusterRecord& c) { return c.state_dir + "/ns-anchor.pid"; }
-
-bool AnchorAlive(int pid) {
-  if (pid <= 0) return false;
-  std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline");
-  std::string argv0;
-  std::getline(cmd, argv0, '\0');
-  return argv0 == "sleep";
-}
-
-// A `sleep infinity` in this process's namespaces that outlives the command; its pid is how a
-// node's head can enter them (nsenter --target PID). Killed by Down.
-Result<int> EnsureNamespaceAnchor(const ClusterRecord& c) {
-  int pid = 0;
-  {
-    std::ifstream in(AnchorPidFile(c));
-    in >> pid;
-  }
-  if (AnchorAlive(pid)) return pid;
-  HERD_ASSIGN_OR_RETURN(pid_t p, SpawnDetached({"sleep", "infinity"}, "/dev/null"));
-  std::ofstream(AnchorPidFile(c)) << p << "\n";
-  return static_cast<int>(p);
-}
-
-void KillNamespaceAnchor(const ClusterRecord& c) {
-  int pid = 0;
-  std::ifstream in(AnchorPidFile(c));
-  if (in >> pid && AnchorAlive(pid)) ::kill(pid, SIGKILL);
 }
 
 // A task in a container image (launch, and exec with --image-id): every node must be able to start
@@ -696,58 +667,6 @@ Status ClusterOps::ReleaseManagedJobStorage(int64_t managed_job) {
   std::error_code ec;
   if (!parts_.storage || !fs::exists(storage::StorageDbPath(), ec)) return Status::Ok();
   return storage::ReleaseManagedJobStorage(managed_job, *parts_.storage);
-}
-
-Status ClusterOps::SetAutostop(const std::string& cluster, int idle_minutes, bool down) {
-  HERD_ASSIGN_OR_RETURN(auto lock,
-                        ClusterLock::Acquire(cluster, limits::kClusterLockWait, "herd autostop"));
-  HERD_ASSIGN_OR_RETURN(auto store, parts_.open_store());
-  HERD_ASSIGN_OR_RETURN(ClusterRecord c, Lookup(*store, cluster));
-  herd::v1::SetAutostop setting;
-  setting.set_idle_minutes(idle_minutes < 0 ? -1 : idle_minutes);
-  setting.set_down(idle_minutes >= 0 && down);
-  std::string command;
-  if (idle_minutes >= 0 && c.provider != "local" && controller::AutostopByServer()) {
-    // Under a team server: the server stops the machines with its own credentials once the head
-    // reports the cluster idle long enough (SweepAutostop); no key goes to the head.
-    HERD_ASSIGN_OR_RETURN(auto provider, parts_.providers(c.infra, nullptr));
-    const std::string provider_dir = c.state_dir + "/provider";
-    if (!down) HERD_RETURN_IF_ERROR(provider->CheckStoppable(c.name, provider_dir));
-    HERD_RETURN_IF_ERROR(provider->CheckAutostop(c.name, provider_dir));
-    setting.set_server_stops(true);
-  } else if (idle_minutes >= 0 && c.provider != "local") {
-    // A cloud's machines stop themselves: the head calls the cloud with a key scoped to them.
-    HERD_ASSIGN_OR_RETURN(auto provider, parts_.providers(c.infra, nullptr));
-    const std::string provider_dir = c.state_dir + "/provider";
-    if (!down) HERD_RETURN_IF_ERROR(provider->CheckStoppable(c.name, provider_dir));
-    HERD_ASSIGN_OR_RETURN(controller::AutostopGrant g,
-                          provider->GrantAutostop(c.name, provider_dir));
-    herd::v1::CloudAutostop* cloud = setting.mutable_cloud();
-    cloud->set_provider(g.provider);
-    cloud->set_region(g.region);
-    cloud->set_endpoint(g.endpoint);
-    for (const auto& id : g.instance_ids) cloud->add_instance_ids(id);
-    cloud->set_access_key_id(g.access_key_id);
-    cloud->set_secret_access_key(g.secret_access_key);
-  } else if (idle_minutes >= 0) {
-    // The local provider's "cloud API" is this machine: the head node enters the controller's
-    // network and mount namespaces and runs this same herd with this controller's state. PID 1's
-    // namespaces may be out of reach (a sandboxed init), so a process of ours pins them.
-    std::error_code ec;
-    std::string self = fs::read_symlink("/proc/self/exe", ec).string();
-    if (ec) return IoError("cannot find the herd binary: " + ec.message());
-    HERD_ASSIGN_OR_RETURN(int anchor, EnsureNamespaceAnchor(c));
-    auto q = [](const std::string& s) { return "'" + s + "'"; };
-    command = "exec nsenter --target " + std::to_string(anchor) +
-              " --mount --net -- env HERD_HOME=" + q(HerdHome()) + " HOME=" + q(UserHome()) + " " +
-              q(self) + (down ? " down " : " stop ") + c.name + " -y";
-    setting.set_command(command);
-  }
-  HERD_ASSIGN_OR_RETURN(auto client, ConnectHead(c));
-  HERD_RETURN_IF_ERROR(client->SetAutostop(setting));
-  c.autostop_idle_minutes = idle_minutes < 0 ? -1 : idle_minutes;
-  c.autostop_down = idle_minutes >= 0 && down;
-  return store->Put(c);
 }
 
 Result<std::vector<ClusterRecord>> ClusterOps::List() {
