@@ -128,7 +128,7 @@ Result<std::optional<Record>> LoadRecord(const std::string& state_dir) {
     if (k == "jump_user") r.login.jump.user = v;
     if (k == "jump_identity_file") r.login.jump.identity_file = v;
     auto& before = r.login.jump.before;
-    if (k == "jump_before_host") before.push_back(SshJump{v});
+    if (k == "jump_before_host") before.emplace_back().host = v;
     if (!before.empty()) {
       if (k == "jump_before_port") before.back().port = std::atoi(v.c_str());
       if (k == "jump_before_user") before.back().user = v;

@@ -136,15 +136,7 @@ class AwsServerAutostopTest(aws_test.AwsEnvTestCase):
         self.assertEqual((c["status"], c["autostop"]), ("UP", 1))
         self.assert_no_key_went_to_the_head("haua")
         # One idle minute later the server stops the instance; status shows it stopping first.
-        before = len(self.state()["calls"])
-        seen = self.watch_status("haua", "STOPPED", timeout=240)
-        self.assertIn("AUTOSTOPPING", seen)
-        self.assertLess(seen.index("AUTOSTOPPING"), seen.index("STOPPED"))
-        self.assertNotIn("INIT", seen)
-        self.assertEqual({v["state"] for v in self.instances_of("haua").values()}, {"stopped"})
-        calls = self.state()["calls"][before:]
-        self.assertIn("StopInstances", calls)
-        self.assertNotIn("TerminateInstances", calls)
+        self.wait_stopped_by_autostop("haua")
         self.assertIn(f"autostop sweep of {USER}: Cluster haua: idle past its autostop; stopped.",
                       self.server_log())
         p = self.herd("status")

@@ -318,6 +318,20 @@ class AwsEnvTestCase(HerdEnvTestCase):
                    if v["tags"].get("Name") == cluster + "-head"]
         return self.host_dirs[inst["host"]]
 
+    def wait_stopped_by_autostop(self, name, timeout=240):
+        """Waits for `name` to be stopped by its autostop, as `herd status` shows it: AUTOSTOPPING
+        first and never INIT, then STOPPED, its instances stopped, StopInstances called and
+        TerminateInstances not meanwhile."""
+        before = len(self.state()["calls"])
+        seen = self.watch_status(name, "STOPPED", timeout=timeout)
+        self.assertIn("AUTOSTOPPING", seen)
+        self.assertLess(seen.index("AUTOSTOPPING"), seen.index("STOPPED"))
+        self.assertNotIn("INIT", seen)
+        self.assertEqual({v["state"] for v in self.instances_of(name).values()}, {"stopped"})
+        calls = self.state()["calls"][before:]
+        self.assertIn("StopInstances", calls)
+        self.assertNotIn("TerminateInstances", calls)
+
     def instances_of(self, cluster):
         return {k: v for k, v in self.state()["instances"].items()
                 if v["tags"].get("herd-cluster") == cluster}
@@ -776,15 +790,7 @@ class AwsTest(AwsEnvTestCase):
                     with open(path, "rb") as f:
                         self.assertNotIn(SECRET.encode(), f.read(), path)
         # One idle minute later the head stops its own instance; status follows EC2.
-        before = len(self.state()["calls"])
-        seen = self.watch_status("hawsb", "STOPPED", timeout=240)
-        self.assertIn("AUTOSTOPPING", seen)
-        self.assertLess(seen.index("AUTOSTOPPING"), seen.index("STOPPED"))
-        self.assertNotIn("INIT", seen)
-        self.assertEqual({v["state"] for v in self.instances_of("hawsb").values()}, {"stopped"})
-        calls = self.state()["calls"][before:]
-        self.assertIn("StopInstances", calls)
-        self.assertNotIn("TerminateInstances", calls)
+        self.wait_stopped_by_autostop("hawsb")
         p = self.herd("status")
         self.assertRegex(p.stdout.decode(), r"\nhawsb +aws/us-east-1 .* STOPPED +1m ")
         # Stopped, not gone: down removes the instances, group, key pair and the IAM user.
