@@ -100,11 +100,14 @@ void ServerImpl::SweepAutostop(std::map<std::string, std::shared_ptr<RunningComm
       while (at < out->size()) {
         std::size_t nl = out->find('\n', at);
         if (nl == std::string::npos) nl = out->size();
-        if (nl > at)
+        if (nl > at) {
           HERD_LOG(kInfo) << "autostop sweep of " << user << ": " << out->substr(at, nl - at);
+        }
         at = nl + 1;
       }
-      if (code != 0) HERD_LOG(kWarn) << "autostop sweep of " << user << " exited " << code;
+      if (code != 0) {
+        HERD_LOG(kWarn) << "autostop sweep of " << user << " exited " << code;
+      }
     });
     running[u.name] = std::move(*cmd);
   }
