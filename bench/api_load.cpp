@@ -1,7 +1,7 @@
 // api_load: the HTTP clients of bench/api_bench.py's section (b) as one native process, so that
 // the figures measure the server and not the clients' interpreter: the clients run on the
-// server's own machine and the Python clients cost about as much CPU per read as the server's
-// whole path (bench/README.md). Same protocol as the Python SDK and the Python clients: one kept
+// server's own machine, so what they spend is taken from the server (bench/README.md has the
+// figures). Same protocol as the Python SDK and the Python clients: one kept
 // HTTPS connection per client (verified against the server's CA), POST /api/v1/run
 // {"args": [...]} with the user's bearer token, the framed answer (`<tag> <len>\n<bytes>`) read to
 // its exit frame.

@@ -20,7 +20,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(__file__))
 from herd_env import HERD, netns_available  # noqa: E402
 import aws_test  # noqa: E402
-from aws_test import REGION, SECRET  # noqa: E402
+from aws_test import REGION  # noqa: E402
 
 HERD_API = os.environ.get("HERD_API", "")
 SERVER_HOST = "127.0.245.1"
@@ -119,12 +119,7 @@ class AwsServerAutostopTest(aws_test.AwsEnvTestCase):
         home = os.path.join(self.head_dir(cluster), "home")
         self.assertFalse(os.path.exists(os.path.join(home, ".herd", "agent", "state",
                                                      "autostop-cloud.key")))
-        for root, _, files in os.walk(home):
-            for name in files:
-                path = os.path.join(root, name)
-                if os.path.isfile(path) and not os.path.islink(path):
-                    with open(path, "rb") as f:
-                        self.assertNotIn(SECRET.encode(), f.read(), path)
+        self.assert_user_secret_nowhere_under(home)
 
     def test_a_idle_cluster_is_stopped_by_the_server_not_its_head(self):
         self.set_fake(transition_s=6)  # stopping lasts long enough to be seen

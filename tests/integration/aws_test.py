@@ -318,6 +318,15 @@ class AwsEnvTestCase(HerdEnvTestCase):
                    if v["tags"].get("Name") == cluster + "-head"]
         return self.host_dirs[inst["host"]]
 
+    def assert_user_secret_nowhere_under(self, directory):
+        """The user's own AWS secret is in no file under DIRECTORY (a node's home)."""
+        for root, _, files in os.walk(directory):
+            for name in files:
+                path = os.path.join(root, name)
+                if os.path.isfile(path) and not os.path.islink(path):
+                    with open(path, "rb") as f:
+                        self.assertNotIn(SECRET.encode(), f.read(), path)
+
     def wait_stopped_by_autostop(self, name, timeout=240):
         """Waits for `name` to be stopped by its autostop, as `herd status` shows it: AUTOSTOPPING
         first and never INIT, then STOPPED, its instances stopped, StopInstances called and
@@ -783,12 +792,7 @@ class AwsTest(AwsEnvTestCase):
         self.assertEqual(os.stat(key_file).st_mode & 0o777, 0o600)
         with open(key_file) as f:
             self.assertIn(users["herd-autostop-hawsb"]["keys"][0], f.read())
-        for root, _, files in os.walk(home):
-            for name in files:
-                path = os.path.join(root, name)
-                if os.path.isfile(path) and not os.path.islink(path):
-                    with open(path, "rb") as f:
-                        self.assertNotIn(SECRET.encode(), f.read(), path)
+        self.assert_user_secret_nowhere_under(home)
         # One idle minute later the head stops its own instance; status follows EC2.
         self.wait_stopped_by_autostop("hawsb")
         p = self.herd("status")

@@ -16,6 +16,18 @@
 namespace herd::controller {
 namespace {
 
+// A bucket herd made for a managed job's checkpoints (persistent: false), still mounted by the
+// job's cluster herd-mj-1: it stays until that cluster's down, whatever the job's end.
+storage::StorageRecord MadeCheckpointBucket() {
+  storage::StorageRecord ckpt;
+  ckpt.name = "ckpt";
+  ckpt.store = "s3";
+  ckpt.herd_made = true;
+  ckpt.persistent = false;
+  ckpt.clusters = {"herd-mj-1"};
+  return ckpt;
+}
+
 using herd::testing::TempDir;
 
 // A pid that no process has any more: a child that exited and was reaped.
@@ -53,12 +65,7 @@ TEST_CASE("a job whose controller died is FAILED_CONTROLLER and holds its bucket
 
   auto table = storage::StorageTable::Open();
   REQUIRE(table.ok());
-  storage::StorageRecord ckpt;
-  ckpt.name = "ckpt";
-  ckpt.store = "s3";
-  ckpt.herd_made = true;
-  ckpt.persistent = false;
-  ckpt.clusters = {"herd-mj-1"};  // the job's cluster still mounts it: it stays until its down
+  storage::StorageRecord ckpt = MadeCheckpointBucket();
   ckpt.managed_jobs = {*dead_id};
   REQUIRE((*table)->Put(ckpt).ok());
   storage::StorageRecord data = ckpt;
@@ -106,12 +113,7 @@ TEST_CASE("`herd jobs _release ID` lets an ended job's buckets go, and refuses a
 
   auto table = storage::StorageTable::Open();
   REQUIRE(table.ok());
-  storage::StorageRecord ckpt;
-  ckpt.name = "ckpt";
-  ckpt.store = "s3";
-  ckpt.herd_made = true;
-  ckpt.persistent = false;
-  ckpt.clusters = {"herd-mj-1"};  // its cluster still mounts it: it stays until that down
+  storage::StorageRecord ckpt = MadeCheckpointBucket();
   ckpt.managed_jobs = {*failed_id, *running_id};
   REQUIRE((*table)->Put(ckpt).ok());
 

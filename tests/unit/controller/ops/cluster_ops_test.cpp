@@ -408,11 +408,18 @@ TEST_CASE("a cloud cluster's head gets the provider's scoped key for autostop, n
   CHECK(w.Stored("cl")->autostop_idle_minutes == -1);
 }
 
+// A World whose commands run as a team server's, on a cloud whose provider would grant the head
+// an autostop key (which must then not be asked for).
+struct ServerWorld : World {
+  testing::ScopedEnv by_server{controller::kAutostopByServerEnv, "1"};
+  ServerWorld() {
+    provider->grant = controller::AutostopGrant{
+        "aws", "us-east-1", "https://ec2.us-east-1.amazonaws.com", {"i-0a"}, "AKIAX", "sec"};
+  }
+};
+
 TEST_CASE("under a team server a cloud cluster's head gets no key; the sweep stops it when due") {
-  World w;
-  testing::ScopedEnv by_server(controller::kAutostopByServerEnv, "1");
-  w.provider->grant = controller::AutostopGrant{
-      "aws", "us-east-1", "https://ec2.us-east-1.amazonaws.com", {"i-0a"}, "AKIAX", "sec"};
+  ServerWorld w;
   w.Put("cl", 1, "cloud");
   w.Put("gone", 1, "cloud");
   w.Put("silent", 1, "cloud");
@@ -459,10 +466,7 @@ TEST_CASE("under a team server a cloud cluster's head gets no key; the sweep sto
 }
 
 TEST_CASE("the server's autostop asks the head again under the lock and leaves a busy cluster") {
-  World w;
-  testing::ScopedEnv by_server(controller::kAutostopByServerEnv, "1");
-  w.provider->grant = controller::AutostopGrant{
-      "aws", "us-east-1", "https://ec2.us-east-1.amazonaws.com", {"i-0a"}, "AKIAX", "sec"};
+  ServerWorld w;
   w.Put("cl", 1, "cloud");
   REQUIRE(w.ops.SetAutostop("cl", 1, false).ok());
   // A job came since the sweep's question: the head no longer says due.
@@ -487,10 +491,7 @@ TEST_CASE("the server's autostop asks the head again under the lock and leaves a
 
 TEST_CASE(
     "a server's autostop stop that failed is finished by the next sweep, head silent or not") {
-  World w;
-  testing::ScopedEnv by_server(controller::kAutostopByServerEnv, "1");
-  w.provider->grant = controller::AutostopGrant{
-      "aws", "us-east-1", "https://ec2.us-east-1.amazonaws.com", {"i-0a"}, "AKIAX", "sec"};
+  ServerWorld w;
   w.Put("cl", 1, "cloud");
   REQUIRE(w.ops.SetAutostop("cl", 1, false).ok());
   w.heads->Head("cl")->autostop_due = true;
