@@ -113,7 +113,7 @@ Result<std::unique_ptr<HeadApi>> SshHeadConnector::Connect(const ClusterRecord& 
   };
   // A warm command goes through the cluster's mux (mux.hpp) when one runs; one that dialled the
   // head itself starts a mux for the commands after it.
-  std::string mux = MuxSocketPath(c.state_dir);
+  std::string mux = via_mux_ ? MuxSocketPath(c.state_dir) : std::string();
   auto connect = [&](int port) -> Result<std::unique_ptr<HeadApi>> {
     HeadEndpoint endpoint{"127.0.0.1", static_cast<uint16_t>(port), c.certs_dir, mux};
     HERD_ASSIGN_OR_RETURN(auto client, HeadClient::Connect(endpoint));
@@ -347,9 +347,12 @@ ClusterOpsParts SystemParts(std::string user) {
   p.providers = MakeSystemProvider;
   p.ssh = std::make_shared<OpenSshRunner>();
   p.open_store = OpenClusterStore;
-  p.heads = std::make_shared<SshHeadConnector>(p.ssh, p.open_store);
   if (KeptHeads* kept = kept_heads.load()) {
-    p.heads = std::make_shared<KeptHeadConnector>(p.heads, *kept);
+    // A kept connection is dialled once and serves many reads: its own, not relayed by the mux.
+    p.heads = std::make_shared<KeptHeadConnector>(
+        std::make_shared<SshHeadConnector>(p.ssh, p.open_store, /*via_mux=*/false), *kept);
+  } else {
+    p.heads = std::make_shared<SshHeadConnector>(p.ssh, p.open_store);
   }
   p.clock = std::make_shared<SystemClock>();
   p.user = user.empty() ? CurrentUser() : std::move(user);

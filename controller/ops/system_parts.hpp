@@ -18,13 +18,18 @@ Result<std::unique_ptr<controller::Provider>> MakeSystemProvider(const std::stri
 // which it starts a mux (unless start_mux is false).
 class SshHeadConnector final : public HeadConnector {
  public:
-  SshHeadConnector(std::shared_ptr<controller::SshRunner> ssh, StoreOpener open_store)
-      : ssh_(std::move(ssh)), open_store_(std::move(open_store)) {}
+  // via_mux: a connection goes through the cluster's mux when one runs (and a command that
+  // dialled the head itself may start one); false: always its own TLS connection, for a process
+  // that keeps its connections (a relay through the mux would then cost every read a hop).
+  SshHeadConnector(std::shared_ptr<controller::SshRunner> ssh, StoreOpener open_store,
+                   bool via_mux = true)
+      : ssh_(std::move(ssh)), open_store_(std::move(open_store)), via_mux_(via_mux) {}
   Result<std::unique_ptr<HeadApi>> Connect(const ClusterRecord& cluster, bool start_mux) override;
 
  private:
   std::shared_ptr<controller::SshRunner> ssh_;
   StoreOpener open_store_;
+  bool via_mux_;
 };
 
 // For a long-lived process that runs one read after another (the API server's warm worker,

@@ -133,6 +133,7 @@ void WarmWorkers::Give(const std::string& user, const std::shared_ptr<Worker>& w
     std::lock_guard<std::mutex> l(mu_);
     if (!closed_) {
       w->busy = false;
+      w->idle_since = std::chrono::steady_clock::now();
       freed_.notify_one();
       return;
     }
@@ -160,10 +161,14 @@ void WarmWorkers::Retire(const std::string& user, const std::shared_ptr<Worker>&
 }
 
 void WarmWorkers::ReapIdleLocked() {
+  // Only a worker idle long enough to have exited by itself is asked (one syscall each): asking
+  // every worker at every read costs the server more than the read. One that ended sooner (it
+  // should not) is found when its next command cannot be sent, and replaced.
+  const auto exited_by_now = std::chrono::steady_clock::now() - limits::kApiWarmWorkerIdle;
   for (auto it = workers_.begin(); it != workers_.end();) {
     auto& mine = it->second;
     std::erase_if(mine, [&](const std::shared_ptr<Worker>& w) {
-      if (w->busy || w->pid <= 0) return false;
+      if (w->busy || w->pid <= 0 || w->idle_since > exited_by_now) return false;
       int status = 0;
       if (::waitpid(w->pid, &status, WNOHANG) != w->pid) return false;
       ::close(w->fd);

@@ -6,6 +6,7 @@
 // (limits::kApiWarmWorkerIdle); one that is gone is replaced.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
@@ -67,6 +68,8 @@ class WarmWorkers {
     int pid = -1;
     int fd = -1;
     bool busy = false;
+    // When it last finished a command: it exits by itself kApiWarmWorkerIdle after.
+    std::chrono::steady_clock::time_point idle_since{};
   };
   enum class Outcome { kDone, kGoneBeforeAnswer, kGoneMidway };
 

@@ -18,7 +18,8 @@ import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from herd_env import HERD, HerdEnv, namespaces_of, netns_available, wait_for  # noqa: E402
+from herd_env import (HERD, HerdEnv, herdlets_in, namespaces_of, netns_available,  # noqa: E402
+                      wait_for)
 
 HERD_API = os.environ.get("HERD_API", "")
 PG_BIN = "/usr/lib/postgresql/15/bin"
@@ -230,6 +231,23 @@ class ApiServerTest(unittest.TestCase):
         for _ in range(3):
             self.alice.out("queue", self.CLUSTER)
         self.assertEqual(self.warm_workers(), workers)  # reused, not replaced
+        # The worker keeps its head connection between reads: a head that stopped and started
+        # again (a new herdlet, the same jobs) answers the same worker's next read on a new one.
+        before = json.loads(self.alice.out("queue", self.CLUSTER, "-o", "json"))
+        head_ns = [ns for ns in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                               text=True).stdout.split()
+                   if ns.startswith("herd-") and self.CLUSTER in ns and ns.endswith("-0")]
+        self.assertEqual(len(head_ns), 1, head_ns)
+        agent = herdlets_in(head_ns[0])
+        self.assertTrue(agent)
+        self.alice.herd("stop", self.CLUSTER, "-y", timeout=180)
+        self.alice.herd("start", self.CLUSTER, "-y", timeout=180)
+        self.assertNotEqual(herdlets_in(head_ns[0]), agent)
+        self.assertTrue(herdlets_in(head_ns[0]))
+        after_restart = json.loads(self.alice.out("queue", self.CLUSTER, "-o", "json"))
+        self.assertEqual([(j["id"], j["status"]) for j in after_restart],
+                         [(j["id"], j["status"]) for j in before])
+        self.assertEqual(self.warm_workers(), workers)
         self.assertEqual(json.loads(self.bob.out("status", "-o", "json")), [])
         after = self.warm_workers()
         self.assertEqual(sorted(after.values()), ["alice", "bob"], after)

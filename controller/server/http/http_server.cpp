@@ -500,13 +500,63 @@ class Conn : public ConnCore, public std::enable_shared_from_this<Conn<Stream>> 
           true);
     }
     if (piece.kind == Piece::kAbort) return finish("the response was abandoned", true);
+    const bool stream_piece = piece.kind != Piece::kFull;
     outbox_.push_back(std::move(piece));
-    if (!writing_) do_write();
+    if (writing_ || flush_posted_) return;
+    if (!stream_piece) return do_write();
+    // The pieces a handler submits together (a stream's head, its chunks and its end) are
+    // queued on the strand behind this one: write once they are in the outbox too.
+    flush_posted_ = true;
+    net::post(ex_, [self = shared_from_this()] {
+      self->flush_posted_ = false;
+      if (!self->finished_ && !self->writing_ && !self->outbox_.empty()) self->do_write();
+    });
+  }
+
+  // The bytes of the stream pieces at the front of the outbox, up to the first that is not one
+  // (or the stream's end), into gathered_; in_flight_ says how many pieces they are.
+  void GatherStream() {
+    gathered_.clear();
+    in_flight_ = 0;
+    for (Piece& piece : outbox_) {
+      if (piece.kind == Piece::kHead) {
+        if (in_flight_ > 0) break;  // the head of a later response waits for this one's end
+        SanitizeResponse(piece.response);
+        bhttp::response<bhttp::empty_body> head;
+        head.version(11);
+        head.result(static_cast<unsigned>(piece.response.status));
+        head.set(bhttp::field::server, "herd");
+        head.set(bhttp::field::content_type, piece.response.content_type);
+        for (const auto& [name, value] : piece.response.headers.fields()) head.insert(name, value);
+        head.keep_alive(keep_alive_);
+        head.chunked(true);
+        close_after_ = !keep_alive_;
+        bhttp::response_serializer<bhttp::empty_body> sr(head);
+        sr.split(true);
+        beast::error_code ec;
+        while (!ec && !sr.is_header_done()) {
+          sr.next(ec, [&](beast::error_code&, const auto& buffers) {
+            gathered_ += beast::buffers_to_string(buffers);
+            sr.consume(beast::buffer_bytes(buffers));
+          });
+        }
+      } else if (piece.kind == Piece::kChunk) {
+        gathered_ += beast::buffers_to_string(bhttp::make_chunk(net::buffer(piece.data)));
+      } else if (piece.kind == Piece::kEnd) {
+        gathered_ += beast::buffers_to_string(bhttp::make_chunk_last());
+        ++in_flight_;
+        break;
+      } else {
+        break;
+      }
+      ++in_flight_;
+    }
   }
 
   void do_write() {
     Piece& piece = outbox_.front();
     writing_ = true;
+    in_flight_ = 1;
     write_timer_.expires_after(opts_.write_timeout);
     write_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
       if (!ec && self->writing_) self->finish("write timed out", true);
@@ -531,27 +581,13 @@ class Conn : public ConnCore, public std::enable_shared_from_this<Conn<Stream>> 
         close_after_ = !keep;
         return bhttp::async_write(stream_, *full_, std::move(done));
       }
-      case Piece::kHead: {
-        SanitizeResponse(piece.response);
-        head_serializer_.reset();
-        head_.emplace();
-        head_->version(11);
-        head_->result(static_cast<unsigned>(piece.response.status));
-        head_->set(bhttp::field::server, "herd");
-        head_->set(bhttp::field::content_type, piece.response.content_type);
-        for (const auto& [name, value] : piece.response.headers.fields())
-          head_->insert(name, value);
-        head_->keep_alive(keep_alive_);
-        head_->chunked(true);
-        close_after_ = !keep_alive_;
-        head_serializer_.emplace(*head_);
-        return bhttp::async_write_header(stream_, *head_serializer_, std::move(done));
-      }
+      case Piece::kHead:
       case Piece::kChunk:
-        return net::async_write(stream_, bhttp::make_chunk(net::buffer(piece.data)),
-                                std::move(done));
       case Piece::kEnd:
-        return net::async_write(stream_, bhttp::make_chunk_last(), std::move(done));
+        // A stream's pieces queued by now go out in one write: the head, the chunks and the end
+        // of a short answer are one TLS record and one send instead of one each.
+        GatherStream();
+        return net::async_write(stream_, net::buffer(gathered_), std::move(done));
       case Piece::kContinue:
         interim_.emplace();
         interim_->version(11);
@@ -566,14 +602,15 @@ class Conn : public ConnCore, public std::enable_shared_from_this<Conn<Stream>> 
     writing_ = false;
     write_timer_.cancel();
     Piece::Kind kind = outbox_.front().kind;
-    queued_.fetch_sub(outbox_.front().kind == Piece::kChunk ? outbox_.front().data.size() : 0);
-    if (kind == Piece::kFull) queued_.fetch_sub(full_->body().size());
-    outbox_.pop_front();
-    full_.reset();
-    if (kind == Piece::kEnd) {
-      head_serializer_.reset();
-      head_.reset();
+    for (; in_flight_ > 0 && !outbox_.empty(); --in_flight_) {
+      kind = outbox_.front().kind;
+      queued_.fetch_sub(kind == Piece::kChunk ? outbox_.front().data.size() : 0);
+      if (kind == Piece::kFull) queued_.fetch_sub(full_->body().size());
+      outbox_.pop_front();
     }
+    in_flight_ = 0;
+    full_.reset();
+    gathered_.clear();
     if (finished_) return;
     if (ec) return finish("write: " + ec.message(), false);
     if (kind == Piece::kFull || kind == Piece::kEnd) return response_done();
@@ -619,7 +656,7 @@ class Conn : public ConnCore, public std::enable_shared_from_this<Conn<Stream>> 
     beast::error_code ec;
     socket().shutdown(tcp::socket::shutdown_both, ec);
     socket().close(ec);
-    std::size_t keep = writing_ ? 1 : 0;  // the piece Beast is still writing
+    std::size_t keep = writing_ ? in_flight_ : 0;  // the pieces Beast is still writing
     while (outbox_.size() > keep) {
       queued_.fetch_sub(outbox_.back().size());
       outbox_.pop_back();
@@ -659,9 +696,10 @@ class Conn : public ConnCore, public std::enable_shared_from_this<Conn<Stream>> 
   bool writing_ = false;
   bool close_after_ = false;
   std::optional<bhttp::response<bhttp::string_body>> full_;
-  std::optional<bhttp::response<bhttp::empty_body>> head_;
+  std::size_t in_flight_ = 0;  // pieces at the outbox's front that the write in progress sends
+  std::string gathered_;       // the bytes of those pieces when they are a stream's
+  bool flush_posted_ = false;  // a do_write is queued on the strand
   std::optional<bhttp::response<bhttp::empty_body>> interim_;
-  std::optional<bhttp::response_serializer<bhttp::empty_body>> head_serializer_;
   bool finished_ = false;
 };
 
