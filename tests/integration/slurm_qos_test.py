@@ -4,11 +4,14 @@ associations,limits,qos) on three namespace hosts made by herd_test_hosts, the l
 sshd, and slurmctld in its network namespace) and two compute nodes. User root's QOS allow one node
 per job (MaxTRESPerJob=node=1); which one is the default picks the behaviour:
   a. with Flags=DenyOnLimit, sbatch refuses a 2-node launch: one line naming the cluster and
-     sbatch's reason, exit 2, nothing allocated, no cluster left;
+     sbatch's reason, exit 2, no job and no herdlet; the cluster, listed INIT without nodes if
+     at all, goes with `down`;
   b. without it, Slurm takes the job and keeps it PENDING (QOSMaxNodePerJobLimit): herd cancels it
-     at once and says why, exit 2, nothing left;
-  c. a 1-node launch under the QOS runs (the QOS does not refuse everything) and `down` leaves
-     nothing."""
+     at once (sacct: CANCELLED) and says why, exit 2, nothing left as in a;
+  c. a 1-node launch under the QOS runs with it (the QOS does not refuse everything) and `down`
+     leaves nothing.
+Each test first makes its QOS root's default and waits until slurmctld gives it to a held probe
+job."""
 
 import json
 import os
