@@ -9,7 +9,7 @@ PACKAGES=(
   libyaml-cpp-dev libssl-dev libprotobuf-dev protobuf-compiler libuv1-dev doctest-dev
   libsqlite3-dev libcli11-dev libcurl4-openssl-dev libpq-dev postgresql-15
   openssh-server openssh-client rsync iproute2 iptables util-linux procps psmisc
-  python3 python3-torch pdsh systemd slurm-wlm munge
+  python3 python3-torch pdsh systemd slurm-wlm munge slurmdbd mariadb-server
   elfutils gdb
   clang-14 libfuzzer-14-dev
   chromium
@@ -32,6 +32,26 @@ else
   echo "install-deps: installing ${missing[*]}"
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # The tests start their own mariadbd and slurmdbd on private ports (slurm_cluster.py): the
+  # services these packages bring are stopped if the install started them, and kept off.
+  for pkg_svc in mariadb-server:mariadb slurmdbd:slurmdbd; do
+    pkg=${pkg_svc%%:*}
+    svc=${pkg_svc#*:}
+    [[ " ${missing[*]} " == *" $pkg "* ]] || continue
+    if command -v systemctl >/dev/null; then  # works without systemd running: the unit links
+      $SUDO systemctl disable "$svc" >/dev/null 2>&1 || true
+    fi
+    if [ -d /run/systemd/system ]; then
+      $SUDO systemctl stop "$svc" >/dev/null 2>&1 || true
+    elif [ -x "/etc/init.d/$svc" ]; then
+      $SUDO "/etc/init.d/$svc" stop >/dev/null 2>&1 || true
+      $SUDO update-rc.d "$svc" disable >/dev/null 2>&1 || true
+    fi
+  done
+  if [[ " ${missing[*]} " == *" mariadb-server "* ]] && ss -Hltn 'sport = :3306' | grep -q .; then
+    echo "install-deps: the system's mariadb still listens on port 3306; stop it" >&2
+    exit 1
+  fi
   echo "install-deps: done"
 fi
 
