@@ -213,7 +213,21 @@ class LaunchCommand final : public Command {
     fo.sleep =
         optimizer::InterruptibleSleep(*ctx.Ops().parts().clock, [] { return Interrupted(); });
     auto chosen = optimizer::LaunchWithFailover(t, plan, attempt, cleanup, fo);
-    if (!chosen.ok()) return chosen.status();
+    if (!chosen.ok()) {
+      // A new cluster that got no nodes is not left listed INIT (SkyPilot removes the cluster's
+      // entry when provisioning fails): what the provider may have made goes with it. One that
+      // got nodes (its agents or setup failed) stays for the user to look at and `herd down`;
+      // so does one whose launch was interrupted.
+      auto left = ctx.Ops().Get(o.cluster);
+      if (left.ok() && left->nodes.empty() && !Interrupted() &&
+          chosen.status().code() != Code::kCancelled) {
+        if (auto s = ctx.Ops().Down(o.cluster); !s.ok()) {
+          ctx.err << "herd: removing what the failed launch left of " << o.cluster
+                  << " failed: " << s.message() << "; `herd down " << o.cluster << "` removes it\n";
+        }
+      }
+      return chosen.status();
+    }
     return std::move(*launched);
   }
 

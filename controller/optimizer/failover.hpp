@@ -107,7 +107,8 @@ struct FailoverOptions {
 using AttemptFn = std::function<Status(const task::Task& applied, const Candidate& c)>;
 // Removes what an attempt that failed on capacity or quota left (its half-made cluster), before
 // the next is tried. Not called after other failures, which end the launch, nor after the last
-// attempt of a launch that gives up: that one stays for `herd down`, as any failed launch does.
+// attempt of a launch that gives up: what becomes of that one is the caller's choice (`herd
+// launch` removes a new cluster that got no nodes; one with nodes stays for `herd down`).
 using CleanupFn = std::function<void(const Candidate& c)>;
 
 // Tries the plan's candidates as described above. Returns the candidate that came up; else a

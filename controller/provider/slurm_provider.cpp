@@ -70,6 +70,9 @@ std::string OneLine(const std::string& text) {
 struct Record {
   std::string cluster, partition, job, prefix, remote_dir, gpu_name;
   int gpus = 0;
+  // The agent files sent to the allocation so far: each StartAgents sends the next generation
+  // (prefix.gN.herdlet, .tar, .ready); the allocation's step runs the newest one.
+  int generation = 0;
   SshTarget login;
   struct Node {
     std::string herd_name, slurm_name, addr;
@@ -82,10 +85,11 @@ std::string RecordPath(const std::string& state_dir) { return state_dir + "/" + 
 Status SaveRecord(const std::string& state_dir, const Record& r) {
   std::ostringstream o;
   o << "cluster=" << r.cluster << "\npartition=" << r.partition << "\njob=" << r.job
-    << "\nprefix=" << r.prefix << "\nremote_dir=" << r.remote_dir << "\ngpus=" << r.gpus
-    << "\ngpu_name=" << r.gpu_name << "\nhost=" << r.login.host << "\nport=" << r.login.port
-    << "\nuser=" << r.login.user << "\nidentity_file=" << r.login.identity_file
-    << "\nknown_hosts=" << r.login.known_hosts_file << "\n";
+    << "\nprefix=" << r.prefix << "\ngeneration=" << r.generation << "\nremote_dir=" << r.remote_dir
+    << "\ngpus=" << r.gpus << "\ngpu_name=" << r.gpu_name << "\nhost=" << r.login.host
+    << "\nport=" << r.login.port << "\nuser=" << r.login.user
+    << "\nidentity_file=" << r.login.identity_file << "\nknown_hosts=" << r.login.known_hosts_file
+    << "\n";
   if (!r.login.jump.empty()) {
     o << "jump_host=" << r.login.jump.host << "\njump_port=" << r.login.jump.port
       << "\njump_user=" << r.login.jump.user
@@ -115,6 +119,7 @@ Result<std::optional<Record>> LoadRecord(const std::string& state_dir) {
     if (k == "partition") r.partition = v;
     if (k == "job") r.job = v;
     if (k == "prefix") r.prefix = v;
+    if (k == "generation") r.generation = std::atoi(v.c_str());
     if (k == "remote_dir") r.remote_dir = v;
     if (k == "gpus") r.gpus = std::atoi(v.c_str());
     if (k == "gpu_name") r.gpu_name = v;
@@ -305,7 +310,11 @@ std::string SbatchCommand(const SbatchRequest& r) {
 std::string BatchScript(const std::string& prefix) {
   const std::string wait = std::to_string(
       std::chrono::duration_cast<std::chrono::seconds>(limits::kSlurmAgentFilesWait).count());
-  // The step's script is in single quotes: it uses none itself.
+  // The step's script is in single quotes: it uses none itself. Generation N of the agent's files
+  // is $P.gN.herdlet, $P.gN.tar and $P.gN.ready (sent last); the step runs the newest one, and
+  // when its herdlet ends while a newer one is ready (StartAgents stops it for that), unpacks the
+  // newer files over the node's directory (its state stays) and runs their herdlet. A herdlet
+  // that ends otherwise is started again after a second; one that exits 0 ends the node's step.
   return "#!/bin/bash\n"
          "# herd: a long-lived allocation; its one step runs herdlet on every node.\n"
          "export HERD_SLURM_PREFIX=\"" +
@@ -313,27 +322,52 @@ std::string BatchScript(const std::string& prefix) {
          "\"\n"
          "exec srun --ntasks-per-node=1 --kill-on-bad-exit=0 "
          "--cpus-per-task=\"${SLURM_CPUS_PER_TASK:-1}\" /bin/bash -c '\n"
-         "P=\"$HERD_SLURM_PREFIX\"; pid=\n"
+         "P=\"$HERD_SLURM_PREFIX\"; pid=; g=0\n"
          "cleanup() {\n"
          "  if [ -n \"$pid\" ]; then kill \"$pid\" 2>/dev/null; wait \"$pid\" 2>/dev/null; fi\n"
-         "  rm -rf \"$P\" \"$P.tar\" \"$P.herdlet\" \"$P.ready\" \"$P.files.tar\"\n"
+         "  rm -rf \"$P\" \"$P\".g* \"$P.files.tar\"\n"
          "}\n"
          "trap \"cleanup; exit 0\" TERM INT HUP\n"
          "n=0\n"
-         "while [ ! -e \"$P.ready\" ]; do\n"
+         "while [ ! -e \"$P.g1.ready\" ]; do\n"
          "  if [ \"$n\" -ge " +
          wait + " ]; then echo \"herd: no agent files after " + wait +
          " s\" >&2; cleanup; exit 1; fi\n"
          "  sleep 1 & wait $!; n=$((n+1))\n"
          "done\n"
-         "mkdir -p \"$P\" && tar -xf \"$P.tar\" -C \"$P\" && cd \"$P/$SLURMD_NODENAME\" || "
-         "{ cleanup; exit 1; }\n"
          "while :; do\n"
-         "  \"$P.herdlet\" --config herdlet.yaml </dev/null >>herdlet.log 2>&1 & pid=$!\n"
-         "  wait \"$pid\" && break\n"
+         "  k=$g; while [ -e \"$P.g$((k+1)).ready\" ]; do k=$((k+1)); done\n"
+         "  if [ \"$k\" != \"$g\" ]; then\n"
+         "    mkdir -p \"$P\" && tar -xf \"$P.g$k.tar\" -C \"$P\" || { cleanup; exit 1; }\n"
+         "    [ \"$g\" -gt 0 ] && rm -f \"$P.g$g.herdlet\" \"$P.g$g.tar\" \"$P.g$g.ready\"\n"
+         "    g=$k\n"
+         "  fi\n"
+         "  cd \"$P/$SLURMD_NODENAME\" || { cleanup; exit 1; }\n"
+         "  \"$P.g$g.herdlet\" --config herdlet.yaml </dev/null >>herdlet.log 2>&1 & pid=$!\n"
+         "  wait \"$pid\"; code=$?; pid=\n"
+         "  [ -e \"$P.g$((g+1)).ready\" ] && continue\n"
+         "  [ \"$code\" -eq 0 ] && break\n"
          "  sleep 1 & wait $!\n"
          "done\n"
-         "pid=; cleanup'\n";
+         "cleanup'\n";
+}
+
+std::string StopEarlierAgentsScript(const std::string& prefix, int generation) {
+  std::string escaped;
+  for (char c : prefix) {
+    if (c == '.') escaped += '\\';
+    escaped += c;
+  }
+  std::string earlier;
+  for (int g = 1; g < generation; ++g) earlier += (g > 1 ? "|" : "") + std::to_string(g);
+  const auto polls = limits::kSlurmAgentStopWait / limits::kSlurmAgentStopPoll;
+  const double poll_s =
+      std::chrono::duration_cast<std::chrono::milliseconds>(limits::kSlurmAgentStopPoll).count() /
+      1000.0;
+  return "pat=" + ShellQuote("^" + escaped + "\\.g(" + earlier + ")\\.herdlet( |$)") +
+         "; pkill -TERM -f \"$pat\"; n=0; while pgrep -f \"$pat\" >/dev/null; do if [ $n -ge " +
+         std::to_string(polls) + " ]; then echo \"an earlier herdlet on $SLURMD_NODENAME is " +
+         "still running\" >&2; exit 1; fi; sleep " + std::to_string(poll_s) + "; n=$((n+1)); done";
 }
 
 SlurmJobState ParseSqueueLine(const std::string& out) {
@@ -607,10 +641,12 @@ Status SlurmProvider::StartAgents(const std::string& cluster, const std::string&
   HERD_RETURN_IF_ERROR(
       ssh_->Rsync(rec->login, tar, d + "/agent.tar", false, limits::kSshWaitTotal));
   fs::remove(tar, ec);
-  // sbcast to every node of the allocation; the ready marker last, so a node's step starts only
-  // with every file in place.
+  // sbcast to every node of the allocation, as the next generation of the agent's files (a
+  // herdlet that runs is never written over); the ready marker last, so a node's step starts them
+  // only with every file in place.
+  const int generation = rec->generation + 1;
   const std::string j = " --jobid=" + rec->job + " ";
-  const std::string p = rec->prefix;
+  const std::string p = rec->prefix + ".g" + std::to_string(generation);
   HERD_RETURN_IF_ERROR(OnLogin(*ssh_, rec->login, "sbcast",
                                "sbcast -f -p" + j + ShellQuote(d + "/herdlet") + " " +
                                    ShellQuote(p + ".herdlet") + " && sbcast -f" + j +
@@ -619,7 +655,19 @@ Status SlurmProvider::StartAgents(const std::string& cluster, const std::string&
                                    ShellQuote(p + ".ready"),
                                {}, limits::kSshWaitTotal)
                            .status());
-  return Status::Ok();
+  rec->generation = generation;
+  HERD_RETURN_IF_ERROR(SaveRecord(state_dir, *rec));
+  if (generation == 1) return Status::Ok();
+  // An allocation kept from an earlier launch: its agents of the generations before stop
+  // (SIGTERM: their jobs keep running, and the new agents adopt them), and each node's step then
+  // starts the new one. Waits until none of them is left, so that the agents the launch waits
+  // for next are the new ones.
+  return OnLogin(*ssh_, rec->login, "stopping the allocation's earlier agents",
+                 "srun --overlap" + j + "--nodes=" + std::to_string(rec->nodes.size()) +
+                     " --ntasks-per-node=1 --mem=0 --gres=none --kill-on-bad-exit=0 /bin/bash -c " +
+                     ShellQuote(StopEarlierAgentsScript(rec->prefix, generation)),
+                 {}, limits::kSlurmCommandTimeout + limits::kSlurmAgentStopWait)
+      .status();
 }
 
 Status SlurmProvider::SpreadFiles(const std::string& cluster, const std::string& state_dir,

@@ -9,9 +9,13 @@
 //              scontrol for the nodes and their addresses. Head = the allocation's first node.
 //   StartAgents  the herdlet binary and a tar of every node's config and certificates are copied to
 //              the login node (~/.herd/slurm/<cluster>-<job>/), then sbcast to every node of the
-//              allocation (/tmp/herd-<cluster>-<job>.*: no shared file system needed), the ready
-//              marker last. The batch script's one step (srun, one task per node) waits for the
-//              marker and runs herdlet on each node; it removes the node's files when it ends.
+//              allocation (/tmp/herd-<cluster>-<job>.gN.*: no shared file system needed), the
+//              ready marker last. Each call sends the next generation N: the batch script's one
+//              step (srun, one task per node) waits for the first marker and runs the newest
+//              generation's herdlet on each node. Called again for a kept allocation, it stops
+//              the earlier generations' herdlets (srun --overlap; their jobs keep running) and
+//              the step starts the new one over the same node directory, which adopts the jobs.
+//              The step removes the node's files when it ends.
 //   Allocation squeue -j JOB: RUNNING, or how it ended (TIMEOUT, PREEMPTED, CANCELLED, ...).
 //   Teardown   scancel, wait until the job left RUNNING/COMPLETING, remove the login node's files.
 //   Stop       refused: an allocation cannot be suspended and resumed with its nodes (`herd down`).
@@ -73,6 +77,10 @@ std::string SbatchCommand(const SbatchRequest& request);
 // <prefix>.herdlet in <prefix>/<slurm node name>, and removes <prefix>* when it ends. `prefix` may
 // use $SLURM_JOB_ID.
 std::string BatchScript(const std::string& prefix);
+// Run on every node of an allocation kept from an earlier launch (srun --overlap) before the
+// agents of `generation` can start: SIGTERM to the herdlets of the generations before it (their
+// jobs keep running), then waits until none is left (limits::kSlurmAgentStopWait; exit 1 after).
+std::string StopEarlierAgentsScript(const std::string& prefix, int generation);
 
 // squeue's state and reason of one job ("RUNNING", "None"); state "" when squeue no longer knows
 // the job.

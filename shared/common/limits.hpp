@@ -654,12 +654,19 @@ inline constexpr Duration kSlurmPoll = 1s;
 // controller once the allocation runs) and otherwise ends, releasing the nodes: a controller that
 // died mid-launch leaves no allocation behind for longer.
 inline constexpr Duration kSlurmAgentFilesWait = 600s;
+// A launch onto an allocation kept from an earlier one sends the agent's files again (a new
+// generation) and stops the earlier herdlets on every node (SIGTERM, jobs keep running): each must
+// have exited within this, checked every kSlurmAgentStopPoll; the step then starts the new one.
+inline constexpr Duration kSlurmAgentStopWait = 30s;
+inline constexpr Duration kSlurmAgentStopPoll = 200ms;
 // `herd down`: after scancel, the job must have left squeue within this.
 inline constexpr Duration kSlurmCancelWait = 120s;
 // `herd status`: the squeue of a Slurm cluster, leaving the rest of kStatusHeadTimeout to its head.
 inline constexpr Duration kSlurmStatusQueryTimeout = 2s;
 static_assert(kSlurmStatusQueryTimeout < kStatusHeadTimeout,
               "status asks squeue and the head within the head's budget");
+static_assert(kSlurmAgentStopPoll * 10 <= kSlurmAgentStopWait,
+              "an earlier herdlet is looked for several times before the launch gives up");
 static_assert(kSlurmAllocationWait < kSlurmAgentFilesWait,
               "a batch script outlives the controller's wait for its start");
 static_assert(kSlurmPoll * 10 <= kSlurmCancelWait && kSlurmPoll * 10 <= kSlurmAllocationWait,

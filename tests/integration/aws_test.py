@@ -286,8 +286,9 @@ class AwsEnvTestCase(HerdEnvTestCase):
         self.assertEqual(calls, [f"refused:{code}"] if code == "SignatureDoesNotMatch"
                          else ["refused:AuthFailure"])
         self.assert_nothing_left()
-        self.herd("down", cluster, "-y")
-        self.assertEqual(self.state()["calls"][before + 1:], [])  # nothing to tear down
+        # A new cluster that got no nodes is not left listed, and removing it asked EC2 nothing.
+        self.assertNotIn(cluster, self.h.clusters())
+        self.assertEqual(self.state()["calls"][before + 1:], [])
 
     # ---- autostop helpers ----
     def status_of(self, name):
@@ -378,7 +379,7 @@ class AwsTest(AwsEnvTestCase):
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("herd: no AWS region: give --infra aws/REGION", p.stderr.decode())
         self.assertEqual(self.state()["calls"], [])
-        self.herd("down", "haws0r", "-y")
+        self.assertNotIn("haws0r", self.h.clusters())
 
     def test_1_unknown_key_is_refused_and_nothing_is_made(self):
         self.refused("haws1", {"AWS_ACCESS_KEY_ID": "AKIDUNKNOWN000000000",
@@ -416,7 +417,7 @@ class AwsTest(AwsEnvTestCase):
         self.herd("down", "haws3", "-y", env=TEMP)
         self.assert_nothing_left("haws3")
 
-    def test_4_instance_limit_is_clear_and_down_cleans_up(self):
+    def test_4_instance_limit_is_clear_and_nothing_is_left(self):
         p = self.herd("launch", "-c", "haws4", "--infra", f"aws/{REGION}/us-east-1c",
                       "--num-nodes", "4", "-y", "--", "true", check=False)
         err = p.stderr.decode()
@@ -425,7 +426,8 @@ class AwsTest(AwsEnvTestCase):
                       f"requested more instances (4) than your current instance limit of 3", err)
         self.assertNotIn("us-east-1a", err)  # a quota is the region's: no zone failover
         self.assertEqual(self.live(), {})
-        self.herd("down", "haws4", "-y")
+        # What the launch made before RunInstances (its key, its group) went with it.
+        self.assertNotIn("haws4", self.h.clusters())
         self.assert_nothing_left("haws4")
 
     def test_6_spot_instance_type_as_is_cannot_be_stopped(self):
@@ -584,7 +586,7 @@ class AwsTest(AwsEnvTestCase):
         self.assertIn("  blocked cloud aws (SignatureDoesNotMatch)", err)
         self.assertNotIn("Trying", err)
         self.assertEqual(self.state()["calls"][before:], ["refused:SignatureDoesNotMatch"])
-        self.herd("down", "haws8", "-y")
+        self.assertNotIn("haws8", self.h.clusters())
         self.assert_no_region_holds_anything()
 
     def test_9_retry_until_up_waits_for_capacity(self):

@@ -4,8 +4,7 @@ associations,limits,qos) on three namespace hosts made by herd_test_hosts, the l
 sshd, and slurmctld in its network namespace) and two compute nodes. User root's QOS allow one node
 per job (MaxTRESPerJob=node=1); which one is the default picks the behaviour:
   a. with Flags=DenyOnLimit, sbatch refuses a 2-node launch: one line naming the cluster and
-     sbatch's reason, exit 2, no job and no herdlet; the cluster, listed INIT without nodes if
-     at all, goes with `down`;
+     sbatch's reason, exit 2, no job and no herdlet; the new cluster is not left listed;
   b. without it, Slurm takes the job and keeps it PENDING (QOSMaxNodePerJobLimit): herd cancels it
      at once (sacct: CANCELLED) and says why, exit 2, nothing left as in a;
   c. a 1-node launch under the QOS runs with it (the QOS does not refuse everything) and `down`
@@ -164,15 +163,15 @@ class SlurmQosTest(HerdEnvTestCase):
         self.assertEqual(os.listdir(login_files) if os.path.isdir(login_files) else [], [])
 
     def assert_refusal_left_nothing(self, name):
-        """Right after a launch of `name` failed: nothing allocated, no herdlet. The fresh cluster
-        may still be listed: then as INIT without nodes (herd keeps the record it made before
-        provisioning; SkyPilot drops it), and `down` removes it."""
+        """Right after a launch of `name` failed: nothing allocated, no herdlet, and the new
+        cluster, which got no nodes, is not listed (as SkyPilot drops it); nothing on the login
+        node either."""
         self.assertEqual(self.jobs(*ACTIVE), [])
         self.assertEqual(herdlets(), [])
-        listed = self.status().get(name)
-        if listed is not None:
-            self.assertEqual((listed["status"], listed["nodes"]), ("INIT", []), listed)
-        self.assert_down_leaves_nothing(name)
+        self.assertNotIn(name, self.status())
+        login_files = os.path.join(self.hosts_state, "nodes", f"{HOSTS_NAME}-head", "home",
+                                   ".herd", "slurm")
+        self.assertEqual(os.listdir(login_files) if os.path.isdir(login_files) else [], [])
 
     def refused_launch(self, name):
         """A 2-node launch of cluster `name`: (exit code, the last line of stderr)."""

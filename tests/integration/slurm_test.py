@@ -200,9 +200,9 @@ class SlurmTest(HerdEnvTestCase):
                         timeout=120)
         err = p.stderr.decode().strip()
         self.assertNotEqual(p.returncode, 0)
-        # Nothing allocated, and the failed cluster goes with `down`.
+        # Nothing allocated, and the new cluster, which got no nodes, is not left listed.
         self.assertEqual(self.jobs("PD", "R", "CG", "CF"), [])
-        self.h.herd("down", name, "-y", check=False)
+        self.assertNotIn(name, self.status())
         return p.returncode, err.splitlines()[-1] if err else ""
 
     def test_b_bad_input(self):
@@ -330,6 +330,74 @@ class SlurmTest(HerdEnvTestCase):
         finally:
             subprocess.run(login_ns + ["-D", "INPUT"] + rule, check=False)
             self.h.herd("down", "hslj", "-y", check=False)
+
+    def test_f_a_launch_with_another_agent_binary_keeps_the_allocation_and_its_job(self):
+        """herd upgraded between two launches (another herdlet binary) while the allocation
+        runs: the second launch sends the agent as a new generation of files (the running
+        binary is never written over), stops the earlier agents (their job keeps running and
+        the new agents adopt it) and runs its task; the allocation is the same Slurm job."""
+        name = "hslf"
+
+        def agents():
+            """pid -> argv[0] of the herdlets of this cluster's allocation."""
+            found = {}
+            for pid in pids_by_cmdline(
+                    lambda argv: argv[0].startswith(f"/tmp/herd-{name}-".encode())
+                    and argv[0].endswith(b".herdlet")):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        found[pid] = f.read().split(b"\0")[0].decode()
+                except OSError:
+                    continue
+            return found
+
+        try:
+            self.h.herd("launch", "-c", name, "--infra", "slurm/testcluster/gpu",
+                        "--num-nodes", "2", "-y", "--", "echo", "first",
+                        "$SKYPILOT_NODE_RANK", timeout=240)
+            (job,) = [j for j, n, _ in self.jobs("R") if n == f"herd-{name}"]
+            first = agents()
+            self.assertEqual(len(first), 2, first)
+            self.assertTrue(all(a.endswith(f"/herd-{name}-{job}.g1.herdlet")
+                                for a in first.values()), first)
+            # A job that runs while the agents are replaced.
+            self.h.herd("exec", name, "--num-nodes", "2", "-d", "--",
+                        "sleep 8; echo survived $SKYPILOT_NODE_RANK")
+            upgraded = os.path.join(self.h.dir, "herdlet-upgraded")
+            # herd sends herdlet.upload (no debug info) when the build made it: a copy of it.
+            built = os.environ["HERDLET"]
+            shutil.copy2(built + ".upload" if os.path.exists(built + ".upload") else built,
+                         upgraded)
+            self.h.env["HERDLET_BINARY"] = upgraded
+            try:
+                p = self.h.herd("launch", "-c", name, "--num-nodes", "2", "-y", "--", "echo",
+                                "second", "$SKYPILOT_NODE_RANK", timeout=240)
+            finally:
+                del self.h.env["HERDLET_BINARY"]
+            out = p.stdout.decode()
+            self.assertIn("second 0\n", out)
+            self.assertIn("second 1\n", out)
+            self.assertEqual([j for j, n, _ in self.jobs("R") if n == f"herd-{name}"], [job])
+            second = agents()
+            self.assertEqual(len(second), 2, second)
+            self.assertFalse(set(second) & set(first), (first, second))
+            self.assertTrue(all(a.endswith(f"/herd-{name}-{job}.g2.herdlet")
+                                for a in second.values()), second)
+            self.assertEqual([f for f in os.listdir("/tmp")
+                              if f.startswith(f"herd-{name}-{job}.g1.")], [])
+            # The job the first agents started ends under the new ones, its output whole.
+            self.assertTrue(wait_for(lambda: self.h.herd(
+                "logs", name, "2", "--status", check=False).returncode == 0, timeout=60))
+            logs = self.h.herd("logs", name, "2", "--no-follow").stdout.decode()
+            self.assertIn("survived 0\n", logs)
+            self.assertIn("survived 1\n", logs)
+            queue = json.loads(self.h.herd("queue", name, "-o", "json").stdout)
+            self.assertEqual(sorted((j["id"], j["status"]) for j in queue),
+                             [(1, "SUCCEEDED"), (2, "SUCCEEDED"), (3, "SUCCEEDED")])
+        finally:
+            self.h.herd("down", name, "-y", check=False)
+        self.assertTrue(wait_for(lambda: not agents(), timeout=30))
+        self.assertEqual([f for f in os.listdir("/tmp") if f.startswith(f"herd-{name}-")], [])
 
     def test_e_workdir_and_file_mounts_reach_nodes_without_a_shared_home(self):
         """The nodes have homes of their own: the workdir and file_mounts synced to the login

@@ -2,12 +2,14 @@
 // parsing, the sbatch command and batch script, and Provision/StartAgents/Allocation/Teardown
 // against a scripted login node (a fake SshRunner that answers each Slurm command).
 #include "controller/provider/slurm_provider.hpp"
+#include "controller/ssh/ssh_command.hpp"
 
 #include <doctest/doctest.h>
 
 #include <filesystem>
 #include <functional>
 #include <mutex>
+#include <regex>
 
 #include "shared/common/file_util.hpp"
 #include "tests/unit/test_support.hpp"
@@ -353,12 +355,43 @@ TEST_CASE("StartAgents sends the files to the login node and sbcasts them, the m
         1);
   std::string sbcast = calls[at("sbcast")];
   CHECK(sbcast ==
-        "sbcast -f -p --jobid=42 '.herd/slurm/demo-42/herdlet' '/tmp/herd-demo-42.herdlet' && "
-        "sbcast -f --jobid=42 '.herd/slurm/demo-42/agent.tar' '/tmp/herd-demo-42.tar' && "
-        "sbcast -f --jobid=42 '.herd/slurm/demo-42/ready' '/tmp/herd-demo-42.ready'");
+        "sbcast -f -p --jobid=42 '.herd/slurm/demo-42/herdlet' '/tmp/herd-demo-42.g1.herdlet' && "
+        "sbcast -f --jobid=42 '.herd/slurm/demo-42/agent.tar' '/tmp/herd-demo-42.g1.tar' && "
+        "sbcast -f --jobid=42 '.herd/slurm/demo-42/ready' '/tmp/herd-demo-42.g1.ready'");
+  CHECK(f.login->Count("srun") == 0);  // the first agents: nothing to stop
   // Local staging files are gone once sent.
   CHECK_FALSE(fs::exists(f.state + "/agent-files.tar"));
   CHECK_FALSE(fs::exists(f.state + "/agent-files"));
+
+  // Agents started again in the same allocation (another herdlet, a head that did not answer):
+  // the next generation of files, then the earlier agents are stopped on every node.
+  calls.clear();
+  REQUIRE(p.StartAgents(
+               "demo", f.state, herdlet,
+               {{"demo-head", "role: head\n", certs}, {"demo-worker1", "role: worker\n", certs}})
+              .ok());
+  CHECK(calls[at("sbcast")].find("'/tmp/herd-demo-42.g2.herdlet'") != std::string::npos);
+  CHECK(calls[at("sbcast")].find("'/tmp/herd-demo-42.g2.ready'") != std::string::npos);
+  REQUIRE(at("srun") < static_cast<long>(calls.size()));
+  CHECK(at("sbcast") < at("srun"));
+  CHECK(calls[at("srun")] ==
+        "srun --overlap --jobid=42 --nodes=2 --ntasks-per-node=1 --mem=0 --gres=none "
+        "--kill-on-bad-exit=0 /bin/bash -c " +
+            ShellQuote(StopEarlierAgentsScript("/tmp/herd-demo-42", 2)));
+}
+
+TEST_CASE("the earlier agents' pattern names only the generations before") {
+  const std::string s = StopEarlierAgentsScript("/tmp/herd-demo-42", 3);
+  CHECK(s.starts_with("pat='^/tmp/herd-demo-42\\.g(1|2)\\.herdlet( |$)'; pkill -TERM -f "));
+  CHECK(s.find("exit 1") != std::string::npos);
+  // The pattern as pgrep reads it (an extended regular expression), against command lines.
+  std::regex pat("^/tmp/herd-demo-42\\.g(1|2)\\.herdlet( |$)", std::regex::extended);
+  CHECK(std::regex_search("/tmp/herd-demo-42.g1.herdlet --config herdlet.yaml", pat));
+  CHECK(std::regex_search("/tmp/herd-demo-42.g2.herdlet", pat));
+  CHECK_FALSE(std::regex_search("/tmp/herd-demo-42.g3.herdlet --config herdlet.yaml", pat));
+  CHECK_FALSE(std::regex_search("/tmp/herd-demo-42.g12.herdlet --config herdlet.yaml", pat));
+  CHECK_FALSE(std::regex_search("/tmp/herd-demo-420.g1.herdlet --config herdlet.yaml", pat));
+  CHECK_FALSE(std::regex_search("/bin/bash -c pat=/tmp/herd-demo-42.g1.herdlet", pat));
 }
 
 TEST_CASE("Teardown cancels the job, waits for it to end and removes the login node's files") {
