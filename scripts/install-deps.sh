@@ -48,9 +48,9 @@ else
       $SUDO update-rc.d "$svc" disable >/dev/null 2>&1 || true
     fi
   done
+  # Not fatal: the tests use private ports and do not need it gone.
   if [[ " ${missing[*]} " == *" mariadb-server "* ]] && ss -Hltn 'sport = :3306' | grep -q .; then
-    echo "install-deps: the system's mariadb still listens on port 3306; stop it" >&2
-    exit 1
+    echo "install-deps: warning: the system's mariadb still listens on port 3306" >&2
   fi
   echo "install-deps: done"
 fi
