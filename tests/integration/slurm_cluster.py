@@ -10,9 +10,11 @@ associations, limits and QOS: the cluster, the account ACCOUNT and user root are
 sacctmgr() changes the rest (slurm_qos_test.py)."""
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 
 ACCOUNT = "herd"
@@ -239,3 +241,64 @@ class Slurm:
             subprocess.run(["munged", "--stop", f"--socket={self.sock}"], capture_output=True,
                            timeout=30)
             self.sock = None
+
+
+class SlurmOnTestHosts:
+    """A Slurm on three herd_test_hosts namespace hosts, as herd's Slurm tests use it:
+    <name>-head is the login node (its sshd, and slurmctld in its network namespace), and
+    <name>-worker1/2 are compute nodes, each slurmd in its host's network, mount and UTS
+    namespaces (its own hostname and home: nothing shared with the login node). Slurm's commands
+    on the login node find this cluster's slurm.conf (its .bashrc). Slurm's files live in a
+    temporary directory of their own (`root`), outside the test env's directory, which goes
+    before Slurm is stopped. stop() undoes what start() made, also after a partial start."""
+
+    def __init__(self, hosts_bin, name, state_dir, key, root_prefix, **slurm_kwargs):
+        """hosts_bin: herd_test_hosts; state_dir: its state directory; key: the private key
+        whose .pub every host accepts; slurm_kwargs: Slurm's (partitions, gres, accounting...)."""
+        self.hosts_bin = hosts_bin
+        self.name = name
+        self.state_dir = state_dir
+        self.key = key
+        self.root_prefix = root_prefix
+        self.slurm_kwargs = slurm_kwargs
+        self.hosts_up = False
+        self.root = None
+        self.slurm = None
+        self.ips = []
+        self.compute = []
+
+    def start(self):
+        p = subprocess.run([self.hosts_bin, "up", self.name, "3", self.state_dir,
+                            self.key + ".pub"], capture_output=True, text=True)
+        self.hosts_up = True
+        if p.returncode != 0:
+            raise SlurmError(p.stderr)
+        self.ips = p.stdout.split()
+        names = [f"{self.name}-head", f"{self.name}-worker1", f"{self.name}-worker2"]
+        node_dir = os.path.join(self.state_dir, "nodes")
+
+        def sshd_pid(host):
+            with open(os.path.join(node_dir, host, "sshd.pid")) as f:
+                return f.read().strip()
+
+        self.root = tempfile.mkdtemp(prefix=self.root_prefix)
+        with open(os.path.join(node_dir, names[0], "home", ".bashrc"), "w") as f:
+            f.write(f"export SLURM_CONF={self.root}/slurm/slurm.conf\n")
+        self.compute = [{"name": n, "ip": ip} for n, ip in zip(names[1:], self.ips[1:])]
+        self.slurm = Slurm(
+            self.root, self.compute, dict(os.environ),
+            [["nsenter", "--target", sshd_pid(n["name"]), "--net", "--mount", "--uts"]
+             for n in self.compute],
+            ctl_wrapper=["nsenter", f"--net=/run/netns/herd-{self.name}-0"], ctl_ip=self.ips[0],
+            **self.slurm_kwargs)
+        self.slurm.start()
+
+    def stop(self):
+        try:
+            if self.slurm is not None:
+                self.slurm.stop()
+        finally:
+            if self.hosts_up:
+                subprocess.run([self.hosts_bin, "down", self.name, self.state_dir])
+            if self.root:
+                shutil.rmtree(self.root, ignore_errors=True)

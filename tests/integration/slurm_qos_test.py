@@ -18,13 +18,12 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from herd_env import HerdEnvTestCase, netns_available, pids_by_cmdline, wait_for  # noqa: E402
-from slurm_cluster import Slurm  # noqa: E402
+from slurm_cluster import SlurmOnTestHosts  # noqa: E402
 
 HOSTS = os.environ.get("TEST_HOSTS", "herd_test_hosts")
 HOSTS_NAME = "hqos"
@@ -52,37 +51,20 @@ class SlurmQosTest(HerdEnvTestCase):
 
     @classmethod
     def prepare_env(cls):
-        cls.slurm = None
+        cls.hosts = None
         cls.slurm_root = None
-        cls.hosts_state = os.path.join(cls.h.dir, "hosts")
         cls.key = os.path.join(cls.h.dir, "login_key")
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", cls.key], check=True)
-        p = subprocess.run([HOSTS, "up", HOSTS_NAME, "3", cls.hosts_state, cls.key + ".pub"],
-                           capture_output=True, text=True)
-        if p.returncode != 0:
-            raise AssertionError(p.stderr)
-        cls.ips = p.stdout.split()
-        names = [f"{HOSTS_NAME}-head", f"{HOSTS_NAME}-worker1", f"{HOSTS_NAME}-worker2"]
-        node_dir = os.path.join(cls.hosts_state, "nodes")
-
-        def sshd_pid(name):
-            with open(os.path.join(node_dir, name, "sshd.pid")) as f:
-                return f.read().strip()
-
-        # Slurm's state lives outside the env's directory, which goes before Slurm is stopped;
-        # Slurm's commands on the login node find this cluster's slurm.conf.
-        cls.slurm_root = tempfile.mkdtemp(prefix="herd-slurmqos-")
-        with open(os.path.join(node_dir, names[0], "home", ".bashrc"), "w") as f:
-            f.write(f"export SLURM_CONF={cls.slurm_root}/slurm/slurm.conf\n")
-        compute = [{"name": n, "ip": ip} for n, ip in zip(names[1:], cls.ips[1:])]
-        cls.slurm = Slurm(
-            cls.slurm_root, compute, dict(os.environ),
-            [["nsenter", "--target", sshd_pid(n["name"]), "--net", "--mount", "--uts"]
-             for n in compute],
-            ctl_wrapper=["nsenter", f"--net=/run/netns/herd-{HOSTS_NAME}-0"], ctl_ip=cls.ips[0],
-            partitions={"batch": [n["name"] for n in compute]}, cluster_name="herdqos",
-            cpus_per_node=2, accounting=True)
-        cls.slurm.start()
+        cls.hosts_state = os.path.join(cls.h.dir, "hosts")
+        cls.hosts = SlurmOnTestHosts(
+            HOSTS, HOSTS_NAME, cls.hosts_state, cls.key, "herd-slurmqos-",
+            partitions={"batch": [f"{HOSTS_NAME}-worker1", f"{HOSTS_NAME}-worker2"]},
+            cluster_name="herdqos", cpus_per_node=2, accounting=True)
+        try:
+            cls.hosts.start()
+        finally:
+            cls.slurm_root = cls.hosts.root  # check_nothing_left looks for its daemons
+        cls.slurm, cls.ips = cls.hosts.slurm, cls.hosts.ips
         # Both QOS allow one node per job; only hqdeny has sbatch refuse a job over the limit.
         cls.slurm.sacctmgr("add", "qos", "hqdeny", "MaxTRESPerJob=node=1", "Flags=DenyOnLimit")
         cls.slurm.sacctmgr("add", "qos", "hqwait", "MaxTRESPerJob=node=1")
@@ -97,13 +79,8 @@ class SlurmQosTest(HerdEnvTestCase):
         try:
             super().close_env()
         finally:
-            try:
-                if cls.slurm is not None:
-                    cls.slurm.stop()
-            finally:
-                subprocess.run([HOSTS, "down", HOSTS_NAME, cls.hosts_state])
-                if cls.slurm_root:
-                    shutil.rmtree(cls.slurm_root, ignore_errors=True)
+            if cls.hosts is not None:
+                cls.hosts.stop()
 
     @classmethod
     def check_nothing_left(cls):

@@ -14,12 +14,11 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import unittest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from herd_env import HerdEnvTestCase, netns_available, pids_by_cmdline, wait_for  # noqa: E402
-from slurm_cluster import Slurm  # noqa: E402
+from slurm_cluster import SlurmOnTestHosts  # noqa: E402
 
 HOSTS = os.environ.get("TEST_HOSTS", "herd_test_hosts")
 HOSTS_NAME = "hslurm"
@@ -42,42 +41,18 @@ class SlurmTest(HerdEnvTestCase):
 
     @classmethod
     def prepare_env(cls):
-        cls.slurm = None
-        cls.slurm_root = None
-        cls.hosts_state = os.path.join(cls.h.dir, "hosts")
+        cls.hosts = None
         cls.key = os.path.join(cls.h.dir, "login_key")
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", cls.key], check=True)
-        p = subprocess.run([HOSTS, "up", HOSTS_NAME, "3", cls.hosts_state, cls.key + ".pub"],
-                           capture_output=True, text=True)
-        cls.hosts_up = True
-        if p.returncode != 0:
-            raise AssertionError(p.stderr)
-        cls.ips = p.stdout.split()
-        names = [f"{HOSTS_NAME}-head", f"{HOSTS_NAME}-worker1", f"{HOSTS_NAME}-worker2"]
-        node_dir = os.path.join(cls.hosts_state, "nodes")
-
-        def sshd_pid(name):
-            with open(os.path.join(node_dir, name, "sshd.pid")) as f:
-                return f.read().strip()
-
-        # Slurm's state lives outside the env's directory, which goes before Slurm is stopped
-        # (`herd down` of the clusters needs it). Slurm's commands on the login node find this
-        # cluster's slurm.conf (and munge socket).
-        cls.slurm_root = tempfile.mkdtemp(prefix="herd-slurmd-")
-        slurm_dir = os.path.join(cls.slurm_root, "slurm")
-        with open(os.path.join(node_dir, names[0], "home", ".bashrc"), "w") as f:
-            f.write(f"export SLURM_CONF={slurm_dir}/slurm.conf\n")
-        cls.compute = [{"name": n, "ip": ip} for n, ip in zip(names[1:], cls.ips[1:])]
-        cls.slurm = Slurm(
-            cls.slurm_root, cls.compute, dict(os.environ),
-            [["nsenter", "--target", sshd_pid(n["name"]), "--net", "--mount", "--uts"]
-             for n in cls.compute],
-            ctl_wrapper=["nsenter", f"--net=/run/netns/herd-{HOSTS_NAME}-0"], ctl_ip=cls.ips[0],
+        cls.hosts_state = os.path.join(cls.h.dir, "hosts")
+        cls.hosts = SlurmOnTestHosts(
+            HOSTS, HOSTS_NAME, cls.hosts_state, cls.key, "herd-slurmd-",
             gres={"type": "L4", "count": 2},
-            partitions={"gpu": [n["name"] for n in cls.compute],
-                        "small": [cls.compute[0]["name"]]},
+            partitions={"gpu": [f"{HOSTS_NAME}-worker1", f"{HOSTS_NAME}-worker2"],
+                        "small": [f"{HOSTS_NAME}-worker1"]},
             cluster_name="herdtest", cpus_per_node=2)
-        cls.slurm.start()
+        cls.hosts.start()
+        cls.slurm, cls.ips, cls.compute = cls.hosts.slurm, cls.hosts.ips, cls.hosts.compute
         os.makedirs(os.path.join(cls.h.home, ".slurm"))
         with open(os.path.join(cls.h.home, ".slurm", "config"), "w") as f:
             f.write(f"Host testcluster\n  HostName {cls.ips[0]}\n  User root\n"
@@ -103,13 +78,8 @@ class SlurmTest(HerdEnvTestCase):
         try:
             super().close_env()
         finally:
-            try:
-                if cls.slurm is not None:
-                    cls.slurm.stop()
-            finally:
-                subprocess.run([HOSTS, "down", HOSTS_NAME, cls.hosts_state])
-                if cls.slurm_root:
-                    shutil.rmtree(cls.slurm_root, ignore_errors=True)
+            if cls.hosts is not None:
+                cls.hosts.stop()
 
     @classmethod
     def check_nothing_left(cls):
