@@ -71,7 +71,8 @@ struct Record {
   std::string cluster, partition, job, prefix, remote_dir, gpu_name;
   int gpus = 0;
   // The agent files sent to the allocation so far: each StartAgents sends the next generation
-  // (prefix.gN.herdlet, .tar, .ready); the allocation's step runs the newest one.
+  // (prefix.gN.herdlet, .tar, .ready); the allocation's step runs the newest one. -1: a record
+  // without the line, from a herd whose batch script ran one set of files only.
   int generation = 0;
   SshTarget login;
   struct Node {
@@ -111,6 +112,7 @@ Result<std::optional<Record>> LoadRecord(const std::string& state_dir) {
   HERD_ASSIGN_OR_RETURN(auto text, ReadFileIfExists(RecordPath(state_dir)));
   if (!text) return std::optional<Record>();
   Record r;
+  r.generation = -1;
   for (const std::string& line : Split(*text, '\n')) {
     std::size_t eq = line.find('=');
     if (eq == std::string::npos) continue;
@@ -423,7 +425,9 @@ Result<std::vector<NodeHandle>> SlurmProvider::Provision(const ProvisionRequest&
   if (existing && !existing->job.empty()) {
     // An allocation of this cluster that still runs is kept; one that ended is replaced.
     HERD_ASSIGN_OR_RETURN(SlurmJobState s, QueryJob(ssh, *existing));
-    if (s.state == "RUNNING" && static_cast<int>(existing->nodes.size()) >= req.num_nodes) {
+    // (One whose batch script cannot take a new generation of agent files is replaced too.)
+    if (s.state == "RUNNING" && static_cast<int>(existing->nodes.size()) >= req.num_nodes &&
+        existing->generation >= 0) {
       return HandlesOf(*existing);
     }
     if (SlurmJobActive(s.state)) HERD_RETURN_IF_ERROR(CancelJob(ssh, *existing));
@@ -644,7 +648,7 @@ Status SlurmProvider::StartAgents(const std::string& cluster, const std::string&
   // sbcast to every node of the allocation, as the next generation of the agent's files (a
   // herdlet that runs is never written over); the ready marker last, so a node's step starts them
   // only with every file in place.
-  const int generation = rec->generation + 1;
+  const int generation = std::max(rec->generation, 0) + 1;
   const std::string j = " --jobid=" + rec->job + " ";
   const std::string p = rec->prefix + ".g" + std::to_string(generation);
   HERD_RETURN_IF_ERROR(OnLogin(*ssh_, rec->login, "sbcast",

@@ -10,6 +10,7 @@
 #include <functional>
 #include <mutex>
 #include <regex>
+#include <sstream>
 
 #include "shared/common/file_util.hpp"
 #include "tests/unit/test_support.hpp"
@@ -29,7 +30,7 @@ class FakeLogin : public SshRunner {
   std::string sbatch_out = "42\n", sbatch_err;
   std::vector<std::string> states = {"PENDING|Resources|", "RUNNING|None|n[1-2]"};
   std::size_t polls = 0;
-  bool cancelled = false;
+  std::string cancelled;  // the job scancel was given: squeue says CANCELLED of it
   std::string sbatch_stdin;
   std::vector<std::string> calls;
 
@@ -47,7 +48,7 @@ class FakeLogin : public SshRunner {
       r.out = sbatch_out;
       r.err = sbatch_err;
     } else if (cmd.starts_with("squeue")) {
-      if (cancelled) {
+      if (!cancelled.empty() && cmd.find(" -j " + cancelled + " ") != std::string::npos) {
         r.out = "CANCELLED|None|n[1-2]\n";
       } else {
         r.out = states[std::min(polls, states.size() - 1)] + "\n";
@@ -60,7 +61,7 @@ class FakeLogin : public SshRunner {
           "NodeName=n2 Arch=x86_64 NodeAddr=10.0.0.12 NodeHostName=n2 State=ALLOCATED\n"
           "NodeName=n1 Arch=x86_64 NodeAddr=10.0.0.11 NodeHostName=n1 State=ALLOCATED\n";
     } else if (cmd.starts_with("scancel")) {
-      cancelled = true;
+      cancelled = cmd.substr(8, cmd.find(' ', 8) - 8);  // "scancel JOB ..."
     }
     return r;
   }
@@ -320,6 +321,23 @@ TEST_CASE("Provision submits one allocation and returns its nodes in Slurm's ord
   auto again = p.Provision({"demo", 2, f.state, ""});
   REQUIRE(again.ok());
   CHECK(f.login->Count("sbatch") == 1);
+
+  // A record of a herd whose batch script took one set of agent files only (no generation
+  // line): its allocation cannot take new agents, so it is cancelled and submitted again.
+  auto text = ReadFile(f.state + "/slurm.state");
+  REQUIRE(text.ok());
+  std::string old_record;
+  std::istringstream lines(*text);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with("generation=")) old_record += line + "\n";
+  }
+  REQUIRE(old_record.size() < text->size());
+  REQUIRE(WriteFileAtomic(f.state + "/slurm.state", old_record, 0600).ok());
+  f.login->sbatch_out = "43\n";
+  auto replaced = p.Provision({"demo", 2, f.state, ""});
+  REQUIRE_MESSAGE(replaced.ok(), replaced.status().message());
+  CHECK(f.login->Count("scancel 42") == 1);
+  CHECK(f.login->Count("sbatch") == 2);
 
   auto a = p.Allocation("demo", f.state);
   REQUIRE(a.ok());
