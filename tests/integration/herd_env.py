@@ -2,6 +2,7 @@
 tears down every cluster made there (also when the test failed) and checks nothing is left;
 HerdEnvTestCase, the base of the suites whose tests share one such env (and cluster)."""
 
+import glob
 import json
 import os
 import shutil
@@ -64,6 +65,21 @@ class HerdEnv:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+# torchrun's elastic agent makes a directory of its own under /tmp (the nodes' /tmp is this
+# machine's) and leaves it behind when it ends.
+TORCHELASTIC = "/tmp/torchelastic_*"
+
+
+def remove_torchelastic_dirs(before):
+    """Removes the torchelastic_* directories made since `before` (a set of paths), unless a
+    torchrun still runs (another suite's, on this machine: one of them may be its own)."""
+    if pids_by_cmdline(lambda argv: any(b"torch.distributed.run" in a or
+                                        a.endswith(b"/torchrun") for a in argv[:3])):
+        return
+    for d in set(glob.glob(TORCHELASTIC)) - before:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 class HerdEnvTestCase(unittest.TestCase):
     """Tests that share one HerdEnv (cls.h) and, when launch_args() names one, a cluster launched
     for all of them. setUpClass makes the env, calls prepare_env(), launches (cls.launch: the
@@ -80,6 +96,7 @@ class HerdEnvTestCase(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
+        cls.torchelastic_before = set(glob.glob(TORCHELASTIC))
         cls.h = HerdEnv(cls.ENV_PREFIX)
         try:
             cls.prepare_env()
@@ -98,6 +115,7 @@ class HerdEnvTestCase(unittest.TestCase):
         t0 = time.time()
         cls.close_env()
         cls.close_seconds = time.time() - t0
+        remove_torchelastic_dirs(cls.torchelastic_before)
         if cls.CLUSTER is not None:
             # `down` left nothing of the cluster behind.
             assert namespaces_of(cls.CLUSTER) == [], namespaces_of(cls.CLUSTER)

@@ -41,7 +41,9 @@ class LocalTorchrunTest(unittest.TestCase):
         cls.addClassCleanup(shutil.rmtree, cls.tmp, ignore_errors=True)
         cls.home = os.path.join(cls.tmp, "home")
         os.mkdir(cls.home)
-        cls.env = dict(os.environ, HOME=cls.home)
+        # TMPDIR: torchrun's elastic agent leaves its torchelastic_* directory behind; here it
+        # goes with the test's own directory.
+        cls.env = dict(os.environ, HOME=cls.home, TMPDIR=cls.tmp)
         cls.env.pop(FAIL_RANK, None)
         install = subprocess.run(
             ["bash", os.path.join(EXAMPLE_DIR, "install_torchrun_shim.sh")],

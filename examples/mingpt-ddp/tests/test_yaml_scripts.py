@@ -94,7 +94,9 @@ class YamlScriptsTest(unittest.TestCase):
         nodes = []
         for rank in range(num_nodes):
             home = self.make_home(f"{yaml_name}-node{rank}")
-            env = dict(os.environ, HOME=home, PYTHONUNBUFFERED="1",
+            # TMPDIR: torchrun's elastic agent leaves its torchelastic_* directory behind; in
+            # the node's home it goes with the test's files.
+            env = dict(os.environ, HOME=home, PYTHONUNBUFFERED="1", TMPDIR=home,
                        # gloo binds the address of the hostname; pin it to the namespace's lo.
                        GLOO_SOCKET_IFNAME="lo")
             env.update({k: str(v) for k, v in task.get("envs", {}).items()})
