@@ -101,29 +101,27 @@ Status ClusterOps::SetAutostop(const std::string& cluster, int idle_minutes, boo
   herd::v1::SetAutostop setting;
   setting.set_idle_minutes(idle_minutes < 0 ? -1 : idle_minutes);
   setting.set_down(idle_minutes >= 0 && down);
-  std::string command;
-  if (idle_minutes >= 0 && c.provider != "local" && controller::AutostopByServer()) {
-    // Under a team server: the server stops the machines with its own credentials once the head
-    // reports the cluster idle long enough (SweepAutostop); no key goes to the head.
+  if (idle_minutes >= 0 && c.provider != "local") {
     HERD_ASSIGN_OR_RETURN(auto provider, parts_.providers(c.infra, nullptr));
     const std::string provider_dir = c.state_dir + "/provider";
     if (!down) HERD_RETURN_IF_ERROR(provider->CheckStoppable(c.name, provider_dir));
-    HERD_RETURN_IF_ERROR(provider->CheckAutostop(c.name, provider_dir));
-    setting.set_server_stops(true);
-  } else if (idle_minutes >= 0 && c.provider != "local") {
-    // A cloud's machines stop themselves: the head calls the cloud with a key scoped to them.
-    HERD_ASSIGN_OR_RETURN(auto provider, parts_.providers(c.infra, nullptr));
-    const std::string provider_dir = c.state_dir + "/provider";
-    if (!down) HERD_RETURN_IF_ERROR(provider->CheckStoppable(c.name, provider_dir));
-    HERD_ASSIGN_OR_RETURN(controller::AutostopGrant g,
-                          provider->GrantAutostop(c.name, provider_dir));
-    herd::v1::CloudAutostop* cloud = setting.mutable_cloud();
-    cloud->set_provider(g.provider);
-    cloud->set_region(g.region);
-    cloud->set_endpoint(g.endpoint);
-    for (const auto& id : g.instance_ids) cloud->add_instance_ids(id);
-    cloud->set_access_key_id(g.access_key_id);
-    cloud->set_secret_access_key(g.secret_access_key);
+    if (controller::AutostopByServer()) {
+      // Under a team server: the server stops the machines with its own credentials once the
+      // head reports the cluster idle long enough (SweepAutostop); no key goes to the head.
+      HERD_RETURN_IF_ERROR(provider->CheckAutostop(c.name, provider_dir));
+      setting.set_server_stops(true);
+    } else {
+      // A cloud's machines stop themselves: the head calls the cloud with a key scoped to them.
+      HERD_ASSIGN_OR_RETURN(controller::AutostopGrant g,
+                            provider->GrantAutostop(c.name, provider_dir));
+      herd::v1::CloudAutostop* cloud = setting.mutable_cloud();
+      cloud->set_provider(g.provider);
+      cloud->set_region(g.region);
+      cloud->set_endpoint(g.endpoint);
+      for (const auto& id : g.instance_ids) cloud->add_instance_ids(id);
+      cloud->set_access_key_id(g.access_key_id);
+      cloud->set_secret_access_key(g.secret_access_key);
+    }
   } else if (idle_minutes >= 0) {
     // The local provider's "cloud API" is this machine: the head node enters the controller's
     // network and mount namespaces and runs this same herd with this controller's state. PID 1's
@@ -133,11 +131,10 @@ Status ClusterOps::SetAutostop(const std::string& cluster, int idle_minutes, boo
     if (ec) return IoError("cannot find the herd binary: " + ec.message());
     HERD_ASSIGN_OR_RETURN(int anchor, EnsureNamespaceAnchor(c));
     auto q = [](const std::string& s) { return "'" + s + "'"; };
-    command = "exec nsenter --target " + std::to_string(anchor) +
-              " --mount --net -- env HERD_HOME=" + q(controller::HerdHome()) +
-              " HOME=" + q(controller::UserHome()) + " " + q(self) + (down ? " down " : " stop ") +
-              c.name + " -y";
-    setting.set_command(command);
+    setting.set_command("exec nsenter --target " + std::to_string(anchor) +
+                        " --mount --net -- env HERD_HOME=" + q(controller::HerdHome()) +
+                        " HOME=" + q(controller::UserHome()) + " " + q(self) +
+                        (down ? " down " : " stop ") + c.name + " -y");
   }
   HERD_ASSIGN_OR_RETURN(auto client, ConnectHead(c));
   HERD_RETURN_IF_ERROR(client->SetAutostop(setting));
