@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <future>
+#include <mutex>
 
 #include "controller/state/api_config.hpp"
 #include "controller/state/cluster_lock.hpp"
@@ -38,6 +39,7 @@ using testing::RecordingSshRunner;
 struct World {
   testing::TempHome home{"herd-ops"};
   std::shared_ptr<FakeProviderState> provider = std::make_shared<FakeProviderState>();
+  std::mutex infras_mu;  // Refresh asks the providers from threads of its own
   std::vector<std::string> infras_asked;
   std::shared_ptr<RecordingSshRunner> ssh = std::make_shared<RecordingSshRunner>();
   std::shared_ptr<FakeHeadConnector> heads = std::make_shared<FakeHeadConnector>();
@@ -48,7 +50,10 @@ struct World {
     ops::ClusterOpsParts p;
     p.providers = [this](const std::string& infra,
                          const task::Resources*) -> Result<std::unique_ptr<controller::Provider>> {
-      infras_asked.push_back(infra);
+      {
+        std::lock_guard<std::mutex> l(infras_mu);
+        infras_asked.push_back(infra);
+      }
       if (infra != "local" && !infra.starts_with("ssh/") && infra != "cloud") {
         return InvalidArgument("infra '" + infra + "' is not available");
       }
