@@ -133,12 +133,13 @@ KIND_NOTE = {
     "http": "Each client is a thread with one kept HTTPS connection (TLS verified against the "
             "server's CA, the user's Bearer token), posting each command to /api/v1/run as the "
             "Python SDK does and reading the framed answer to its exit frame; a non-zero exit "
-            "code or an HTTP error is an error. Each client connects and reads once before the "
-            "timed period (untimed). The {clients} threads run in {procs} processes of this "
+            "code or an HTTP error is an error. Each client connects and reads each command once "
+            "before the timed period (untimed: the users' warm workers start then). The {clients} threads run in {procs} processes of this "
             "script, on the machine's {cpus} CPUs with the server, its workers and the clusters' "
             "agents.",
     "native": "The same exchanges as the HTTP clients (one kept HTTPS connection each, the "
-              "framed answer read to its exit frame, connected and read once untimed), from "
+              "framed answer read to its exit frame, connected and each command read once "
+              "untimed), from "
               "bench/api_load: {clients} threads of one C++ process, timed from the request's "
               "first byte to the exit frame, so that the clients' own CPU on the machine's {cpus} "
               "CPUs is as small as a client's can be (the server's users are elsewhere).",
@@ -209,15 +210,19 @@ class HttpClient:
 OPS = ("status", "queue", "logs")
 
 
+def read_argv(op, cluster):
+    """The words of read OP of (b) on CLUSTER."""
+    return {"status": ("status",), "queue": ("queue", cluster),
+            "logs": ("logs", cluster, "1", "--no-follow")}[op]
+
+
 def client_loop(deadline, cluster, seed, run_argv, lat, errors, lock):
     """One client of (b): until DEADLINE, one of the three reads at random (its user's cluster
     CLUSTER), each timed; RUN_ARGV runs the words and returns what run() returns."""
     rnd = random.Random(seed)
     while time.perf_counter() < deadline and not STOPPING.is_set():
         op = rnd.choice(OPS)
-        argv = {"status": ("status",), "queue": ("queue", cluster),
-                "logs": ("logs", cluster, "1", "--no-follow")}[op]
-        code, dt, out, err = run_argv(argv)
+        code, dt, out, err = run_argv(read_argv(op, cluster))
         with lock:
             if code == 0:
                 lat[op].append(dt * 1000)
@@ -234,14 +239,16 @@ def http_clients_main():
     errors = []
     lock = threading.Lock()
     signal.signal(signal.SIGTERM, lambda *_: STOPPING.set())
-    # Each client connects (TLS handshake) and reads once, untimed, before the timed loop of
-    # every client of this process starts at once: the figures are of connected clients.
+    # Each client connects (TLS handshake) and reads each command once, untimed, before the timed
+    # loop of every client of this process starts at once: the figures are of connected clients
+    # whose users' warm workers (one per distinct read) have started.
     ready = threading.Barrier(len(spec["clients"]) + 1)
     start = {}
 
     def one(token, cluster, seed):
         http = HttpClient(spec["info"], token)
-        http.run(("status",))
+        for op in OPS:
+            http.run(read_argv(op, cluster))
         ready.wait()
         client_loop(start["deadline"], cluster, seed, http.run, lat, errors, lock)
 

@@ -10,7 +10,7 @@
 //         "clients": [[TOKEN, CLUSTER, SEED], ...]}
 // stdout: {"lat": {"status": [ms, ...], "queue": [...], "logs": [...]},
 //          "errors": [[OP, CODE or null, [LAST STDERR LINE]], ...]}
-// Each client is a thread: it connects and reads `status` once (untimed), then every client
+// Each client is a thread: it connects and reads each command once (untimed), then every client
 // starts its timed loop at once and reads, until the deadline, one of `status`, `queue CLUSTER`,
 // `logs CLUSTER 1 --no-follow` chosen at random (seeded), each timed from the request's first
 // byte to the exit frame. A failed exchange closes the connection; the next read dials again.
@@ -210,7 +210,11 @@ int main() {
     const auto seed = static_cast<std::uint32_t>(arr.at(2).to_number<std::int64_t>());
     threads.emplace_back([&, token, cluster, seed] {
       Client client(tls, host, port, token);
-      client.Run({"status"});  // connect and read once, untimed
+      // Connect and read each command once, untimed: the timed loop starts with the user's warm
+      // workers for all three already started (a worker's start is once per idle period).
+      client.Run({"status"});
+      client.Run({"queue", cluster});
+      client.Run({"logs", cluster, "1", "--no-follow"});
       warmed.arrive_and_wait();
       go.arrive_and_wait();
       std::mt19937 rnd(seed);

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <ostream>
 #include <streambuf>
+#include <string>
 #include <vector>
 
 #include "controller/cli/cli.hpp"
@@ -32,13 +33,24 @@ class FrameBuf final : public std::streambuf {
   }
   // False once the server is gone (the rest of the command's output is dropped).
   bool Flush() {
-    if (pptr() > pbase() && ok_) {
-      ok_ = server::SendAll(fd_,
-                            server::EncodeFrame(tag_, std::string_view(pbase(), pptr() - pbase())));
+    if (ok_) {
+      std::string frame = TakeFrame();
+      if (!frame.empty()) ok_ = server::SendAll(fd_, frame);
     }
     setp(buf_.data(), buf_.data() + buf_.size());
     return ok_;
   }
+  // The frame of what the buffer holds (empty when nothing), the buffer emptied: the command's
+  // last output goes to the server in one send with its exit frame.
+  std::string TakeFrame() {
+    std::string frame;
+    if (pptr() > pbase() && ok_) {
+      frame = server::EncodeFrame(tag_, std::string_view(pbase(), pptr() - pbase()));
+    }
+    setp(buf_.data(), buf_.data() + buf_.size());
+    return frame;
+  }
+  bool ok() const { return ok_; }
 
  protected:
   int_type overflow(int_type ch) override {
@@ -95,10 +107,13 @@ int Serve(int fd) {
     }
     std::ostream out(&out_buf), err(&err_buf);
     const int code = controller::RunOneCommandArgs(std::move(*args), out, err);
-    if (!out_buf.Flush() || !err_buf.Flush() ||
-        !server::SendAll(fd, server::EncodeFrame(server::FrameTag::kExit, std::to_string(code)))) {
-      return 0;
-    }
+    // The output still buffered and the exit code in one send: the server's thread, and through
+    // it the client, wake once for a short read's whole answer, not once per frame.
+    if (!out_buf.ok() || !err_buf.ok()) return 0;
+    std::string last = out_buf.TakeFrame();
+    last += err_buf.TakeFrame();
+    last += server::EncodeFrame(server::FrameTag::kExit, std::to_string(code));
+    if (!server::SendAll(fd, last)) return 0;
   }
 }
 
