@@ -54,19 +54,37 @@ std::string UserTag(const std::string& user) { return controller::Sha256Hex(user
 void ServerImpl::RunWarm(const User& user, const HttpRequest& req,
                          const std::shared_ptr<Responder>& res,
                          const std::vector<std::string>& args) {
-  // Touched only on the thread that runs the read's round.
-  auto streaming = std::make_shared<bool>(false);
+  // Touched only on the thread that runs the read's round. A short answer (up to one frame's
+  // size) is held and sent whole with its exit frame, in one hand-off to the connection; a longer
+  // one streams from the point it outgrows that.
+  struct Answer {
+    std::string held;
+    bool streaming = false;
+  };
+  auto answer = std::make_shared<Answer>();
   ReadCoalescer::Waiter waiter{
-      [res, streaming](FrameTag stream, std::string_view bytes) {
-        if (!*streaming) res->StartStream(200, kFramesType);
-        *streaming = true;
-        res->Write(EncodeFrame(stream, bytes));
+      [res, answer](FrameTag stream, std::string_view bytes) {
+        if (answer->streaming) {
+          res->Write(EncodeFrame(stream, bytes));
+          return;
+        }
+        answer->held += EncodeFrame(stream, bytes);
+        if (answer->held.size() <= limits::kApiMaxFrameBytes) return;
+        answer->streaming = true;
+        res->StartStream(200, kFramesType);
+        res->Write(std::move(answer->held));
+        answer->held.clear();
       },
-      [self = shared_from_this(), user, req, res, streaming](Result<int> code) {
+      [self = shared_from_this(), user, req, res, answer](Result<int> code) {
         if (code.ok()) {
-          if (!*streaming) res->StartStream(200, kFramesType);
-          res->Write(EncodeFrame(FrameTag::kExit, std::to_string(*code)));
-          return res->End();
+          std::string exit = EncodeFrame(FrameTag::kExit, std::to_string(*code));
+          if (answer->streaming) {
+            res->Write(std::move(exit));
+            return res->End();
+          }
+          answer->held += exit;
+          res->StreamWhole(200, kFramesType, {std::move(answer->held)});
+          return;
         }
         HERD_LOG(kDebug) << "read without a warm worker: " << code.status().message();
         boost::asio::post(self->pool_,

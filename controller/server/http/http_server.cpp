@@ -103,6 +103,8 @@ class ConnCore {
  public:
   virtual ~ConnCore() = default;
   virtual void Submit(uint64_t seq, Piece piece) = 0;
+  // The pieces in order, as one hand-off to the connection's strand.
+  virtual void SubmitAll(uint64_t seq, std::vector<Piece> pieces) = 0;
   // Closes the connection (the server stops); any thread.
   virtual void Abort() = 0;
 
@@ -211,6 +213,31 @@ class ResponderImpl : public Responder {
     conn_->Submit(seq_, Piece{Piece::kEnd, {}, {}, false});
   }
 
+  bool StreamWhole(int status, std::string content_type, std::vector<std::string> chunks) override {
+    int expected = kNone;
+    if (!phase_.compare_exchange_strong(expected, kDone)) {
+      HERD_LOG(kError) << "api: StreamWhole after the response began was ignored";
+      return false;
+    }
+    std::vector<Piece> pieces;
+    pieces.reserve(chunks.size() + 2);
+    Piece head;
+    head.kind = Piece::kHead;
+    head.response.status = status;
+    head.response.content_type = std::move(content_type);
+    pieces.push_back(std::move(head));
+    for (auto& c : chunks) {
+      if (c.empty()) continue;
+      Piece chunk;
+      chunk.kind = Piece::kChunk;
+      chunk.data = std::move(c);
+      pieces.push_back(std::move(chunk));
+    }
+    pieces.push_back(Piece{Piece::kEnd, {}, {}, false});
+    conn_->SubmitAll(seq_, std::move(pieces));
+    return !conn_->closed();
+  }
+
   bool Closed() const override { return conn_->closed(); }
   void OnClose(std::function<void()> fn) override { conn_->SetOnClose(seq_, std::move(fn)); }
   std::size_t queued_bytes() const override { return conn_->queued(); }
@@ -254,6 +281,13 @@ class Conn : public ConnCore, public std::enable_shared_from_this<Conn<Stream>> 
     queued_.fetch_add(piece.size());
     net::post(ex_, [self = shared_from_this(), seq, piece = std::move(piece)]() mutable {
       self->on_piece(seq, std::move(piece));
+    });
+  }
+
+  void SubmitAll(uint64_t seq, std::vector<Piece> pieces) override {
+    for (const Piece& piece : pieces) queued_.fetch_add(piece.size());
+    net::post(ex_, [self = shared_from_this(), seq, pieces = std::move(pieces)]() mutable {
+      for (Piece& piece : pieces) self->on_piece(seq, std::move(piece));
     });
   }
 

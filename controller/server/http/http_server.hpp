@@ -25,6 +25,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <boost/asio/io_context.hpp>
 
@@ -52,6 +53,15 @@ class Responder {
   // HttpServerOptions::max_stream_queued_bytes queued).
   virtual bool Write(std::string chunk) = 0;
   virtual void End() = 0;
+  // A whole streamed response at once: StartStream, a Write of each chunk and End, handed to the
+  // connection together (a short answer goes out in one write). False as Write.
+  virtual bool StreamWhole(int status, std::string content_type, std::vector<std::string> chunks) {
+    StartStream(status, std::move(content_type));
+    bool ok = true;
+    for (auto& c : chunks) ok = Write(std::move(c)) && ok;
+    End();
+    return ok;
+  }
   // Whether the connection is gone (the client closed it, an error, a drop, Stop()): nothing
   // written from now on reaches the client.
   virtual bool Closed() const = 0;

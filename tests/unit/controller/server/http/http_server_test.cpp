@@ -423,6 +423,34 @@ TEST_CASE("a stream of many chunks: read whole, or stopped early by the client (
   CHECK(running.server().connections() == 0);
 }
 
+TEST_CASE("a whole stream handed over at once is read whole, and the connection serves the next") {
+  Certs certs;
+  std::atomic<bool> again_refused{false};
+  Running running(TlsOptions(certs, [&](HttpRequest request, std::shared_ptr<Responder> r) {
+    const std::string n = request.target.substr(1);
+    CHECK(r->StreamWhole(200, "text/plain", {"head " + n + "\n", "", "tail " + n + "\n"}));
+    // The response is complete: neither a second whole stream nor a stream's start goes out.
+    again_refused = !r->StreamWhole(200, "text/plain", {"again\n"});
+    r->StartStream(500, "text/plain");
+    CHECK_FALSE(r->Write("more\n"));
+  }));
+  auto client = Client(Url(running.port()), certs.ca_file);
+  for (int i = 0; i < 3; ++i) {
+    std::string all;
+    auto got = client->Stream("GET", "/" + std::to_string(i), "", [&](std::string_view chunk) {
+      all += chunk;
+      return true;
+    });
+    REQUIRE_MESSAGE(got.ok(), got.status().ToString());
+    CHECK(got->status == 200);
+    CHECK(got->headers.Get("transfer-encoding") == "chunked");
+    CHECK(got->headers.Get("content-type") == "text/plain");
+    CHECK(all == "head " + std::to_string(i) + "\ntail " + std::to_string(i) + "\n");
+    CHECK(again_refused.load());
+  }
+  CHECK(running.server().connections() == 1);  // one kept connection served all three
+}
+
 TEST_CASE("a client that does not read a stream is dropped past the queue limit") {
   std::promise<void> closed_seen;
   std::thread writer;
