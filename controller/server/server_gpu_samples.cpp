@@ -1,7 +1,6 @@
 // The server's GPU sampler (gpu_sampler.hpp) over this server's parts: the users with clusters in
-// the shared state, each read as the user's own `herd infra -o json` (in one of the user's warm
-// workers, or a child process like a command's, interrupted at the pass's deadline or the
-// server's stop), and the store's samples.
+// the shared state, each read as the user's own `herd infra -o json` (a child process like a
+// command's, interrupted at the pass's deadline or the server's stop), and the store's samples.
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
@@ -60,46 +59,9 @@ Result<std::vector<std::string>> ServerImpl::UsersWithClusters() {
   return out;
 }
 
-namespace {
-
-// What a user's `herd infra -o json` gave (its output, its stderr, whether the output outgrew
-// what the server reads, its exit code): that user's clusters' GPUs, or why not.
-Result<std::vector<ClusterGpus>> InfraGpus(const std::string& out, std::string err, bool too_big,
-                                           int code) {
-  if (too_big) return FailedPrecondition("`herd infra -o json` printed more than the server reads");
-  if (code != 0) {
-    while (!err.empty() && (err.back() == '\n' || err.back() == '\r')) err.pop_back();
-    if (auto nl = err.rfind('\n'); nl != std::string::npos) err = err.substr(nl + 1);
-    return FailedPrecondition("`herd infra` exited with " + std::to_string(code) + ": " + err);
-  }
-  return ParseInfraGpus(out);
-}
-
-}  // namespace
-
 Result<std::vector<ClusterGpus>> ServerImpl::ReadGpus(const std::string& user,
                                                       GpuSamplerParts::SteadyTime deadline,
                                                       std::stop_token stop) {
-  // In one of the user's warm workers when one is free: no `herd` process to start and no
-  // connection to each head to make, every kDashboardGpuSampleInterval for every user (as a child
-  // each, a pass of many users took CPU from every read in flight at once). The worker's command
-  // asks the heads within kStatusHeadTimeout, well inside the pass; the server's stop ends it.
-  if (options_.warm_workers_per_user > 0 && !stop.stop_requested()) {
-    std::string out, err;
-    bool too_big = false;
-    auto code = warm_.Run(user, WarmSpawn(user), {"infra", "-o", "json"},
-                          [&](FrameTag tag, std::string_view b) {
-                            std::string& to = tag == FrameTag::kStderr ? err : out;
-                            if (to.size() + b.size() > limits::kApiMaxBodyBytes) {
-                              too_big = true;
-                            } else {
-                              to.append(b);
-                            }
-                          });
-    if (code.ok()) return InfraGpus(out, std::move(err), too_big, *code);
-    HERD_LOG(kDebug) << "GPU samples of " << user
-                     << " without a warm worker: " << code.status().message();
-  }
   struct Read {
     std::mutex mu;
     std::condition_variable cv;
@@ -145,7 +107,15 @@ Result<std::vector<ClusterGpus>> ServerImpl::ReadGpus(const std::string& user,
     return DeadlineExceeded(stop.stop_requested() ? "the server is stopping"
                                                   : "`herd infra` did not end within the pass");
   }
-  return InfraGpus(read->out, read->err, read->too_big, code);
+  if (read->too_big)
+    return FailedPrecondition("`herd infra -o json` printed more than the server reads");
+  if (code != 0) {
+    std::string why = read->err;
+    while (!why.empty() && (why.back() == '\n' || why.back() == '\r')) why.pop_back();
+    if (auto nl = why.rfind('\n'); nl != std::string::npos) why = why.substr(nl + 1);
+    return FailedPrecondition("`herd infra` exited with " + std::to_string(code) + ": " + why);
+  }
+  return ParseInfraGpus(read->out);
 }
 
 }  // namespace herd::server::detail
