@@ -33,15 +33,12 @@ class FrameBuf final : public std::streambuf {
   }
   // False once the server is gone (the rest of the command's output is dropped).
   bool Flush() {
-    if (ok_) {
-      std::string frame = TakeFrame();
-      if (!frame.empty()) ok_ = server::SendAll(fd_, frame);
-    }
-    setp(buf_.data(), buf_.data() + buf_.size());
+    const std::string frame = TakeFrame();
+    if (!frame.empty()) ok_ = server::SendAll(fd_, frame);
     return ok_;
   }
-  // The frame of what the buffer holds (empty when nothing), the buffer emptied: the command's
-  // last output goes to the server in one send with its exit frame.
+  // The frame of what the buffer holds (empty when nothing, or once the server is gone), the
+  // buffer emptied: the command's last output goes to the server in one send with its exit frame.
   std::string TakeFrame() {
     std::string frame;
     if (pptr() > pbase() && ok_) {

@@ -72,7 +72,7 @@ struct Record {
   int gpus = 0;
   // The agent files sent to the allocation so far: each StartAgents sends the next generation
   // (prefix.gN.herdlet, .tar, .ready); the allocation's step runs the newest one. -1: a record
-  // without the line, from a herd whose batch script ran one set of files only.
+  // without a generation line, whose allocation's batch script runs one set of files only.
   int generation = 0;
   SshTarget login;
   struct Node {

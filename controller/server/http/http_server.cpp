@@ -69,6 +69,22 @@ struct Piece {
   std::size_t size() const { return kind == kChunk ? data.size() : response.body.size(); }
 };
 
+Piece HeadPiece(int status, std::string content_type, Headers headers) {
+  Piece piece;
+  piece.kind = Piece::kHead;
+  piece.response.status = status;
+  piece.response.content_type = std::move(content_type);
+  piece.response.headers = std::move(headers);
+  return piece;
+}
+
+Piece ChunkPiece(std::string data) {
+  Piece piece;
+  piece.kind = Piece::kChunk;
+  piece.data = std::move(data);
+  return piece;
+}
+
 // A handler's response made safe to serialize: a status Beast would refuse (or one that may not
 // carry a body, with a body) becomes 500, and a header whose name or value holds CR, LF or NUL
 // (it would split the response) is dropped. Both are bugs of the handler, logged as such.
@@ -189,21 +205,13 @@ class ResponderImpl : public Responder {
       HERD_LOG(kError) << "api: StartStream after the response began was ignored";
       return;
     }
-    Piece piece;
-    piece.kind = Piece::kHead;
-    piece.response.status = status;
-    piece.response.content_type = std::move(content_type);
-    piece.response.headers = std::move(headers);
-    conn_->Submit(seq_, std::move(piece));
+    conn_->Submit(seq_, HeadPiece(status, std::move(content_type), std::move(headers)));
   }
 
   bool Write(std::string chunk) override {
     if (phase_.load() != kStreaming || conn_->closed()) return false;
     if (chunk.empty()) return true;
-    Piece piece;
-    piece.kind = Piece::kChunk;
-    piece.data = std::move(chunk);
-    conn_->Submit(seq_, std::move(piece));
+    conn_->Submit(seq_, ChunkPiece(std::move(chunk)));
     return true;
   }
 
@@ -221,17 +229,9 @@ class ResponderImpl : public Responder {
     }
     std::vector<Piece> pieces;
     pieces.reserve(chunks.size() + 2);
-    Piece head;
-    head.kind = Piece::kHead;
-    head.response.status = status;
-    head.response.content_type = std::move(content_type);
-    pieces.push_back(std::move(head));
+    pieces.push_back(HeadPiece(status, std::move(content_type), {}));
     for (auto& c : chunks) {
-      if (c.empty()) continue;
-      Piece chunk;
-      chunk.kind = Piece::kChunk;
-      chunk.data = std::move(c);
-      pieces.push_back(std::move(chunk));
+      if (!c.empty()) pieces.push_back(ChunkPiece(std::move(c)));
     }
     pieces.push_back(Piece{Piece::kEnd, {}, {}, false});
     conn_->SubmitAll(seq_, std::move(pieces));
