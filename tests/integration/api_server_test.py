@@ -210,12 +210,16 @@ class ApiServerTest(unittest.TestCase):
                 workers[int(pid)] = env.get(b"USER", b"").decode()
         return workers
 
+    def alice_local(self):
+        """The environment of local mode on alice's state inside the server's home."""
+        return dict(os.environ, HOME=os.path.join(self.home, "users", "alice"),
+                    HERD_HOME=os.path.join(self.home, "users", "alice", "herd"),
+                    HERD_API_SERVER="local")
+
     def test_15_reads_run_in_the_users_warm_worker(self):
         # status and queue through the server answer what local mode on the user's state does,
         # from a warm worker of the user's own, the same one read after read.
-        local = dict(os.environ, HOME=os.path.join(self.home, "users", "alice"),
-                     HERD_HOME=os.path.join(self.home, "users", "alice", "herd"),
-                     HERD_API_SERVER="local")
+        local = self.alice_local()
         for args in (("status", "-o", "json"), ("queue", self.CLUSTER, "-o", "json"),
                      ("logs", self.CLUSTER, "1", "--no-follow")):
             remote = self.alice.herd(*args)
@@ -357,6 +361,23 @@ class ApiServerTest(unittest.TestCase):
         # Still alice's, untouched.
         jobs = json.loads(self.alice.out("queue", self.CLUSTER, "-o", "json"))
         self.assertEqual(len(jobs), 4)
+
+    def test_24_a_long_read_streams_whole(self):
+        # A read whose answer outgrows what the server holds back for one write (a frame:
+        # kApiMaxFrameBytes, 256 KiB) streams: every byte arrives, in order, as local mode
+        # prints it.
+        p = self.alice.herd("exec", self.CLUSTER, "-d", "--", "seq 1 60000")
+        job = re.search(r"Job submitted, ID: (\d+)", p.stderr.decode()).group(1)
+        self.alice.herd("logs", self.CLUSTER, job, timeout=120)  # follows to the job's end
+        args = ("logs", self.CLUSTER, job, "--no-follow")
+        remote = self.alice.herd(*args)
+        here = subprocess.run([HERD, *args], env=self.alice_local(), capture_output=True,
+                              timeout=60)
+        self.assertEqual(here.returncode, 0, here.stderr)
+        self.assertGreater(len(remote.stdout), 256 << 10)
+        self.assertEqual(remote.stdout, here.stdout)
+        self.assertIn(b"60000", remote.stdout)
+        self.assertTrue(self.warm_workers())
 
     def test_30_requests_async_logs_and_audit(self):
         p = self.alice.herd("--async", "exec", self.CLUSTER, "--", "echo", "async-run")
