@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -42,19 +43,57 @@ int ExitCodeOf(int status) {
   return 1;
 }
 
+// What the child of SpawnProcess reads between its start and exec, all made before it starts.
+struct ChildSetup {
+  char** argv;
+  char** envp;
+  const char* cwd;  // nullptr: stay here
+  int in, out, err;
+  pid_t parent;
+  int max_fd;
+};
+
+// The child, up to exec. It shares the server's memory (CLONE_VM) and runs on a stack of its own
+// while the thread that started it waits, so only system calls here: no allocation, no lock,
+// nothing another of the server's threads could hold.
+int ChildMain(void* arg) {
+  const auto* c = static_cast<const ChildSetup*>(arg);
+  ::setpgid(0, 0);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != c->parent) ::_exit(127);  // the server died before the line above
+  int null = ::open("/dev/null", O_RDWR);
+  ::dup2(c->in >= 0 ? c->in : null, STDIN_FILENO);
+  ::dup2(c->out >= 0 ? c->out : null, STDOUT_FILENO);
+  ::dup2(c->err >= 0 ? c->err : null, STDERR_FILENO);
+  if (::syscall(SYS_close_range, 3u, ~0u, 0u) != 0) {
+    for (int fd = 3; fd < c->max_fd; ++fd) ::close(fd);
+  }
+  // The child's signal dispositions are its own (no CLONE_SIGHAND): resetting them here leaves
+  // the server's as they are.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &dfl, nullptr);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (c->cwd && ::chdir(c->cwd) != 0) ::_exit(126);
+  ::execve(c->argv[0], c->argv, c->envp);
+  ::_exit(127);
+}
+
 }  // namespace
 
 Result<int> SpawnProcess(std::vector<std::string> args, std::vector<std::string> env,
                          const std::string& cwd, int in, int out, int err) {
   if (args.empty()) return InvalidArgument("no command to run");
-  // Everything the child needs is made before fork: between fork and exec only async-signal-safe
-  // calls (the server has other threads).
+  // Everything the child needs is made before it starts: it runs only system calls up to exec.
   std::vector<char*> argv, envp;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   for (auto& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);
-  const pid_t parent = ::getpid();
   // The child keeps only stdin, stdout and stderr: the server's listener, its clients'
   // connections and its files are opened without close-on-exec by the libraries (Asio), and a
   // command that lives on (a detached managed-job controller) would hold them.
@@ -62,37 +101,31 @@ Result<int> SpawnProcess(std::vector<std::string> args, std::vector<std::string>
   if (rlimit rl{}; ::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
     max_fd = static_cast<int>(std::min<rlim_t>(rl.rlim_cur, 1 << 20));
   }
-  // Every signal is blocked across fork, in the child until it has reset every disposition: a
-  // signal sent to the child's group (Cancel) before its exec must not run one of the server's
-  // handlers there (Asio's SIGINT/SIGTERM handler writes to a pipe the server reads, and the server
-  // would stop).
+  ChildSetup setup{argv.data(), envp.data(), cwd.empty() ? nullptr : cwd.c_str(), in, out, err,
+                   ::getpid(),  max_fd};
+  // The child shares the server's memory until its exec (CLONE_VM | CLONE_VFORK, as
+  // posix_spawn does; posix_spawn cannot set PR_SET_PDEATHSIG). A fork would copy the server's
+  // page tables and make every page the server's threads write next fault once to be copied or
+  // taken back, with a TLB flush on every CPU that runs one of them: under load that stalled the
+  // server for a second per few commands started.
+  constexpr std::size_t kStack = 256 << 10;
+  void* stack = ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (stack == MAP_FAILED) return ErrnoError("mmap (a child's stack)", errno);
+  // Every signal is blocked across the start, in the child until it has reset every disposition:
+  // a signal sent to the child's group (Cancel) before its exec must not run one of the server's
+  // handlers there (Asio's SIGINT/SIGTERM handler writes to a pipe the server reads, and the
+  // server would stop).
   sigset_t all, old_mask;
   sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &old_mask);
-  pid_t pid = ::fork();
-  if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
-  if (pid < 0) return ErrnoError("fork", errno);
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);  // the server died before the line above
-    int null = ::open("/dev/null", O_RDWR);
-    ::dup2(in >= 0 ? in : null, STDIN_FILENO);
-    ::dup2(out >= 0 ? out : null, STDOUT_FILENO);
-    ::dup2(err >= 0 ? err : null, STDERR_FILENO);
-    if (::syscall(SYS_close_range, 3u, ~0u, 0u) != 0) {
-      for (int fd = 3; fd < max_fd; ++fd) ::close(fd);
-    }
-    for (int sig = 1; sig < NSIG; ++sig) {
-      if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
-    }
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(126);
-    ::execve(argv[0], argv.data(), envp.data());
-    ::_exit(127);
-  }
+  // Returns once the child has exec'd or exited (CLONE_VFORK): its stack is free again then.
+  const pid_t pid = ::clone(ChildMain, static_cast<char*>(stack) + kStack,
+                            CLONE_VM | CLONE_VFORK | SIGCHLD, &setup);
+  const int clone_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  ::munmap(stack, kStack);
+  if (pid < 0) return ErrnoError("clone", clone_errno);
   ::setpgid(pid, pid);  // also here: no race with a signal to its group (Cancel) right after
   return pid;
 }

@@ -6,6 +6,8 @@
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -227,6 +229,80 @@ TEST_CASE("the command runs in a process group of its own") {
   REQUIRE(cmd.ok());
   CHECK(WaitBounded(*cmd) == 0);
   CHECK(o.Out() == std::to_string((*cmd)->pid()) + "\n");
+}
+
+TEST_CASE("starting a command leaves the server's memory writable: no page faults after it") {
+  // A fork would write-protect every page of the server until each is written again (one fault
+  // per page, with a TLB flush on every CPU that runs one of the server's threads). The server
+  // writes its memory all the time; its pages must stay as they were across a command's start.
+  constexpr std::size_t kBytes = 32 << 20;
+  void* mem = ::mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(mem != MAP_FAILED);
+  (void)::madvise(mem, kBytes, MADV_NOHUGEPAGE);  // one fault per 4 KiB page, not per 2 MiB
+  auto* bytes = static_cast<volatile char*>(mem);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  auto touch_all = [&](char v) {
+    for (std::size_t i = 0; i < kBytes; i += static_cast<std::size_t>(page)) bytes[i] = v;
+  };
+  auto minor_faults = [] {
+    rusage ru{};
+    ::getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_minflt;
+  };
+  touch_all(1);  // every page present and writable
+  Output o;
+  auto cmd = RunningCommand::Start(Sh("echo started"), o.Fn());
+  REQUIRE(cmd.ok());
+  const long before = minor_faults();
+  touch_all(2);
+  const long faults = minor_faults() - before;
+  CHECK(WaitBounded(*cmd) == 0);
+  CHECK(o.Out() == "started\n");
+  const long pages = static_cast<long>(kBytes) / page;
+  INFO("pages written: " << pages << ", faults: " << faults);
+  CHECK(faults < pages / 8);
+  ::munmap(mem, kBytes);
+}
+
+int g_signal_handled = 0;
+void CountSignal(int) { ++g_signal_handled; }
+
+TEST_CASE("starting a command leaves the server's signal handlers and mask as they were") {
+  // The new process resets every disposition and unblocks every signal before its exec; those
+  // are its own, never the server's (whose Asio handlers, ignored and blocked signals stay).
+  struct sigaction sa {
+  }, ign{}, old_usr2{}, old_usr1{}, now{};
+  sa.sa_handler = CountSignal;
+  sigemptyset(&sa.sa_mask);
+  REQUIRE(::sigaction(SIGUSR2, &sa, &old_usr2) == 0);
+  ign.sa_handler = SIG_IGN;
+  sigemptyset(&ign.sa_mask);
+  REQUIRE(::sigaction(SIGUSR1, &ign, &old_usr1) == 0);
+  sigset_t block, mask_before, mask_after;
+  sigemptyset(&block);
+  sigaddset(&block, SIGWINCH);
+  REQUIRE(::pthread_sigmask(SIG_BLOCK, &block, &mask_before) == 0);
+  Output o;
+  // The program's own view after its exec: nothing ignored (an ignored signal survives an exec),
+  // nothing blocked.
+  auto cmd = RunningCommand::Start(Sh("exec grep -E '^Sig(Blk|Ign)' /proc/self/status"), o.Fn());
+  REQUIRE(cmd.ok());
+  CHECK(WaitBounded(*cmd) == 0);
+  CHECK(o.Out() == "SigBlk:\t0000000000000000\nSigIgn:\t0000000000000000\n");
+  REQUIRE(::sigaction(SIGUSR2, nullptr, &now) == 0);
+  const bool ours = now.sa_handler == CountSignal;
+  CHECK(ours);
+  REQUIRE(::sigaction(SIGUSR1, nullptr, &now) == 0);
+  const bool ignored = now.sa_handler == SIG_IGN;
+  CHECK(ignored);
+  REQUIRE(::pthread_sigmask(SIG_BLOCK, nullptr, &mask_after) == 0);
+  CHECK(sigismember(&mask_after, SIGWINCH) == 1);
+  CHECK(sigismember(&mask_after, SIGUSR2) == 0);
+  ::raise(SIGUSR2);
+  CHECK(g_signal_handled == 1);
+  ::pthread_sigmask(SIG_SETMASK, &mask_before, nullptr);
+  ::sigaction(SIGUSR2, &old_usr2, nullptr);
+  ::sigaction(SIGUSR1, &old_usr1, nullptr);
 }
 
 int g_signal_pipe = -1;
