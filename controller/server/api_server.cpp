@@ -1,5 +1,6 @@
 #include "controller/server/api_server.hpp"
 
+#include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -59,12 +60,30 @@ Status ServerImpl::Listen(boost::asio::io_context& io) {
   ho.handler = [weak](HttpRequest req, std::shared_ptr<Responder> res) {
     auto self = weak.lock();
     if (!self) return res->Respond(HttpError(Unavailable("the server is stopping")));
+    self->requests_seen_.fetch_add(1, std::memory_order_relaxed);
     boost::asio::post(self->pool_, [self, req = std::move(req), res]() mutable {
       self->Handle(std::move(req), res);
     });
   };
   HERD_ASSIGN_OR_RETURN(http_, api_http::ListenHttp(io, std::move(ho)));
+  std::lock_guard<std::mutex> l(trim_mu_);
+  trim_timer_ = std::make_unique<boost::asio::steady_timer>(io);
+  ArmIdleTrim();
   return Status::Ok();
+}
+
+void ServerImpl::TrimHeap() { ::malloc_trim(0); }
+
+void ServerImpl::ArmIdleTrim() {
+  trim_timer_->expires_after(limits::kApiIdleTrimAfter);
+  trim_timer_->async_wait([weak = weak_from_this()](const boost::system::error_code& ec) {
+    auto self = weak.lock();
+    if (ec || !self) return;
+    std::lock_guard<std::mutex> l(self->trim_mu_);
+    if (self->trim_stopped_) return;
+    self->idle_trim_.Tick(self->requests_seen_.load(std::memory_order_relaxed));
+    self->ArmIdleTrim();
+  });
 }
 
 uint16_t ServerImpl::port() const { return http_ ? http_->port() : 0; }
@@ -77,6 +96,11 @@ std::string ServerImpl::endpoint() const {
 }
 
 void ServerImpl::Stop() {
+  {
+    std::lock_guard<std::mutex> l(trim_mu_);
+    trim_stopped_ = true;
+    if (trim_timer_) trim_timer_->cancel();
+  }
   if (keeper_) keeper_->Stop();    // its controllers die, its leases go to another server
   if (sampler_) sampler_->Stop();  // its read in progress is interrupted
   StopAutostopSweeps();            // a stop in progress is interrupted

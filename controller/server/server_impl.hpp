@@ -11,10 +11,13 @@
 //   _autostop-sweep`)
 #pragma once
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/json/value.hpp>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -29,6 +32,7 @@
 #include "controller/server/gpu_sampler.hpp"
 #include "controller/server/http/http_server.hpp"
 #include "controller/server/http/request_codec.hpp"
+#include "controller/server/idle_trim.hpp"
 #include "controller/server/job_keeper.hpp"
 #include "controller/server/read_coalescer.hpp"
 #include "controller/server/store/api_store.hpp"
@@ -74,6 +78,9 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
   std::map<std::string, std::shared_ptr<RunningCommand>> RunningById();
 
   // ---- dispatch (api_server.cpp)
+  // Every limits::kApiIdleTrimAfter: memory back to the system when no request came (IdleTrim).
+  void ArmIdleTrim();  // trim_mu_ held
+  static void TrimHeap();
   void Handle(api_http::HttpRequest req, const std::shared_ptr<api_http::Responder>& res);
   static api_http::HttpResponse Answer(const Result<boost::json::value>& v);
   Result<User> Authenticate(const api_http::HttpRequest& req);
@@ -161,6 +168,11 @@ class ServerImpl final : public ApiServer, public std::enable_shared_from_this<S
   ReadCoalescer coalescer_{
       [this](std::function<void()> fn) { boost::asio::post(reads_pool_, std::move(fn)); }};
   std::unique_ptr<api_http::HttpServer> http_;
+  std::atomic<std::uint64_t> requests_seen_{0};
+  std::mutex trim_mu_;
+  std::unique_ptr<boost::asio::steady_timer> trim_timer_;  // these three: under trim_mu_
+  bool trim_stopped_ = false;
+  IdleTrim idle_trim_{&ServerImpl::TrimHeap};
   std::unique_ptr<ServerKeeper> keeper_;
   std::unique_ptr<dashboard::Dashboard> dashboard_;
   std::unique_ptr<GpuSampler> sampler_;

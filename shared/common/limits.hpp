@@ -424,6 +424,12 @@ inline constexpr std::size_t kApiMaxResponseBytes = 64u << 20;
 // The client's default bound on one call: connect, TLS, request and the whole response (a stream:
 // until its headers).
 inline constexpr Duration kApiClientTimeout = 60s;
+// Once no request has come for this long, the server gives the memory its allocator keeps free
+// back to the system (malloc_trim; controller/server/idle_trim.hpp): after a busy period each of
+// its threads' arenas holds what it used at the peak, ~20 MB more than an idle server needs. Never
+// while requests keep coming (a trim walks every arena under its lock); a client polling less often
+// than this costs one trim (milliseconds) per poll.
+inline constexpr Duration kApiIdleTrimAfter = 10s;
 static_assert(kApiMaxHeaderBytes < kApiMaxBodyBytes && kApiMaxBodyBytes < kApiMaxResponseBytes,
               "a request's headers are small against its body, a body against any response");
 static_assert(kApiHandshakeTimeout < kApiClientTimeout &&
