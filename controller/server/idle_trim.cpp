@@ -3,11 +3,13 @@
 namespace herd::server {
 
 bool IdleTrim::Tick(std::uint64_t requests_seen) {
-  const bool quiet = asked_ && requests_seen == last_seen_;
-  if (!asked_ || requests_seen != last_seen_) trimmed_ = false;
-  asked_ = true;
+  const bool quiet = last_seen_ == requests_seen;
   last_seen_ = requests_seen;
-  if (!quiet || trimmed_) return false;
+  if (!quiet) {
+    trimmed_ = false;
+    return false;
+  }
+  if (trimmed_) return false;
   trim_();
   trimmed_ = true;
   return true;

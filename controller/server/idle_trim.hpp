@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 
 namespace herd::server {
 
@@ -21,9 +22,8 @@ class IdleTrim {
 
  private:
   std::function<void()> trim_;
-  bool asked_ = false;  // Tick was called before: last_seen_ holds what it saw
-  std::uint64_t last_seen_ = 0;
-  bool trimmed_ = false;  // trimmed since the last request came
+  std::optional<std::uint64_t> last_seen_;  // what the previous Tick saw; none before the first
+  bool trimmed_ = false;                    // trimmed since the last request came
 };
 
 }  // namespace herd::server
